@@ -1,0 +1,148 @@
+//! Type inference for one instruction: the typing rules of the IR.
+//!
+//! The lowering reports user-facing shape errors before it builds an
+//! instruction, so a [`TypeError`] here means the lowering (or a pass) broke
+//! an invariant; the verifier reuses the same rules.
+
+use crate::block::Block;
+use crate::dim::Dim;
+use crate::inst::{Inst, Value};
+use crate::ty::{DType, Shape, Ty};
+
+/// An instruction that breaks a typing rule.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct TypeError(pub String);
+
+fn err<T>(message: impl Into<String>) -> Result<T, TypeError> {
+    Err(TypeError(message.into()))
+}
+
+fn f32_ty(shape: Shape) -> Ty {
+    Ty { dtype: DType::F32, shape }
+}
+
+/// The type of `inst` in `block`, or why it is ill-typed.
+pub fn infer(block: &Block, inst: &Inst) -> Result<Ty, TypeError> {
+    let ty = |v: Value| -> Result<&Ty, TypeError> {
+        block.types.get(v.index()).ok_or_else(|| TypeError(format!("{v} is not defined yet")))
+    };
+    match inst {
+        Inst::Param(i) => match block.params.get(*i) {
+            Some(p) => Ok(p.ty()),
+            None => err(format!("parameter {i} does not exist")),
+        },
+        Inst::Const(_) | Inst::DimValue(_) => Ok(f32_ty(Shape::scalar())),
+        Inst::Unary { arg, .. } => {
+            let a = ty(*arg)?;
+            float_operand(a)?;
+            Ok(f32_ty(a.shape.clone()))
+        }
+        Inst::Binary { op, lhs, rhs } => {
+            let (a, b) = (ty(*lhs)?, ty(*rhs)?);
+            same_shape(a, b)?;
+            if a.dtype == DType::Bool || b.dtype == DType::Bool {
+                return err("arithmetic on a bool value");
+            }
+            let dtype = if op.is_comparison() { DType::Bool } else { DType::F32 };
+            Ok(Ty { dtype, shape: a.shape.clone() })
+        }
+        Inst::Select { cond, on_true, on_false } => {
+            let (c, a, b) = (ty(*cond)?, ty(*on_true)?, ty(*on_false)?);
+            if c.dtype != DType::Bool {
+                return err("select condition is not a bool");
+            }
+            same_shape(c, a)?;
+            same_shape(a, b)?;
+            Ok(f32_ty(a.shape.clone()))
+        }
+        Inst::Cast { to, arg } => Ok(Ty { dtype: *to, shape: ty(*arg)?.shape.clone() }),
+        Inst::Broadcast { arg, shape } => {
+            let a = ty(*arg)?;
+            let fits = |from: &Dim, to: &Dim| from == to || from.is_one();
+            if !fits(&a.shape.rows, &shape.rows) || !fits(&a.shape.cols, &shape.cols) {
+                return err(format!("cannot broadcast {} to {shape}", a.shape));
+            }
+            Ok(Ty { dtype: a.dtype, shape: shape.clone() })
+        }
+        Inst::MatMul { lhs, rhs, lhs_transposed, rhs_transposed, operand_dtype } => {
+            let (a, b) = (ty(*lhs)?, ty(*rhs)?);
+            let a = if *lhs_transposed { a.shape.transposed() } else { a.shape.clone() };
+            let b = if *rhs_transposed { b.shape.transposed() } else { b.shape.clone() };
+            if a.cols != b.rows {
+                return err(format!("matmul inner dims differ: {a} @ {b}"));
+            }
+            if !operand_dtype.is_half() {
+                return err("matmul operands must be read as bf16 or f16");
+            }
+            Ok(f32_ty(Shape::new(a.rows, b.cols)))
+        }
+        Inst::Transpose { arg } => {
+            let a = ty(*arg)?;
+            Ok(Ty { dtype: a.dtype, shape: a.shape.transposed() })
+        }
+        Inst::Reduce { axis, arg, .. } => {
+            let a = ty(*arg)?;
+            float_operand(a)?;
+            let shape = match axis {
+                crate::inst::Axis::Rows => Shape::new(Dim::constant(1), a.shape.cols.clone()),
+                crate::inst::Axis::Cols => Shape::new(a.shape.rows.clone(), Dim::constant(1)),
+            };
+            Ok(f32_ty(shape))
+        }
+        Inst::SliceCols { arg, len, step, .. } => {
+            let a = ty(*arg)?;
+            if *step < 1 {
+                return err("slice step must be positive");
+            }
+            Ok(Ty { dtype: a.dtype, shape: Shape::new(a.shape.rows.clone(), len.clone()) })
+        }
+        Inst::ConcatCols { parts } => {
+            let Some(first) = parts.first() else { return err("concat of nothing") };
+            let rows = ty(*first)?.shape.rows.clone();
+            let mut cols = Dim::constant(0);
+            for part in parts {
+                let p = ty(*part)?;
+                if p.shape.rows != rows {
+                    return err("concat parts have different row counts");
+                }
+                cols = cols.add(&p.shape.cols).map_err(|e| TypeError(e.to_string()))?;
+            }
+            Ok(f32_ty(Shape::new(rows, cols)))
+        }
+        Inst::Interleave { even, odd } => {
+            let (a, b) = (ty(*even)?, ty(*odd)?);
+            same_shape(a, b)?;
+            let cols = a.shape.cols.mul(&Dim::constant(2)).map_err(|e| TypeError(e.to_string()))?;
+            Ok(f32_ty(Shape::new(a.shape.rows.clone(), cols)))
+        }
+        Inst::TakeCols { arg, index } => {
+            let (a, i) = (ty(*arg)?, ty(*index)?);
+            if i.dtype != DType::I32 {
+                return err("take index is not i32");
+            }
+            if i.shape != Shape::new(a.shape.rows.clone(), Dim::constant(1)) {
+                return err(format!("take index shape {} does not match rows of {}", i.shape, a.shape));
+            }
+            Ok(f32_ty(i.shape.clone()))
+        }
+        Inst::RopeTable { cols, .. } => Ok(f32_ty(Shape::new(Dim::constant(1), cols.clone()))),
+        Inst::RopePartner { arg, .. } => Ok(ty(*arg)?.clone()),
+    }
+}
+
+fn same_shape(a: &Ty, b: &Ty) -> Result<(), TypeError> {
+    if a.shape == b.shape {
+        Ok(())
+    } else {
+        err(format!("operand shapes differ: {} and {}", a.shape, b.shape))
+    }
+}
+
+fn float_operand(a: &Ty) -> Result<(), TypeError> {
+    if a.dtype == DType::Bool {
+        err("a bool used as a number")
+    } else {
+        Ok(())
+    }
+}

@@ -1,0 +1,363 @@
+//! The instruction set of the block IR.
+//!
+//! One instruction defines one value. Operands are [`Value`]s defined
+//! earlier in the same block (arena order is a valid evaluation order).
+//! Broadcasting is never implicit: binary operands have equal shapes, and
+//! [`Inst::Broadcast`] widens a scalar or vector explicitly. Elementwise
+//! arithmetic happens in fp32 (f64 in the interpreter); a value's dtype is
+//! the storage type it would have if it were written to memory.
+//!
+//! Typing rules are written on each variant and implemented in
+//! [`crate::infer`]; the verifier re-checks them.
+
+use crate::arena::Handle;
+use crate::dim::Dim;
+use crate::ty::{DType, Shape};
+
+/// A value: the handle of the instruction that defines it.
+pub type Value = Handle<Inst>;
+
+/// Elementwise functions of one argument. All map fp32 to fp32.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum UnaryOp {
+    /// `-x`
+    Neg,
+    /// `e^x`
+    Exp,
+    /// natural logarithm
+    Log,
+    /// square root
+    Sqrt,
+    /// `1 / sqrt(x)`
+    Rsqrt,
+    /// hyperbolic tangent
+    Tanh,
+    /// `1 / (1 + e^-x)`
+    Sigmoid,
+    /// `max(x, 0)`
+    Relu,
+    /// `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`
+    GeluTanh,
+    /// `0.5 x (1 + erf(x / sqrt 2))`
+    GeluErf,
+    /// `x * sigmoid(x)`
+    Silu,
+    /// `log(1 + e^x)`
+    Softplus,
+    /// `|x|`
+    Abs,
+    /// sine (radians)
+    Sin,
+    /// cosine (radians)
+    Cos,
+}
+
+impl UnaryOp {
+    /// Every unary op, for tables and tests.
+    pub const ALL: [UnaryOp; 15] = [
+        UnaryOp::Neg,
+        UnaryOp::Exp,
+        UnaryOp::Log,
+        UnaryOp::Sqrt,
+        UnaryOp::Rsqrt,
+        UnaryOp::Tanh,
+        UnaryOp::Sigmoid,
+        UnaryOp::Relu,
+        UnaryOp::GeluTanh,
+        UnaryOp::GeluErf,
+        UnaryOp::Silu,
+        UnaryOp::Softplus,
+        UnaryOp::Abs,
+        UnaryOp::Sin,
+        UnaryOp::Cos,
+    ];
+
+    /// The name in the printed IR (and in source, except `neg`).
+    pub fn name(self) -> &'static str {
+        match self {
+            UnaryOp::Neg => "neg",
+            UnaryOp::Exp => "exp",
+            UnaryOp::Log => "log",
+            UnaryOp::Sqrt => "sqrt",
+            UnaryOp::Rsqrt => "rsqrt",
+            UnaryOp::Tanh => "tanh",
+            UnaryOp::Sigmoid => "sigmoid",
+            UnaryOp::Relu => "relu",
+            UnaryOp::GeluTanh => "gelu_tanh",
+            UnaryOp::GeluErf => "gelu",
+            UnaryOp::Silu => "silu",
+            UnaryOp::Softplus => "softplus",
+            UnaryOp::Abs => "abs",
+            UnaryOp::Sin => "sin",
+            UnaryOp::Cos => "cos",
+        }
+    }
+}
+
+/// Elementwise functions of two arguments of equal shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BinaryOp {
+    /// `a + b`
+    Add,
+    /// `a - b`
+    Sub,
+    /// `a * b`
+    Mul,
+    /// `a / b`
+    Div,
+    /// `min(a, b)` (NaN if either is NaN)
+    Min,
+    /// `max(a, b)` (NaN if either is NaN)
+    Max,
+    /// `a < b` (bool)
+    Lt,
+    /// `a <= b` (bool)
+    Le,
+    /// `a > b` (bool)
+    Gt,
+    /// `a >= b` (bool)
+    Ge,
+    /// `a == b` (bool)
+    Eq,
+    /// `a != b` (bool)
+    Ne,
+}
+
+impl BinaryOp {
+    /// The name in the printed IR.
+    pub fn name(self) -> &'static str {
+        match self {
+            BinaryOp::Add => "add",
+            BinaryOp::Sub => "sub",
+            BinaryOp::Mul => "mul",
+            BinaryOp::Div => "div",
+            BinaryOp::Min => "min",
+            BinaryOp::Max => "max",
+            BinaryOp::Lt => "lt",
+            BinaryOp::Le => "le",
+            BinaryOp::Gt => "gt",
+            BinaryOp::Ge => "ge",
+            BinaryOp::Eq => "eq",
+            BinaryOp::Ne => "ne",
+        }
+    }
+
+    /// Whether the result is a bool.
+    pub fn is_comparison(self) -> bool {
+        matches!(
+            self,
+            BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge | BinaryOp::Eq | BinaryOp::Ne
+        )
+    }
+}
+
+/// Reduction operators.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ReduceOp {
+    /// Sum.
+    Sum,
+    /// Maximum (NaN if any element is NaN).
+    Max,
+    /// `log(sum(exp(x)))`, computed stably as `m + log(sum(exp(x - m)))`.
+    LogSumExp,
+}
+
+impl ReduceOp {
+    /// The name in the printed IR.
+    pub fn name(self) -> &'static str {
+        match self {
+            ReduceOp::Sum => "sum",
+            ReduceOp::Max => "max",
+            ReduceOp::LogSumExp => "logsumexp",
+        }
+    }
+}
+
+/// Which axis a reduction removes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Axis {
+    /// Reduce over rows: `[M, N] -> [1, N]` (a column reduction, e.g. a bias gradient).
+    Rows,
+    /// Reduce over columns: `[M, N] -> [M, 1]` (a row reduction, e.g. a norm statistic).
+    Cols,
+}
+
+/// How RoPE pairs features within a head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RopeStyle {
+    /// Feature `i` pairs with `i + head_dim/2` (Llama / Hugging Face "rotate half").
+    Half,
+    /// Feature `2i` pairs with `2i + 1` (GPT-J / Meta original "interleaved").
+    Interleaved,
+}
+
+/// A rotary embedding applied to the columns `start..end`, head by head.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RopeSpec {
+    /// Width of one head (a constant, even).
+    pub head_dim: i64,
+    /// Frequency base θ: pair `i` turns at `base^(-2i/head_dim)` radians per position.
+    pub base: f64,
+    /// First rotated column (a multiple of `head_dim` from 0).
+    pub start: Dim,
+    /// One past the last rotated column.
+    pub end: Dim,
+    /// Pairing convention.
+    pub style: RopeStyle,
+}
+
+/// A per-column table derived from a [`RopeSpec`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RopeTable {
+    /// The pair's angular frequency for rotated columns, 0 elsewhere.
+    Freq,
+    /// `-1` for the first member of a pair, `+1` for the second, `0` outside the range.
+    Sign,
+}
+
+/// One instruction.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Inst {
+    /// The `index`-th block parameter. Type: as declared.
+    Param(usize),
+    /// A literal. Type: `f32[1, 1]`.
+    Const(f64),
+    /// The run-time value of a dimension. Type: `f32[1, 1]`.
+    DimValue(Dim),
+    /// `op(arg)`. Type: `f32` with `arg`'s shape.
+    Unary {
+        /// The function.
+        op: UnaryOp,
+        /// Operand (a float).
+        arg: Value,
+    },
+    /// `op(lhs, rhs)`. Operands have equal shapes. Type: `f32`, or `bool` for comparisons.
+    Binary {
+        /// The function.
+        op: BinaryOp,
+        /// Left operand.
+        lhs: Value,
+        /// Right operand.
+        rhs: Value,
+    },
+    /// `cond ? on_true : on_false`, elementwise; all three of equal shape. Type: `f32`.
+    Select {
+        /// A bool value.
+        cond: Value,
+        /// Taken where `cond` holds.
+        on_true: Value,
+        /// Taken elsewhere.
+        on_false: Value,
+    },
+    /// Conversion to `to` (rounding to nearest even for narrower floats). Type: `to`, same shape.
+    Cast {
+        /// Target type.
+        to: DType,
+        /// Operand.
+        arg: Value,
+    },
+    /// Widens axes of length 1 to `shape`. Type: `arg`'s dtype with `shape`.
+    Broadcast {
+        /// Operand whose every axis equals `shape`'s or is 1.
+        arg: Value,
+        /// The result shape.
+        shape: Shape,
+    },
+    /// `op(lhs) @ op(rhs)` with operands rounded to `operand_dtype`, fp32 accumulation.
+    /// With `lhs: [M, K]` and `rhs: [K, N]` after the optional transposes. Type: `f32[M, N]`.
+    MatMul {
+        /// The left operand, `[M, K]` (or `[K, M]` when transposed).
+        lhs: Value,
+        /// The right operand, `[K, N]` (or `[N, K]` when transposed, the nn.Linear layout).
+        rhs: Value,
+        /// Whether `lhs` is used transposed.
+        lhs_transposed: bool,
+        /// Whether `rhs` is used transposed.
+        rhs_transposed: bool,
+        /// The 16-bit type both operands are read in.
+        operand_dtype: DType,
+    },
+    /// Swaps the axes. Type: same dtype, transposed shape.
+    Transpose {
+        /// Operand.
+        arg: Value,
+    },
+    /// Reduces one axis to length 1. Type: `f32`, the reduced axis becomes 1.
+    Reduce {
+        /// The reduction.
+        op: ReduceOp,
+        /// The axis removed.
+        axis: Axis,
+        /// Operand.
+        arg: Value,
+    },
+    /// Columns `start, start+step, …` (`len` of them). Type: same dtype, `[rows, len]`.
+    SliceCols {
+        /// Operand.
+        arg: Value,
+        /// First column.
+        start: Dim,
+        /// Number of columns taken.
+        len: Dim,
+        /// Distance between taken columns (1 for a range, 2 for even/odd halves of pairs).
+        step: i64,
+    },
+    /// Columns of the parts side by side (all with equal rows). Type: `f32`.
+    ConcatCols {
+        /// The parts, left to right.
+        parts: Vec<Value>,
+    },
+    /// `out[:, 2j] = even[:, j]`, `out[:, 2j+1] = odd[:, j]` (equal shapes). Type: `f32[rows, 2*cols]`.
+    Interleave {
+        /// Values for even columns.
+        even: Value,
+        /// Values for odd columns.
+        odd: Value,
+    },
+    /// `out[m] = arg[m, index[m]]`, or 0 where `index[m]` is outside `0..N`.
+    /// `arg: [M, N]`, `index: i32[M, 1]`. Type: `f32[M, 1]`.
+    TakeCols {
+        /// The table.
+        arg: Value,
+        /// One column index per row.
+        index: Value,
+    },
+    /// A per-column constant table of a rotary embedding over `cols` columns. Type: `f32[1, cols]`.
+    RopeTable {
+        /// The embedding.
+        spec: RopeSpec,
+        /// Which table.
+        table: RopeTable,
+        /// Width of the rotated tensor.
+        cols: Dim,
+    },
+    /// `out[:, n] = arg[:, partner(n)]` where `partner` swaps the two members of
+    /// each rotary pair (identity outside the range). Type: same as `arg`.
+    RopePartner {
+        /// The embedding.
+        spec: RopeSpec,
+        /// Operand, `[M, N]`.
+        arg: Value,
+    },
+}
+
+impl Inst {
+    /// The operands, in order.
+    pub fn operands(&self) -> Vec<Value> {
+        match self {
+            Inst::Param(_) | Inst::Const(_) | Inst::DimValue(_) | Inst::RopeTable { .. } => vec![],
+            Inst::Unary { arg, .. }
+            | Inst::Cast { arg, .. }
+            | Inst::Broadcast { arg, .. }
+            | Inst::Transpose { arg }
+            | Inst::Reduce { arg, .. }
+            | Inst::SliceCols { arg, .. }
+            | Inst::RopePartner { arg, .. } => vec![*arg],
+            Inst::Binary { lhs, rhs, .. } | Inst::MatMul { lhs, rhs, .. } => vec![*lhs, *rhs],
+            Inst::Select { cond, on_true, on_false } => vec![*cond, *on_true, *on_false],
+            Inst::ConcatCols { parts } => parts.clone(),
+            Inst::Interleave { even, odd } => vec![*even, *odd],
+            Inst::TakeCols { arg, index } => vec![*arg, *index],
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! placeholder: the reference interpreter (being written).

@@ -1,0 +1,237 @@
+//! Loading `libcuda` and `libnvrtc` without ever letting cudarc panic.
+//!
+//! cudarc 0.19 (feature `dynamic-loading`) loads each library lazily, on the
+//! first API call, by `dlopen`-ing a fixed list of *bare* file names
+//! (`cudarc::get_lib_name_candidates`, e.g. `libnvrtc.so`, `libnvrtc.so.13`,
+//! `libcuda.so.1`) and panics when none loads. It has no environment variable
+//! or API to point it at an absolute path; the only knob it reads is
+//! `LD_LIBRARY_PATH` through the dynamic loader.
+//!
+//! We therefore:
+//!
+//! 1. **Preload** the toolkit's NVRTC by absolute path (found by
+//!    [`crate::toolkit`], e.g. `$CUDA_HOME/lib/libnvrtc.so.13`) and keep the
+//!    handle alive for the whole process. glibc's `dlopen` matches a bare name
+//!    against the `DT_SONAME` of already loaded objects, so cudarc's candidate
+//!    `libnvrtc.so.13` then resolves to *that* library without any
+//!    `LD_LIBRARY_PATH`. The `libnvrtc-builtins` next to it is preloaded too.
+//! 2. Ask cudarc's non-panicking `is_culib_present()` whether its own search
+//!    now succeeds; only then call anything that reaches `culib()`.
+//! 3. Compare the address of `nvrtcVersion` in our handle and cudarc's to
+//!    tell whether cudarc really uses the requested library (it may not when an
+//!    earlier candidate such as `libnvrtc.so` is on `LD_LIBRARY_PATH`).
+//!
+//! The driver is checked the same way; when cudarc's names fail, a few
+//! well-known absolute locations of `libcuda.so.1` are preloaded.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
+
+use libloading::Library;
+
+use crate::error::{Result, RuntimeError};
+use crate::toolkit::Toolkit;
+
+/// CUDA major version this crate is built against (cudarc feature `cuda-13000`).
+pub(crate) const CUDA_MAJOR: u32 = 13;
+/// Oldest driver (as `cuDriverGetVersion` reports it) that can run our cubins.
+const MIN_DRIVER_VERSION: i32 = 13000;
+
+/// Absolute locations of `libcuda.so.1` tried when the loader's search fails.
+const DRIVER_FALLBACK_PATHS: &[&str] = &[
+    "/usr/lib/x86_64-linux-gnu/libcuda.so.1",
+    "/usr/lib/aarch64-linux-gnu/libcuda.so.1",
+    "/usr/lib64/libcuda.so.1",
+    "/usr/lib/wsl/lib/libcuda.so.1",
+    "/usr/local/cuda/compat/libcuda.so.1",
+];
+
+/// Libraries we loaded by absolute path; never unloaded.
+static PRELOADED: Mutex<Vec<Library>> = Mutex::new(Vec::new());
+/// Serialises loading so that two threads do not race through the checks.
+static LOAD_LOCK: Mutex<()> = Mutex::new(());
+static NVRTC: OnceLock<NvrtcLibrary> = OnceLock::new();
+static DRIVER: OnceLock<DriverLibrary> = OnceLock::new();
+
+/// Facts about the NVRTC library cudarc ended up using.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NvrtcLibrary {
+    /// The absolute path we asked for (from the toolkit), if any.
+    pub requested: Option<PathBuf>,
+    /// `Some(true)` when cudarc uses exactly the requested library,
+    /// `Some(false)` when it resolved another one first, `None` when nothing
+    /// was requested.
+    pub same_as_requested: Option<bool>,
+    /// `nvrtcVersion()` as (major, minor).
+    pub version: (i32, i32),
+}
+
+/// Facts about the loaded CUDA driver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DriverLibrary {
+    /// `cuDriverGetVersion()`, e.g. 13000 for CUDA 13.0.
+    pub version: i32,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Loads a library by path and keeps it loaded forever.
+fn preload(path: &Path) -> std::result::Result<(), String> {
+    // SAFETY: loading a shared library runs its initialisers; we only load
+    // NVIDIA's libnvrtc / libnvrtc-builtins / libcuda from paths chosen by
+    // toolkit discovery, which is exactly what cudarc itself would load.
+    let lib = unsafe { Library::new(path) }.map_err(|e| e.to_string())?;
+    lock(&PRELOADED).push(lib);
+    Ok(())
+}
+
+/// Address of `symbol` in `lib`, if present.
+fn symbol_address(lib: &Library, symbol: &str) -> Option<usize> {
+    // SAFETY: we only read the symbol's address and never call through it
+    // with this type.
+    let sym = unsafe { lib.get::<unsafe extern "C" fn()>(symbol) }.ok()?;
+    Some(*sym as usize)
+}
+
+fn preloaded_symbol_address(symbol: &str) -> Option<usize> {
+    lock(&PRELOADED)
+        .iter()
+        .rev()
+        .find_map(|lib| symbol_address(lib, symbol))
+}
+
+/// Preloads `libnvrtc-builtins.so.*` found next to `nvrtc` (best effort).
+fn preload_builtins_next_to(nvrtc: &Path) {
+    let Some(dir) = nvrtc.parent() else { return };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut builtins: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("libnvrtc-builtins.so"))
+        })
+        .collect();
+    builtins.sort();
+    if let Some(b) = builtins.first() {
+        // Failure is fine: NVRTC then searches for the builtins itself.
+        let _ = preload(b);
+    }
+}
+
+/// Makes sure cudarc can load NVRTC — preferring `toolkit.nvrtc_library` —
+/// and returns which library it uses. Cached after the first success.
+pub fn load_nvrtc(toolkit: &Toolkit) -> Result<NvrtcLibrary> {
+    let _guard = lock(&LOAD_LOCK);
+    if let Some(lib) = NVRTC.get() {
+        return Ok(lib.clone());
+    }
+    let mut tried: Vec<String> = Vec::new();
+    let mut requested = None;
+    if let Some(path) = &toolkit.nvrtc_library {
+        match preload(path) {
+            Ok(()) => {
+                preload_builtins_next_to(path);
+                requested = Some(path.clone());
+                tried.push(path.display().to_string());
+            }
+            Err(e) => tried.push(format!("{} ({e})", path.display())),
+        }
+    } else if let Some(root) = &toolkit.root {
+        tried.push(format!("{}/lib{{,64}}/libnvrtc.so*", root.display()));
+    }
+    // SAFETY: `is_culib_present` only dlopen()s cudarc's candidate names and
+    // closes them again; it does not panic.
+    let present = unsafe { cudarc::nvrtc::sys::is_culib_present() };
+    if !present {
+        tried.extend(cudarc::get_lib_name_candidates("nvrtc"));
+        return Err(RuntimeError::NoNvrtc {
+            tried: tried.join(", "),
+        });
+    }
+    // SAFETY: `is_culib_present()` just succeeded, so `culib()` finds a
+    // library and does not reach its panic path.
+    let cudarc_lib = unsafe { cudarc::nvrtc::sys::culib() };
+    let Some(cudarc_addr) = symbol_address(cudarc_lib, "nvrtcVersion") else {
+        return Err(RuntimeError::NoNvrtc {
+            tried: format!(
+                "{} (a library was found but it has no nvrtcVersion symbol)",
+                tried.join(", ")
+            ),
+        });
+    };
+    let same_as_requested = requested
+        .as_ref()
+        .map(|_| preloaded_symbol_address("nvrtcVersion") == Some(cudarc_addr));
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: the symbol exists (checked above) and both out-pointers are
+    // valid for writes.
+    let status = unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) };
+    status
+        .result()
+        .map_err(|e| RuntimeError::nvrtc_api("nvrtcVersion", e))?;
+    let info = NvrtcLibrary {
+        requested,
+        same_as_requested,
+        version: (major, minor),
+    };
+    Ok(NVRTC.get_or_init(|| info).clone())
+}
+
+/// Makes sure cudarc can load `libcuda` and that the driver is new enough.
+/// Cached after the first success.
+pub fn load_driver() -> Result<DriverLibrary> {
+    let _guard = lock(&LOAD_LOCK);
+    if let Some(d) = DRIVER.get() {
+        return Ok(*d);
+    }
+    // SAFETY: see `load_nvrtc`; this only probes cudarc's candidate names.
+    let mut present = unsafe { cudarc::driver::sys::is_culib_present() };
+    let mut tried: Vec<String> = cudarc::get_lib_name_candidates("cuda");
+    if !present {
+        for path in DRIVER_FALLBACK_PATHS {
+            let p = Path::new(path);
+            if p.is_file() && preload(p).is_ok() {
+                // SAFETY: as above.
+                present = unsafe { cudarc::driver::sys::is_culib_present() };
+                if present {
+                    break;
+                }
+            }
+            tried.push((*path).to_string());
+        }
+    }
+    if !present {
+        return Err(RuntimeError::NoDriver {
+            tried: tried.join(", "),
+        });
+    }
+    let mut version = 0;
+    // SAFETY: the driver library is present (checked above), so cudarc's
+    // symbol loader finds it; `version` is valid for writes.
+    let status = unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut version) };
+    status
+        .result()
+        .map_err(|e| RuntimeError::cuda("cuDriverGetVersion", e))?;
+    if version < MIN_DRIVER_VERSION {
+        return Err(RuntimeError::DriverTooOld {
+            found: format!("{}.{}", version / 1000, (version % 1000) / 10),
+            required: format!(
+                "{}.{}",
+                MIN_DRIVER_VERSION / 1000,
+                (MIN_DRIVER_VERSION % 1000) / 10
+            ),
+        });
+    }
+    let info = DriverLibrary { version };
+    Ok(*DRIVER.get_or_init(|| info))
+}
+
+/// Info about NVRTC if it has already been loaded in this process.
+pub fn loaded_nvrtc() -> Option<NvrtcLibrary> {
+    NVRTC.get().cloned()
+}

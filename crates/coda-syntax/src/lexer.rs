@@ -1,0 +1,125 @@
+//! The logos lexer and the adapter that feeds lalrpop `(start, token, end)` triples.
+//!
+//! Characters that start no token are reported as diagnostics and skipped, so
+//! that one stray byte does not hide every later error. Brackets nested more
+//! than [`MAX_NESTING`] deep stop the token stream with a diagnostic.
+
+use coda_diagnostics::{Diagnostic, Span};
+use logos::Logos;
+
+/// How deep `(` and `[` may nest before the lexer gives up.
+pub(crate) const MAX_NESTING: usize = 128;
+
+/// Tokens of the `.coda` language.
+#[derive(Logos, Debug, Clone, PartialEq)]
+#[logos(skip r"[ \t\r\n\f]+")]
+#[logos(skip r"//[^\n]*")]
+pub(crate) enum Tok<'s> {
+    #[token("block")]
+    Block,
+    #[token("kernel")]
+    Kernel,
+    #[token("let")]
+    Let,
+    #[token("dim")]
+    Dim,
+    #[token("None")]
+    NoneKw,
+    #[regex(r"[A-Za-z_][A-Za-z0-9_]*")]
+    Ident(&'s str),
+    #[regex(r"[0-9]+(\.[0-9]*)?([eE][+-]?[0-9]+)?")]
+    #[regex(r"\.[0-9]+([eE][+-]?[0-9]+)?")]
+    Number(&'s str),
+    #[token("(")]
+    LParen,
+    #[token(")")]
+    RParen,
+    #[token("[")]
+    LBracket,
+    #[token("]")]
+    RBracket,
+    #[token("{")]
+    LBrace,
+    #[token("}")]
+    RBrace,
+    #[token(",")]
+    Comma,
+    #[token(":")]
+    Colon,
+    #[token(".T")]
+    DotT,
+    #[token("->")]
+    Arrow,
+    #[token("=")]
+    Assign,
+    #[token("+=")]
+    PlusAssign,
+    #[token("+")]
+    Plus,
+    #[token("-")]
+    Minus,
+    #[token("*")]
+    Star,
+    #[token("/")]
+    Slash,
+    #[token("@")]
+    At,
+    #[token("<")]
+    Lt,
+    #[token("<=")]
+    Le,
+    #[token(">")]
+    Gt,
+    #[token(">=")]
+    Ge,
+    #[token("==")]
+    EqEq,
+    #[token("!=")]
+    Ne,
+}
+
+/// Lexes a whole text into triples, collecting lexical diagnostics.
+pub(crate) fn lex<'s>(text: &'s str, diagnostics: &mut Vec<Diagnostic>) -> Vec<(usize, Tok<'s>, usize)> {
+    let mut tokens = Vec::new();
+    let mut depth = 0usize;
+    let mut lexer = Tok::lexer(text);
+    while let Some(result) = lexer.next() {
+        let range = lexer.span();
+        let span = Span::new(range.start, range.end);
+        match result {
+            Ok(tok) => {
+                match tok {
+                    Tok::LParen | Tok::LBracket => depth += 1,
+                    Tok::RParen | Tok::RBracket => depth = depth.saturating_sub(1),
+                    _ => {}
+                }
+                if depth > MAX_NESTING {
+                    diagnostics.push(
+                        Diagnostic::error("E0003", "brackets nested too deeply")
+                            .with_primary(span, format!("more than {MAX_NESTING} levels deep"))
+                            .with_help("split the expression with `let` bindings"),
+                    );
+                    break;
+                }
+                tokens.push((range.start, tok, range.end));
+            }
+            Err(()) => diagnostics.push(unexpected_character(lexer.slice(), span)),
+        }
+    }
+    tokens
+}
+
+fn unexpected_character(slice: &str, span: Span) -> Diagnostic {
+    let shown = slice.chars().next().map_or_else(String::new, |c| c.escape_debug().to_string());
+    let help = match shown.as_str() {
+        "#" => Some("comments start with `//`"),
+        ";" => Some("statements need no `;`: each starts with `let`, `dim` or an output name"),
+        _ => None,
+    };
+    let diagnostic = Diagnostic::error("E0001", format!("unexpected character `{shown}`"))
+        .with_primary(span, "not part of any token");
+    match help {
+        Some(help) => diagnostic.with_help(help),
+        None => diagnostic,
+    }
+}
