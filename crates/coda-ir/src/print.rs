@@ -39,7 +39,7 @@ pub fn print_block(block: &Block, source: Option<&SourceFile>) -> String {
         }
     }
     for (value, inst) in block.insts.iter() {
-        let mut line = format!("  {value} = {} : {}", describe(inst), block.ty(value));
+        let mut line = format!("  {value} = {} : {}", describe(block, inst), block.ty(value));
         let name = block.names.get(value.index()).cloned().flatten();
         let location = source.map(|s| s.location(block.insts.span(value)));
         match (name, location) {
@@ -71,9 +71,17 @@ pub fn print_block(block: &Block, source: Option<&SourceFile>) -> String {
     out
 }
 
-fn describe(inst: &Inst) -> String {
+/// One value's defining instruction, as printed (`matmul.bf16 %0, %1.T`).
+pub fn print_value(block: &Block, value: crate::inst::Value) -> String {
+    describe(block, block.inst(value))
+}
+
+fn describe(block: &Block, inst: &Inst) -> String {
     match inst {
-        Inst::Param(i) => format!("param {i}"),
+        Inst::Param(i) => match block.params.get(*i) {
+            Some(p) => format!("param {}", p.name),
+            None => format!("param #{i}"),
+        },
         Inst::Const(c) => format!("const {}", format_float(*c)),
         Inst::DimValue(d) => format!("dim {d}"),
         Inst::Unary { op, arg } => format!("{} {arg}", op.name()),

@@ -1,1 +1,69 @@
-//! placeholder
+//! Name resolution, type and shape checking, and lowering of the `.coda` AST
+//! into the block IR.
+//!
+//! Every user error is a [`Diagnostic`]; lowering keeps going after an error
+//! and reports all it finds. Sugar (`rmsnorm`, `swiglu`, `rope`,
+//! `cross_entropy`, …) is expanded here into IR primitives so that every later
+//! pass sees through it; the expansions are documented in `docs/language.md`
+//! and in [`sugar`]. The explicit `kernel` form is lowered to the same IR with
+//! its extra rules checked in [`kernel`].
+
+mod args;
+mod block;
+mod builtins;
+mod dims;
+mod expr;
+mod kernel;
+mod names;
+mod sugar;
+
+use coda_diagnostics::{Diagnostic, SourceFile};
+use coda_ir::Module;
+use coda_syntax::ast;
+
+/// The result of lowering one file.
+#[derive(Debug)]
+pub struct Lowered {
+    /// Every block that lowered without errors.
+    pub module: Module,
+    /// Errors and warnings, in source order.
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+/// Checks and lowers a parsed file. Blocks with errors are left out of the module.
+pub fn lower(file: &ast::File, source: &SourceFile) -> Lowered {
+    let mut diagnostics = Vec::new();
+    let mut module = Module { file_name: source.name.clone(), blocks: Vec::new() };
+    let mut file_dims = dims::DimScope::default();
+    let mut seen_blocks: Vec<&ast::Ident> = Vec::new();
+    for item in &file.items {
+        match item {
+            ast::Item::Dim(decl) => file_dims.declare(decl, &mut diagnostics),
+            ast::Item::Block(block) => {
+                if let Some(previous) = seen_blocks.iter().find(|b| b.name == block.name.name) {
+                    diagnostics.push(
+                        Diagnostic::error("E0106", format!("block `{}` is defined twice", block.name.name))
+                            .with_primary(block.name.span, "defined again here")
+                            .with_secondary(previous.span, "first defined here"),
+                    );
+                    continue;
+                }
+                seen_blocks.push(&block.name);
+                let before = diagnostics.iter().filter(|d| d.is_error()).count();
+                let lowered = block::lower_block(block, &file_dims, source, &mut diagnostics);
+                let after = diagnostics.iter().filter(|d| d.is_error()).count();
+                if after == before {
+                    module.blocks.push(lowered);
+                }
+            }
+        }
+    }
+    if file.items.iter().all(|i| !matches!(i, ast::Item::Block(_))) && !coda_diagnostics::has_errors(&diagnostics) {
+        diagnostics.push(
+            Diagnostic::warning("W0003", "the file defines no block")
+                .with_help("a file holds one or more `block name(inputs) -> (outputs) { … }`"),
+        );
+    }
+    diagnostics.sort_by_key(|d| d.labels.first().map(|l| l.span));
+    Lowered { module, diagnostics }
+}

@@ -182,7 +182,9 @@ mod tests {
 
     #[test]
     fn rejects_garbage() {
-        for s in ["", "sm", "sm_", "sm_9", "sm_9000", "sm_90b", "sm_90ab", "gfx90a", "sm_20", "x.y"] {
+        for s in [
+            "", "sm", "sm_", "sm_9", "sm_9000", "sm_90b", "sm_90ab", "gfx90a", "sm_20", "x.y",
+        ] {
             let e = s.parse::<Arch>();
             assert!(e.is_err(), "{s} should not parse");
         }

@@ -25,7 +25,9 @@ pub enum RuntimeError {
     },
 
     /// The CUDA driver is older than the CUDA version this crate is built for.
-    #[error("CUDA driver too old: it supports CUDA {found}, but codac needs CUDA {required} or newer")]
+    #[error(
+        "CUDA driver too old: it supports CUDA {found}, but codac needs CUDA {required} or newer"
+    )]
     DriverTooOld {
         /// Driver's CUDA version as `major.minor`.
         found: String,

@@ -1,1 +1,72 @@
-//! placeholder
+//! Runtime for codac kernels: NVRTC compilation with an on-disk kernel
+//! cache, CUDA device memory, and launches with by-value struct arguments.
+//!
+//! This is the only crate of the workspace that links cudarc or contains
+//! `unsafe`. It builds without any CUDA installed; at run time it checks for
+//! `libcuda` / `libnvrtc` itself before cudarc could panic, and returns typed
+//! errors ([`RuntimeError`]) instead.
+//!
+//! * [`toolkit`] — find the CUDA toolkit (`CUDA_HOME`, `CUDA_PATH`,
+//!   `/usr/local/cuda`) and its NVRTC; [`loader`] makes cudarc use it.
+//! * [`Compiler`] / [`compile`] — source → CUBIN for an exact [`Arch`],
+//!   through the content-addressed [`cache`].
+//! * [`Device`], [`Stream`], [`DeviceBuffer`], [`TensorArg`] — devices,
+//!   memory and non-owning tensor descriptions.
+//! * [`ParamBlock`], [`Module`], [`Kernel`], [`LaunchConfig`] — launches.
+//! * [`timing`] — CUDA-event timing; [`convert`] — host dtype conversions.
+//!
+//! # Environment
+//!
+//! | variable | effect |
+//! |---|---|
+//! | `CUDA_HOME`, `CUDA_PATH` | toolkit root (headers and `lib*/libnvrtc.so*`) |
+//! | `CODAC_CACHE_DIR` | kernel cache directory (else `$XDG_CACHE_HOME/codac`, else `~/.cache/codac`) |
+//! | `LD_LIBRARY_PATH` | not needed: NVRTC is preloaded from the toolkit by absolute path |
+
+#![allow(unsafe_code)]
+
+mod arch;
+pub mod cache;
+mod compiler;
+pub mod convert;
+mod device;
+mod error;
+mod launch;
+pub mod loader;
+mod memory;
+mod nvrtc;
+mod params;
+mod tensor;
+pub mod timing;
+pub mod toolkit;
+
+pub use arch::{Arch, ArchSuffix};
+pub use cache::{CacheKey, CacheStats, KernelCache};
+pub use compiler::{compile, nvrtc_version, Compiler};
+pub use device::{Device, DeviceInfo, Stream};
+pub use error::{Result, RuntimeError};
+pub use launch::{Kernel, LaunchConfig, Module, DEFAULT_MAX_DYNAMIC_SMEM, MAX_PARAM_BYTES};
+pub use memory::DeviceBuffer;
+pub use nvrtc::{CompileOptions, CompiledKernel};
+pub use params::{layout, FieldKind, ParamBlock, StructLayout};
+pub use tensor::{contiguous_strides, describe, DType, TensorArg};
+pub use timing::{bench, time_ms, BenchStats, EventTimer};
+pub use toolkit::Toolkit;
+
+#[cfg(test)]
+mod tests {
+    fn send_sync<T: Send + Sync>() {}
+
+    /// The Python binding shares these across threads.
+    #[test]
+    fn handles_are_send_and_sync() {
+        send_sync::<crate::Device>();
+        send_sync::<crate::DeviceBuffer>();
+        send_sync::<crate::Module>();
+        send_sync::<crate::Kernel>();
+        send_sync::<crate::Stream>();
+        send_sync::<crate::Compiler>();
+        send_sync::<crate::KernelCache>();
+        send_sync::<crate::EventTimer>();
+    }
+}

@@ -14,7 +14,9 @@
 //!    handle alive for the whole process. glibc's `dlopen` matches a bare name
 //!    against the `DT_SONAME` of already loaded objects, so cudarc's candidate
 //!    `libnvrtc.so.13` then resolves to *that* library without any
-//!    `LD_LIBRARY_PATH`. The `libnvrtc-builtins` next to it is preloaded too.
+//!    `LD_LIBRARY_PATH`. The matching `libnvrtc-builtins.so.<maj>.<min>` next
+//!    to it is preloaded the same way; NVRTC `dlopen`s it by bare name at
+//!    compile time and would not find it otherwise.
 //! 2. Ask cudarc's non-panicking `is_culib_present()` whether its own search
 //!    now succeeds; only then call anything that reaches `culib()`.
 //! 3. Compare the address of `nvrtcVersion` in our handle and cudarc's to
@@ -24,6 +26,7 @@
 //! The driver is checked the same way; when cudarc's names fail, a few
 //! well-known absolute locations of `libcuda.so.1` are preloaded.
 
+use std::ffi::c_int;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 
@@ -102,25 +105,47 @@ fn preloaded_symbol_address(symbol: &str) -> Option<usize> {
         .find_map(|lib| symbol_address(lib, symbol))
 }
 
-/// Preloads `libnvrtc-builtins.so.*` found next to `nvrtc` (best effort).
+/// `nvrtcVersion()` called through the library we preloaded ourselves.
+fn preloaded_nvrtc_version() -> Option<(i32, i32)> {
+    type VersionFn = unsafe extern "C" fn(*mut c_int, *mut c_int) -> c_int;
+    let libs = lock(&PRELOADED);
+    let lib = libs.last()?;
+    // SAFETY: `nvrtcVersion` has this C signature in every NVRTC release.
+    let f = unsafe { lib.get::<VersionFn>("nvrtcVersion") }.ok()?;
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: both out-pointers are valid for writes; the library stays
+    // loaded (held in PRELOADED) for the duration of the call.
+    let status = unsafe { f(&mut major, &mut minor) };
+    (status == 0).then_some((major, minor))
+}
+
+/// Preloads `libnvrtc-builtins.so.<major>.<minor>` from the directory of
+/// `nvrtc`. Required: NVRTC `dlopen`s its builtins by bare name, which the
+/// loader would otherwise only find through `LD_LIBRARY_PATH`. Failure is
+/// left for NVRTC to report at compile time.
 fn preload_builtins_next_to(nvrtc: &Path) {
-    let Some(dir) = nvrtc.parent() else { return };
-    let Ok(entries) = std::fs::read_dir(dir) else {
+    let (Some(dir), Some((major, minor))) = (nvrtc.parent(), preloaded_nvrtc_version()) else {
         return;
     };
-    let mut builtins: Vec<PathBuf> = entries
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("libnvrtc-builtins.so"))
-        })
-        .collect();
-    builtins.sort();
-    if let Some(b) = builtins.first() {
-        // Failure is fine: NVRTC then searches for the builtins itself.
-        let _ = preload(b);
+    let builtins = dir.join(format!("libnvrtc-builtins.so.{major}.{minor}"));
+    if builtins.is_file() {
+        let _ = preload(&builtins);
     }
+}
+
+/// "the loader's search (LD_LIBRARY_PATH, ld.so cache) for libX.so, …":
+/// cudarc's candidate names, de-duplicated.
+fn loader_search(lib: &str) -> String {
+    let mut names: Vec<String> = Vec::new();
+    for n in cudarc::get_lib_name_candidates(lib) {
+        if !names.contains(&n) {
+            names.push(n);
+        }
+    }
+    format!(
+        "the loader's search (LD_LIBRARY_PATH, ld.so cache) for {}",
+        names.join(" / ")
+    )
 }
 
 /// Makes sure cudarc can load NVRTC — preferring `toolkit.nvrtc_library` —
@@ -141,14 +166,19 @@ pub fn load_nvrtc(toolkit: &Toolkit) -> Result<NvrtcLibrary> {
             }
             Err(e) => tried.push(format!("{} ({e})", path.display())),
         }
-    } else if let Some(root) = &toolkit.root {
-        tried.push(format!("{}/lib{{,64}}/libnvrtc.so*", root.display()));
+    } else {
+        tried.extend(
+            toolkit
+                .searched_lib_dirs
+                .iter()
+                .map(|p| format!("{}/libnvrtc.so*", p.display())),
+        );
     }
     // SAFETY: `is_culib_present` only dlopen()s cudarc's candidate names and
     // closes them again; it does not panic.
     let present = unsafe { cudarc::nvrtc::sys::is_culib_present() };
     if !present {
-        tried.extend(cudarc::get_lib_name_candidates("nvrtc"));
+        tried.push(loader_search("nvrtc"));
         return Err(RuntimeError::NoNvrtc {
             tried: tried.join(", "),
         });
@@ -191,7 +221,7 @@ pub fn load_driver() -> Result<DriverLibrary> {
     }
     // SAFETY: see `load_nvrtc`; this only probes cudarc's candidate names.
     let mut present = unsafe { cudarc::driver::sys::is_culib_present() };
-    let mut tried: Vec<String> = cudarc::get_lib_name_candidates("cuda");
+    let mut tried: Vec<String> = vec![loader_search("cuda")];
     if !present {
         for path in DRIVER_FALLBACK_PATHS {
             let p = Path::new(path);

@@ -238,10 +238,7 @@ impl TensorArg {
         if align > 1 && self.ptr % align != 0 {
             return Err(Self::arg_err(
                 name,
-                format!(
-                    "device pointer {:#x} is not {align}-byte aligned",
-                    self.ptr
-                ),
+                format!("device pointer {:#x} is not {align}-byte aligned", self.ptr),
             ));
         }
         Ok(())

@@ -37,8 +37,10 @@ pub struct Toolkit {
     pub include_dirs: Vec<PathBuf>,
     /// Absolute path of the NVRTC library, if found on disk.
     pub nvrtc_library: Option<PathBuf>,
-    /// Every directory / file that was looked at, for error messages.
-    pub searched: Vec<PathBuf>,
+    /// Root candidates that were looked at, in order.
+    pub searched_roots: Vec<PathBuf>,
+    /// Library directories searched for NVRTC, in order.
+    pub searched_lib_dirs: Vec<PathBuf>,
 }
 
 impl Toolkit {
@@ -59,10 +61,10 @@ impl Toolkit {
         default_roots: &[&str],
         system_lib_dirs: &[&str],
     ) -> Toolkit {
-        let mut searched = Vec::new();
+        let mut searched_roots = Vec::new();
         let mut root = None;
         for candidate in root_candidates(&env, default_roots) {
-            searched.push(candidate.clone());
+            searched_roots.push(candidate.clone());
             if candidate.is_dir() {
                 root = Some(candidate);
                 break;
@@ -78,8 +80,9 @@ impl Toolkit {
         lib_dirs.extend(system_lib_dirs.iter().map(PathBuf::from));
 
         let mut nvrtc_library = None;
+        let mut searched_lib_dirs = Vec::new();
         for dir in &lib_dirs {
-            searched.push(dir.clone());
+            searched_lib_dirs.push(dir.clone());
             if let Some(found) = find_nvrtc_in(dir) {
                 nvrtc_library = Some(found);
                 break;
@@ -89,7 +92,8 @@ impl Toolkit {
             root,
             include_dirs,
             nvrtc_library,
-            searched,
+            searched_roots,
+            searched_lib_dirs,
         }
     }
 
@@ -189,9 +193,9 @@ mod tests {
 
     fn touch(p: &Path) {
         if let Some(parent) = p.parent() {
-            fs::create_dir_all(parent).ok();
+            assert!(fs::create_dir_all(parent).is_ok());
         }
-        fs::write(p, b"").ok();
+        assert!(fs::write(p, b"").is_ok());
     }
 
     fn env_of(pairs: Vec<(&'static str, PathBuf)>) -> impl Fn(&str) -> Option<OsString> {
@@ -203,10 +207,11 @@ mod tests {
         }
     }
 
+    type TestResult = Result<(), Box<dyn std::error::Error>>;
+
     #[test]
-    fn pip_layout_is_discovered() {
-        let tmp = tempfile::tempdir().ok();
-        let Some(tmp) = tmp else { return };
+    fn pip_layout_is_discovered() -> TestResult {
+        let tmp = tempfile::tempdir()?;
         let root = tmp.path().join("cu13");
         touch(&root.join("include/cuda_bf16.h"));
         touch(&root.join("include/cccl/cuda/std/cstdint"));
@@ -223,11 +228,12 @@ mod tests {
             tk.find_header("cuda_bf16.h"),
             Some(root.join("include/cuda_bf16.h"))
         );
+        Ok(())
     }
 
     #[test]
-    fn cuda_home_wins_over_cuda_path_and_missing_dirs_are_skipped() {
-        let Ok(tmp) = tempfile::tempdir() else { return };
+    fn cuda_home_wins_over_cuda_path_and_missing_dirs_are_skipped() -> TestResult {
+        let tmp = tempfile::tempdir()?;
         let a = tmp.path().join("a");
         let b = tmp.path().join("b");
         touch(&b.join("include/cuda.h"));
@@ -241,7 +247,7 @@ mod tests {
         assert_eq!(tk.root.as_deref(), Some(b.as_path()));
         assert_eq!(tk.include_dirs, vec![b.join("include")]);
         assert_eq!(tk.nvrtc_library, Some(b.join("lib64/libnvrtc.so")));
-        assert!(tk.searched.contains(&a));
+        assert_eq!(tk.searched_roots, vec![a.clone(), b.clone()]);
 
         touch(&a.join("include/cuda.h"));
         let tk = Toolkit::discover_with(
@@ -251,11 +257,15 @@ mod tests {
         );
         assert_eq!(tk.root.as_deref(), Some(a.as_path()));
         assert_eq!(tk.nvrtc_library, None);
+        assert_eq!(tk.searched_lib_dirs, vec![a.join("lib"), a.join("lib64")]);
+        let at = Toolkit::at(&a);
+        assert_eq!((at.root, at.include_dirs), (tk.root, tk.include_dirs));
+        Ok(())
     }
 
     #[test]
-    fn system_dirs_are_a_fallback_and_other_versions_are_found() {
-        let Ok(tmp) = tempfile::tempdir() else { return };
+    fn system_dirs_are_a_fallback_and_other_versions_are_found() -> TestResult {
+        let tmp = tempfile::tempdir()?;
         let sys = tmp.path().join("syslib");
         touch(&sys.join("libnvrtc.so.12"));
         touch(&sys.join("libnvrtc-builtins.so.12.4"));
@@ -264,5 +274,6 @@ mod tests {
         assert_eq!(tk.root, None);
         assert!(tk.include_dirs.is_empty());
         assert_eq!(tk.nvrtc_library, Some(sys.join("libnvrtc.so.12")));
+        Ok(())
     }
 }

@@ -1,1 +1,88 @@
-//! placeholder
+//! The embedding API of codac.
+//!
+//! [`check`] runs the front end (parse, name and shape checking, lowering to
+//! the block IR, verification) on one source text; [`explain`] describes the
+//! result as text or JSON; [`eval`] runs the reference interpreter. Errors in
+//! the user's program are [`Diagnostic`]s inside [`Checked`]; a
+//! [`InternalError`] means codac itself is wrong.
+//!
+//! This crate and everything below it build and run without CUDA.
+
+#![deny(missing_docs)]
+
+mod explain;
+
+pub use coda_diagnostics::{has_errors, render, render_to_string, ColorChoice, Diagnostic, Severity, SourceFile, Span};
+pub use coda_ir as ir;
+pub use coda_ir::interp::{eval, random_inputs, DimBindings, EvalError, EvalOptions, HostTensor};
+pub use explain::{explain_json, explain_text};
+
+/// A bug in codac, as opposed to an error in the user's program.
+#[derive(Debug, thiserror::Error)]
+pub enum InternalError {
+    /// The IR broke an invariant after lowering.
+    #[error(transparent)]
+    Verify(#[from] coda_ir::verify::VerifyError),
+}
+
+/// The result of checking one source text.
+#[derive(Debug)]
+pub struct Checked {
+    /// The source, kept for rendering diagnostics and locations.
+    pub source: SourceFile,
+    /// The blocks that checked without errors.
+    pub module: ir::Module,
+    /// Every error and warning.
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+impl Checked {
+    /// Whether the program was rejected.
+    pub fn has_errors(&self) -> bool {
+        has_errors(&self.diagnostics)
+    }
+
+    /// The diagnostics rendered without colour.
+    pub fn render_diagnostics(&self) -> String {
+        render_to_string(&self.source, &self.diagnostics)
+    }
+}
+
+/// Checks a source text: parse, resolve, check shapes, lower and verify.
+pub fn check(file_name: &str, text: &str) -> Result<Checked, InternalError> {
+    let source = SourceFile::new(file_name, text);
+    let parsed = coda_syntax::parse(&source);
+    let mut diagnostics = parsed.diagnostics;
+    let syntax_ok = !has_errors(&diagnostics);
+    let lowered = coda_lower::lower(&parsed.file, &source);
+    // Name and shape errors in a file that did not parse are mostly echoes of
+    // the syntax error; report the syntax errors alone.
+    if syntax_ok {
+        diagnostics.extend(lowered.diagnostics);
+    }
+    let module = if syntax_ok { lowered.module } else { ir::Module { file_name: file_name.to_string(), blocks: Vec::new() } };
+    for block in &module.blocks {
+        coda_ir::verify::verify(block)?;
+    }
+    Ok(Checked { source, module, diagnostics })
+}
+
+/// Checks raw bytes, reporting invalid UTF-8 as a located diagnostic.
+pub fn check_bytes(file_name: &str, bytes: &[u8]) -> Result<Checked, InternalError> {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => check(file_name, text),
+        Err(err) => {
+            let offset = err.valid_up_to();
+            let text = String::from_utf8_lossy(bytes).into_owned();
+            let source = SourceFile::new(file_name, text);
+            let diagnostic = Diagnostic::error("E0000", "the file is not valid UTF-8")
+                .with_primary(Span::new(offset, offset + 1), format!("invalid byte at offset {offset}"))
+                .with_help(".coda files are UTF-8 text");
+            Ok(Checked {
+                source,
+                module: ir::Module { file_name: file_name.to_string(), blocks: Vec::new() },
+                diagnostics: vec![diagnostic],
+            })
+        }
+    }
+}

@@ -1,1 +1,46 @@
-fn main() {}
+//! `codac`: the command-line face of the compiler.
+//!
+//! This binary is the only place that touches the terminal, reads files named
+//! on the command line, picks colours and exit codes: 0 success, 1 an error
+//! in the user's program or invocation (diagnostics printed), 2 an internal
+//! compiler error (a bug in codac).
+
+mod cli;
+mod commands;
+mod npy;
+
+use clap::Parser;
+
+/// Exit code for errors in the user's program or command line.
+const EXIT_USER: i32 = 1;
+/// Exit code for internal compiler errors.
+const EXIT_INTERNAL: i32 = 2;
+
+fn main() {
+    install_panic_hook();
+    let args = cli::Cli::parse();
+    let code = match commands::run(args) {
+        Ok(commands::Outcome::Success) => 0,
+        Ok(commands::Outcome::UserError) => EXIT_USER,
+        Err(err) => {
+            if err.downcast_ref::<coda::InternalError>().is_some() {
+                eprintln!("internal compiler error: this is a bug in codac {}\n{err:#}", env!("CARGO_PKG_VERSION"));
+                EXIT_INTERNAL
+            } else {
+                eprintln!("error: {err:#}");
+                EXIT_USER
+            }
+        }
+    };
+    std::process::exit(code);
+}
+
+/// A panic is always a bug: say so, with the version, and exit with code 2.
+fn install_panic_hook() {
+    std::panic::set_hook(Box::new(|info| {
+        eprintln!("internal compiler error: this is a bug in codac {}", env!("CARGO_PKG_VERSION"));
+        eprintln!("{info}");
+        eprintln!("please report it with the input file and the command line that triggered it");
+        std::process::exit(EXIT_INTERNAL);
+    }));
+}

@@ -1,0 +1,432 @@
+// coda_epilogue.cuh -- the epilogue interface between a GEMM mainloop and the
+// epilogue functor that codac emits, plus the helpers such functors call.
+//
+// Embedded verbatim after coda_common.cuh and before coda_gemm_sm80.cuh.
+// Nothing here depends on the mainloop: a future Hopper (wgmma) mainloop
+// presents its accumulators through the same AccFrag and calls the same
+// functor.
+//
+// ---------------------------------------------------------------------------
+// The accumulator fragment (what one thread holds after the K loop)
+// ---------------------------------------------------------------------------
+// frag.acc[i][j][e], i < RI, j < CJ, e < 2, is the fp32 value of output
+// element (frag.row(i), frag.col(j) + e).  Columns come in pairs: col(j) is
+// always even relative to the tile origin, and (col(j), col(j)+1) are held by
+// the same thread -- that is the native register layout of both mma.sync
+// m16n8k16 and wgmma m64nNk16: with lane = 4*g + t,
+//     row(i) = warp_row0 + (i / 2) * kRowBlockStride + (i % 2) * 8 + g
+//     col(j) = warp_col0 + j * 8 + 2 * t
+// (kRowBlockStride = 16 for mma.sync, 64 for a wgmma m64 slab).  Hence the 4
+// lanes of a quad share rows and the 8 lanes with equal t share columns.
+// row_in(i) / col_in(j, e) are the bounds predicates against M and N; values
+// outside the bounds are garbage-free (0 from zero-filled operands) but must
+// not be stored, and must be masked out of reductions by the functor.
+//
+// ---------------------------------------------------------------------------
+// The functor contract (what codac emits)
+// ---------------------------------------------------------------------------
+//   struct Epi_xxx {
+//     struct Params { ... POD: pointers, leading dims, scalars ... };
+//     static constexpr int kSmemFloats = 0;  // extra scratch needed (floats)
+//     template <class Frag, class Tile>
+//     static __device__ void apply(const Params& p, Frag& f, const Tile& t,
+//                                  float* smem);
+//   };
+// apply() is called once per CTA by ALL threads of the CTA, after the K loop,
+// with the mainloop's shared memory drained and synchronized; `smem` points to
+// the start of the CTA's dynamic shared memory (at least
+// max(mainloop bytes, 4 * kSmemFloats) bytes).  The reduction helpers below
+// use smem as scratch and need at most Frag::kReduceFloats floats (always
+// <= the mainloop's smem; checked by static_assert), so a functor that only
+// uses the helpers declares kSmemFloats = 0.
+//
+// Reductions contain __syncthreads(): call them unconditionally from every
+// thread (never inside a row_in/col_in branch), in the same order.  Each
+// helper starts with a barrier, so helpers may be called back to back; a
+// functor that writes smem itself must __syncthreads() first.
+//
+// All helpers are deterministic: fixed combination order, no atomics.
+// Partial buffers (one value per row per N-tile, or per column per M-tile)
+// are finished by a consumer in fixed order with finish_row_partials /
+// finish_col_partials.
+#ifndef CODA_EPILOGUE_CUH
+#define CODA_EPILOGUE_CUH
+
+#ifndef CODA_COMMON_CUH
+#error "coda_epilogue.cuh needs coda_common.cuh before it"
+#endif
+
+namespace coda {
+
+// Where the CTA's output tile lies.
+struct TileInfo {
+    int tile_m0, tile_n0;          // global row / column of the tile's (0, 0)
+    int tile_m_idx, tile_n_idx;    // tile coordinates
+    int num_m_tiles, num_n_tiles;  // ceil(M / BM), ceil(N / BN)
+    int m, n;                      // problem size M, N
+};
+
+// The per-thread accumulator fragment.  BM x BN is the CTA tile; the CTA's
+// warps form a kWarpsM x kWarpsN grid, and the warps with the same warp_m
+// hold the same rows (they split N), those with the same warp_n the same
+// columns.
+template <int RI_, int CJ_, int ROW_BLOCK_STRIDE, int BM_, int BN_, int WARPS_M, int WARPS_N>
+struct AccFrag {
+    static constexpr int RI = RI_;   // rows held per thread
+    static constexpr int CJ = CJ_;   // column pairs held per thread
+    static constexpr int kRowBlockStride = ROW_BLOCK_STRIDE;
+    static constexpr int BM = BM_;
+    static constexpr int BN = BN_;
+    static constexpr int kWarpsM = WARPS_M;
+    static constexpr int kWarpsN = WARPS_N;
+    // Scratch (floats) needed by the reduction helpers.
+    static constexpr int kRowReduceFloats = BM * kWarpsN;      // row_reduce<Op>
+    static constexpr int kRowLseFloats = 2 * BM * kWarpsN;     // row_reduce_lse
+    static constexpr int kColReduceFloats = BN * kWarpsM;      // col_reduce<Op>
+    static constexpr int kReduceFloats =
+        kRowLseFloats > kColReduceFloats ? kRowLseFloats : kColReduceFloats;
+
+    float acc[RI][CJ][2];
+    int lrow0, lcol0;      // tile-local row of acc[0], column of acc[*][0][0]
+    int grow0, gcol0;      // the same, global
+    int m, n;              // problem bounds
+    int lane, warp_m, warp_n;
+
+    __device__ __forceinline__ int local_row(int i) const {
+        return lrow0 + (i >> 1) * kRowBlockStride + (i & 1) * 8;
+    }
+    __device__ __forceinline__ int local_col(int j) const { return lcol0 + j * 8; }
+    __device__ __forceinline__ int row(int i) const {
+        return grow0 + (i >> 1) * kRowBlockStride + (i & 1) * 8;
+    }
+    __device__ __forceinline__ int col(int j) const { return gcol0 + j * 8; }
+    __device__ __forceinline__ bool row_in(int i) const { return row(i) < m; }
+    __device__ __forceinline__ bool col_in(int j, int e) const { return col(j) + e < n; }
+    // Exactly one thread per tile row has row_writer() (lane t == 0 of the
+    // warp with warp_n == 0); one thread per tile column pair col_writer().
+    __device__ __forceinline__ bool row_writer() const { return (lane & 3) == 0 && warp_n == 0; }
+    __device__ __forceinline__ bool col_writer() const { return (lane >> 2) == 0 && warp_m == 0; }
+};
+
+// ---------------------------------------------------------------------------
+// Reduction operators
+// ---------------------------------------------------------------------------
+struct SumOp {
+    static __device__ __forceinline__ float identity() { return 0.0f; }
+    static __device__ __forceinline__ float combine(float a, float b) { return a + b; }
+};
+struct MaxOp {
+    static __device__ __forceinline__ float identity() { return neg_inf(); }
+    static __device__ __forceinline__ float combine(float a, float b) { return fmaxf(a, b); }
+};
+
+// Online log-sum-exp state: the pair (max, sum of exp(x - max)).  The empty
+// state is (-inf, 0).  merge is symmetric in its two operands, so quad and
+// warp butterflies give identical results in every lane.
+__device__ __forceinline__ void lse_merge(float& m, float& s, float m2, float s2) {
+    float mx = fmaxf(m, m2);
+    if (mx == neg_inf()) {  // both empty
+        m = mx;
+        s = 0.0f;
+        return;
+    }
+    s = s * exp_fast(m - mx) + s2 * exp_fast(m2 - mx);
+    m = mx;
+}
+// Add one element x to the state (m, s).
+__device__ __forceinline__ void lse_add(float& m, float& s, float x) { lse_merge(m, s, x, 1.0f); }
+// log(sum exp) of a state; -inf for the empty state.
+__device__ __forceinline__ float lse_value(float m, float s) {
+    return m == neg_inf() ? m : m + logf(s);
+}
+
+// ---------------------------------------------------------------------------
+// Row reductions: per-thread row partials -> one value per (row, CTA tile)
+// ---------------------------------------------------------------------------
+// In: v[i] = this thread's partial for row(i) (the functor masks out-of-range
+// columns itself, e.g. by starting from Op::identity() and skipping
+// !col_in(j, e)).  Out: v[i] = the reduction over the whole CTA tile row, in
+// every thread holding that row.  Order: quad butterfly (xor 1, xor 2), then
+// warps along N in increasing warp_n.  Scratch: Frag::kRowReduceFloats.
+template <class Op, class Frag>
+__device__ __forceinline__ void row_reduce(const Frag& f, float (&v)[Frag::RI], float* scratch) {
+#pragma unroll
+    for (int i = 0; i < Frag::RI; ++i) {
+        v[i] = Op::combine(v[i], shfl_xor(v[i], 1));
+        v[i] = Op::combine(v[i], shfl_xor(v[i], 2));
+    }
+    if (Frag::kWarpsN == 1) return;
+    __syncthreads();  // scratch may still be read by an earlier step
+    // scratch layout: [warp_n][local row], Frag::BM floats per warp column.
+    if ((f.lane & 3) == 0) {
+#pragma unroll
+        for (int i = 0; i < Frag::RI; ++i) scratch[f.warp_n * Frag::BM + f.local_row(i)] = v[i];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < Frag::RI; ++i) {
+        const int r = f.local_row(i);
+        float x = scratch[r];
+#pragma unroll
+        for (int w = 1; w < Frag::kWarpsN; ++w) x = Op::combine(x, scratch[w * Frag::BM + r]);
+        v[i] = x;
+    }
+}
+
+// Log-sum-exp row reduction over (max, sumexp) pairs; same contract as
+// row_reduce.  Build the per-thread state with lse_add (or lse_merge);
+// out-of-range columns are simply not added.  Scratch: Frag::kRowLseFloats.
+template <class Frag>
+__device__ __forceinline__ void row_reduce_lse(const Frag& f, float (&mx)[Frag::RI], float (&se)[Frag::RI],
+                                               float* scratch) {
+#pragma unroll
+    for (int i = 0; i < Frag::RI; ++i) {
+        lse_merge(mx[i], se[i], shfl_xor(mx[i], 1), shfl_xor(se[i], 1));
+        lse_merge(mx[i], se[i], shfl_xor(mx[i], 2), shfl_xor(se[i], 2));
+    }
+    if (Frag::kWarpsN == 1) return;
+    __syncthreads();
+    // scratch layout: [0 = max, 1 = sumexp][warp_n][local row]
+    float* smax = scratch;
+    float* ssum = scratch + Frag::kWarpsN * Frag::BM;
+    if ((f.lane & 3) == 0) {
+#pragma unroll
+        for (int i = 0; i < Frag::RI; ++i) {
+            smax[f.warp_n * Frag::BM + f.local_row(i)] = mx[i];
+            ssum[f.warp_n * Frag::BM + f.local_row(i)] = se[i];
+        }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < Frag::RI; ++i) {
+        const int r = f.local_row(i);
+        float a = smax[r], b = ssum[r];
+#pragma unroll
+        for (int w = 1; w < Frag::kWarpsN; ++w) lse_merge(a, b, smax[w * Frag::BM + r], ssum[w * Frag::BM + r]);
+        mx[i] = a;
+        se[i] = b;
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Column reductions: per-thread column partials -> one value per (col, tile)
+// ---------------------------------------------------------------------------
+// In: v[j][e] = this thread's partial over its rows for column col(j)+e (the
+// functor masks out-of-range rows, !row_in(i)).  Out: the reduction over the
+// CTA tile's BM rows, in every thread holding that column.  Order: butterfly
+// over the 8 lanes sharing the column (xor 4, 8, 16), then warps along M in
+// increasing warp_m.  Scratch: Frag::kColReduceFloats.
+template <class Op, class Frag>
+__device__ __forceinline__ void col_reduce(const Frag& f, float (&v)[Frag::CJ][2], float* scratch) {
+#pragma unroll
+    for (int j = 0; j < Frag::CJ; ++j) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            float x = v[j][e];
+            x = Op::combine(x, shfl_xor(x, 4));
+            x = Op::combine(x, shfl_xor(x, 8));
+            x = Op::combine(x, shfl_xor(x, 16));
+            v[j][e] = x;
+        }
+    }
+    if (Frag::kWarpsM == 1) return;
+    __syncthreads();
+    // scratch layout: [warp_m][local column], Frag::BN floats per warp row.
+    if ((f.lane >> 2) == 0) {
+#pragma unroll
+        for (int j = 0; j < Frag::CJ; ++j) {
+            scratch[f.warp_m * Frag::BN + f.local_col(j)] = v[j][0];
+            scratch[f.warp_m * Frag::BN + f.local_col(j) + 1] = v[j][1];
+        }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < Frag::CJ; ++j) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const int c = f.local_col(j) + e;
+            float x = scratch[c];
+#pragma unroll
+            for (int w = 1; w < Frag::kWarpsM; ++w) x = Op::combine(x, scratch[w * Frag::BN + c]);
+            v[j][e] = x;
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Partial buffers
+// ---------------------------------------------------------------------------
+// Row partials: fp32 [M][num_n_tiles], element (row, tile_n_idx).
+// Column partials: fp32 [N'][num_m_tiles], element (col, tile_m_idx), where
+// N' is the number of (output) columns reduced.
+__device__ __forceinline__ float* row_partial_ptr(const TileInfo& t, float* partial, int row) {
+    return partial + (long long)row * t.num_n_tiles + t.tile_n_idx;
+}
+__device__ __forceinline__ float* col_partial_ptr(const TileInfo& t, float* partial, int col) {
+    return partial + (long long)col * t.num_m_tiles + t.tile_m_idx;
+}
+
+// Write the result of row_reduce: one thread per row writes v[i].
+template <class Frag>
+__device__ __forceinline__ void store_row_partial(const Frag& f, const TileInfo& t, const float (&v)[Frag::RI],
+                                                  float* partial) {
+    if (!f.row_writer()) return;
+#pragma unroll
+    for (int i = 0; i < Frag::RI; ++i)
+        if (f.row_in(i)) *row_partial_ptr(t, partial, f.row(i)) = v[i];
+}
+
+// Write the result of col_reduce: one thread per column pair writes v[j][*].
+template <class Frag>
+__device__ __forceinline__ void store_col_partial(const Frag& f, const TileInfo& t, const float (&v)[Frag::CJ][2],
+                                                  float* partial) {
+    if (!f.col_writer()) return;
+#pragma unroll
+    for (int j = 0; j < Frag::CJ; ++j) {
+        if (f.col_in(j, 0)) *col_partial_ptr(t, partial, f.col(j)) = v[j][0];
+        if (f.col_in(j, 1)) *col_partial_ptr(t, partial, f.col(j) + 1) = v[j][1];
+    }
+}
+
+// Column partials of a pair-gated (half-width) output, e.g. SwiGLU where
+// output column c comes from GEMM columns (2c, 2c+1): writes v[j][0] at
+// output column col(j) / 2, when col(j) + 1 < N.
+template <class Frag>
+__device__ __forceinline__ void store_col_partial_half(const Frag& f, const TileInfo& t,
+                                                       const float (&v)[Frag::CJ][2], float* partial) {
+    if (!f.col_writer()) return;
+#pragma unroll
+    for (int j = 0; j < Frag::CJ; ++j)
+        if (f.col_in(j, 1)) *col_partial_ptr(t, partial, f.col(j) >> 1) = v[j][0];
+}
+
+// Finish row partials written by an earlier kernel, [M][T] fp32: out[i] =
+// sum over t = 0..T-1 (in that order) of partial[row(i)][t]; 0 for rows out
+// of range.  Every thread of a quad computes the same value.
+template <class Frag>
+__device__ __forceinline__ void finish_row_partials(const Frag& f, const float* partial, int T,
+                                                    float (&out)[Frag::RI]) {
+#pragma unroll
+    for (int i = 0; i < Frag::RI; ++i) {
+        float s = 0.0f;
+        if (f.row_in(i)) {
+            const float* p = partial + (long long)f.row(i) * T;
+            for (int k = 0; k < T; ++k) s += __ldg(p + k);
+        }
+        out[i] = s;
+    }
+}
+// Same for (max, sumexp) partial pairs stored in two [M][T] buffers:
+// out[i] = log-sum-exp of the row, merged in order t = 0..T-1.
+template <class Frag>
+__device__ __forceinline__ void finish_row_lse(const Frag& f, const float* pmax, const float* psum, int T,
+                                               float (&out)[Frag::RI]) {
+#pragma unroll
+    for (int i = 0; i < Frag::RI; ++i) {
+        float m = neg_inf(), s = 0.0f;
+        if (f.row_in(i)) {
+            const long long o = (long long)f.row(i) * T;
+            for (int k = 0; k < T; ++k) lse_merge(m, s, __ldg(pmax + o + k), __ldg(psum + o + k));
+        }
+        out[i] = lse_value(m, s);
+    }
+}
+// Column version: [N][T] fp32 partials; out[j][e] for column col(j)+e.
+template <class Frag>
+__device__ __forceinline__ void finish_col_partials(const Frag& f, const float* partial, int T,
+                                                    float (&out)[Frag::CJ][2]) {
+#pragma unroll
+    for (int j = 0; j < Frag::CJ; ++j) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            float s = 0.0f;
+            if (f.col_in(j, e)) {
+                const float* p = partial + (long long)(f.col(j) + e) * T;
+                for (int k = 0; k < T; ++k) s += __ldg(p + k);
+            }
+            out[j][e] = s;
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Stores
+// ---------------------------------------------------------------------------
+// Row-major output `out` with leading dimension ld (elements).  Requirement:
+// out 16-byte aligned and ld even (codac uses multiples of 8), so that a
+// pair at an even column is 4-byte (bf16/f16) / 8-byte (f32) aligned.
+
+// Store (v0, v1) at (row, col), (row, col+1), bounded by rows x cols.
+template <class T>
+__device__ __forceinline__ void store_pair_at(T* out, long long ld, int row, int col, int rows, int cols, float v0,
+                                              float v1) {
+    if (row >= rows || col >= cols) return;
+    T* p = out + (long long)row * ld + col;
+    if (col + 1 < cols) store2(p, v0, v1);
+    else store1(p, v0);
+}
+// D += (v0, v1): read-modify-write of an existing output (not atomic; each
+// element is owned by exactly one thread of one CTA).
+template <class T>
+__device__ __forceinline__ void accum_pair_at(T* out, long long ld, int row, int col, int rows, int cols, float v0,
+                                              float v1) {
+    if (row >= rows || col >= cols) return;
+    T* p = out + (long long)row * ld + col;
+    if (col + 1 < cols) {
+        float2 o = load2_rw(p);
+        store2(p, o.x + v0, o.y + v1);
+    } else {
+        store1(p, load1_rw(p) + v0);
+    }
+}
+// Single element, bounded.
+template <class T>
+__device__ __forceinline__ void store_at(T* out, long long ld, int row, int col, int rows, int cols, float v) {
+    if (row < rows && col < cols) store1(out + (long long)row * ld + col, v);
+}
+
+// Fragment forms: element pair (i, j) of the accumulator grid, bounded by
+// the GEMM's M x N.
+template <class Frag, class T>
+__device__ __forceinline__ void store_pair(const Frag& f, int i, int j, T* out, long long ld, float v0, float v1) {
+    store_pair_at(out, ld, f.row(i), f.col(j), f.m, f.n, v0, v1);
+}
+template <class Frag, class T>
+__device__ __forceinline__ void accum_pair(const Frag& f, int i, int j, T* out, long long ld, float v0, float v1) {
+    accum_pair_at(out, ld, f.row(i), f.col(j), f.m, f.n, v0, v1);
+}
+
+// ---------------------------------------------------------------------------
+// Loads (out-of-range elements read as 0)
+// ---------------------------------------------------------------------------
+// Full-tile operand pair at (row(i), col(j)), (row(i), col(j)+1) of a
+// row-major M x N matrix with leading dimension ld (even; base 16-B aligned).
+template <class Frag, class T>
+__device__ __forceinline__ float2 load_pair(const Frag& f, int i, int j, const T* src, long long ld) {
+    float2 r = make_float2(0.0f, 0.0f);
+    const int row = f.row(i), col = f.col(j);
+    if (row < f.m && col < f.n) {
+        const T* p = src + (long long)row * ld + col;
+        if (col + 1 < f.n) r = load2(p);
+        else r.x = load1(p);
+    }
+    return r;
+}
+// Per-row vector value vec[row(i)].
+template <class Frag, class T>
+__device__ __forceinline__ float load_row(const Frag& f, int i, const T* vec) {
+    return f.row_in(i) ? load1(vec + f.row(i)) : 0.0f;
+}
+// Per-column vector values (vec[col(j)], vec[col(j)+1]); vec 8-B aligned.
+template <class Frag, class T>
+__device__ __forceinline__ float2 load_col_pair(const Frag& f, int j, const T* vec) {
+    float2 r = make_float2(0.0f, 0.0f);
+    const int col = f.col(j);
+    if (col + 1 < f.n) r = load2(vec + col);
+    else if (col < f.n) r.x = load1(vec + col);
+    return r;
+}
+
+}  // namespace coda
+
+#endif  // CODA_EPILOGUE_CUH

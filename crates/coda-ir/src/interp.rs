@@ -1,1 +1,0 @@
-//! placeholder: the reference interpreter (being written).

@@ -1,0 +1,117 @@
+//! Rounding an `f64` to a storage type, in one round-to-nearest-even step.
+
+use super::error::EvalError;
+use crate::ty::DType;
+
+/// A binary floating-point format with subnormals.
+struct Format {
+    /// Stored mantissa bits (precision minus one).
+    mant_bits: i32,
+    /// Exponent of the smallest normal number.
+    emin: i32,
+    /// The largest finite value.
+    max_finite: f64,
+}
+
+/// bfloat16: 8 exponent bits, 7 mantissa bits.
+const BF16: Format = Format {
+    mant_bits: 7,
+    emin: -126,
+    max_finite: 3.389_531_389_251_535_5e38,
+};
+
+/// IEEE binary16: 5 exponent bits, 10 mantissa bits.
+const F16: Format = Format {
+    mant_bits: 10,
+    emin: -14,
+    max_finite: 65504.0,
+};
+
+/// `x` rounded to `dtype` as a store or cast with rounding on would: floats
+/// to nearest even (overflowing to infinity), `i32` toward zero with
+/// saturation (NaN → 0), `bool` to `x != 0`. fp8 types are unsupported.
+pub fn round_to_dtype(x: f64, dtype: DType) -> Result<f64, EvalError> {
+    match dtype {
+        DType::F32 => Ok(f64::from(x as f32)),
+        DType::BF16 => Ok(round_float(x, &BF16)),
+        DType::F16 => Ok(round_float(x, &F16)),
+        DType::I32 => Ok(truncate_i32(x)),
+        DType::Bool => Ok(to_bool(x)),
+        DType::E4M3 | DType::E5M2 => Err(unsupported(dtype)),
+    }
+}
+
+/// Rounds every element of `data` to `dtype` in place.
+pub(super) fn round_slice(data: &mut [f64], dtype: DType) -> Result<(), EvalError> {
+    if matches!(dtype, DType::E4M3 | DType::E5M2) {
+        return Err(unsupported(dtype));
+    }
+    for x in data {
+        *x = round_to_dtype(*x, dtype)?;
+    }
+    Ok(())
+}
+
+/// What a cast does to `x`: with rounding off only integer and bool
+/// targets change the value.
+pub(super) fn cast(x: f64, to: DType, round: bool) -> Result<f64, EvalError> {
+    match to {
+        DType::I32 => Ok(truncate_i32(x)),
+        DType::Bool => Ok(to_bool(x)),
+        _ if round => round_to_dtype(x, to),
+        _ => Ok(x),
+    }
+}
+
+/// Truncation toward zero, saturating at the `i32` range, NaN → 0.
+pub(super) fn truncate_i32(x: f64) -> f64 {
+    f64::from(x as i32)
+}
+
+/// `1.0` where `x != 0` (NaN included), else `0.0`.
+fn to_bool(x: f64) -> f64 {
+    if x != 0.0 {
+        1.0
+    } else {
+        0.0
+    }
+}
+
+fn unsupported(dtype: DType) -> EvalError {
+    EvalError::Unsupported {
+        what: format!("rounding to {dtype}"),
+        message: "fp8 types are reserved and not supported by the interpreter yet".into(),
+    }
+}
+
+/// `x` rounded to nearest even in `format`, straight from the `f64`.
+fn round_float(x: f64, format: &Format) -> f64 {
+    if !x.is_finite() || x == 0.0 {
+        return x;
+    }
+    // The quantum (spacing of representable values) at x's binade, clamped
+    // to the subnormal quantum below the normal range.
+    let quantum_exp = binade(x).max(format.emin) - format.mant_bits;
+    let quantum = pow2(quantum_exp);
+    // Both scalings are exact: they only change the exponent.
+    let rounded = (x / quantum).round_ties_even() * quantum;
+    if rounded.abs() > format.max_finite {
+        f64::INFINITY.copysign(x)
+    } else {
+        rounded
+    }
+}
+
+/// `floor(log2 |x|)` for a normal `f64`; below the normal range (where every
+/// format here rounds to zero) it is -1023.
+fn binade(x: f64) -> i32 {
+    let biased = (x.to_bits() >> 52) & 0x7ff;
+    // The mask keeps 11 bits, so the cast cannot truncate.
+    biased as i32 - 1023
+}
+
+/// `2^e` for `-1022 <= e <= 1023`.
+fn pow2(e: i32) -> f64 {
+    let biased = (e + 1023).clamp(1, 2046);
+    f64::from_bits((biased as u64) << 52)
+}

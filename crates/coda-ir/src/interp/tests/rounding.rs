@@ -1,0 +1,83 @@
+//! Rounding to storage types: single rounding from f64, ties to even,
+//! subnormals and overflow, and where the interpreter applies it.
+
+use super::*;
+use crate::interp::round_to_dtype;
+
+fn r(x: f64, dtype: DType) -> TestResult<f64> {
+    Ok(round_to_dtype(x, dtype)?)
+}
+
+#[test]
+fn bf16_ties_go_to_even() -> TestResult {
+    let p = |e: i32| 2f64.powi(e);
+    assert_eq!(r(1.0 + p(-9), DType::BF16)?, 1.0);
+    assert_eq!(r(1.0 + p(-8), DType::BF16)?, 1.0);
+    assert_eq!(r(1.0 + 3.0 * p(-8), DType::BF16)?, 1.0 + p(-6));
+    assert_eq!(r(-(1.0 + 3.0 * p(-8)), DType::BF16)?, -(1.0 + p(-6)));
+    Ok(())
+}
+
+#[test]
+fn bf16_rounds_once_from_f64() -> TestResult {
+    // Through f32 this would round twice (to the tie 1 + 2^-8, then to 1).
+    let x = 1.0 + 2f64.powi(-8) + 2f64.powi(-40);
+    assert_eq!(f64::from(half::bf16::from_f32(x as f32)), 1.0);
+    assert_eq!(r(x, DType::BF16)?, 1.0 + 2f64.powi(-7));
+    Ok(())
+}
+
+#[test]
+fn f16_subnormals_and_overflow() -> TestResult {
+    let p = |e: i32| 2f64.powi(e);
+    assert_eq!(r(65504.0, DType::F16)?, 65504.0);
+    assert_eq!(r(65519.0, DType::F16)?, 65504.0);
+    assert_eq!(r(65520.0, DType::F16)?, f64::INFINITY);
+    assert_eq!(r(-1e6, DType::F16)?, f64::NEG_INFINITY);
+    assert_eq!(r(p(-25), DType::F16)?, 0.0);
+    assert_eq!(r(3.0 * p(-26), DType::F16)?, p(-24));
+    assert_eq!(r(p(-24) + p(-26), DType::F16)?, p(-24));
+    assert_eq!(r(1e-300, DType::BF16)?, 0.0);
+    assert!(r(-1e-300, DType::BF16)?.is_sign_negative());
+    assert_eq!(r(3.5e38, DType::BF16)?, f64::INFINITY);
+    assert_eq!(r(1e39, DType::F32)?, f64::INFINITY);
+    assert!(r(f64::NAN, DType::BF16)?.is_nan());
+    Ok(())
+}
+
+#[test]
+fn agrees_with_the_half_crate_on_f32_inputs() -> TestResult {
+    // From an f32 one rounding is all there is, so `half` must agree.
+    let mut state: u32 = 0x1234_5678;
+    for _ in 0..200_000 {
+        state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+        let x = f32::from_bits(state);
+        if x.is_nan() {
+            continue;
+        }
+        let (bf, h) = (f64::from(half::bf16::from_f32(x)), f64::from(half::f16::from_f32(x)));
+        assert_eq!(r(f64::from(x), DType::BF16)?.to_bits(), bf.to_bits(), "bf16 of {x:e}");
+        assert_eq!(r(f64::from(x), DType::F16)?.to_bits(), h.to_bits(), "f16 of {x:e}");
+    }
+    Ok(())
+}
+
+#[test]
+fn fp8_rounding_is_unsupported() {
+    assert!(matches!(round_to_dtype(1.0, DType::E4M3), Err(EvalError::Unsupported { .. })));
+}
+
+#[test]
+fn params_round_on_read_only_when_asked() -> TestResult {
+    let mut b = Builder::new();
+    let x = b.param("x", DType::BF16, (c(1), c(2)), 1)?;
+    let w = b.param("w", DType::F16, (c(1), c(2)), 1)?;
+    let s = b.push(Inst::Binary { op: crate::inst::BinaryOp::Add, lhs: x, rhs: w })?;
+    b.output("s", DType::F32, s, false);
+    let t = 2f64.powi(-12);
+    let given = inputs(vec![("x", host(DType::F32, 1, 2, &[1.0 + t, 0.1])?), ("w", host(DType::F32, 1, 2, &[t, 0.1])?)]);
+    assert_eq!(out(&run(&b.block, &bind(&[]), &given, false)?, "s")?, [1.0 + 2.0 * t, 0.2]);
+    let rounded = [1.0 + t, 0.100_097_656_25 + 0.099_975_585_937_5];
+    assert_eq!(out(&run(&b.block, &bind(&[]), &given, true)?, "s")?, rounded.map(|v| f64::from(v as f32)));
+    Ok(())
+}

@@ -1,0 +1,259 @@
+//! Sugar: model-level functions expanded into IR primitives, so that every
+//! later pass sees through them. The expansions (also in `docs/language.md`):
+//!
+//! - `rmsnorm(x, g, eps=1e-6)   = x · rsqrt(sum(x·x, axis=-1)/N + eps) · g`
+//! - `layernorm(x, g, b, eps=1e-5) = (x − μ) · rsqrt(σ² + eps) · g + b`, with
+//!   `μ = sum(x)/N` and the biased variance `σ² = sum((x − μ)²)/N`
+//! - `swiglu(z) = silu(z[:, :F]) · z[:, F:]` for `z: [M, 2F]`; `swiglu(gate, up) = silu(gate) · up`
+//! - `geglu` likewise with the erf form of `gelu`
+//! - `rope(x, pos, head_dim=, base=10000, cols=a:b, style=half|interleaved)
+//!    = x · cos(pos·freq) + partner(x) · sign · sin(pos·freq)` per column
+//! - `cross_entropy(logits, targets, ignore_index=-100, reduction=mean|sum|none)`:
+//!   per row `logsumexp(logits) − logits[target]`, 0 for ignored rows; `mean`
+//!   divides the sum by the number of rows that are not ignored.
+
+use crate::args::{kw, literal, match_args, opt, req, word, Formal, Matched};
+use crate::block::Lowerer;
+use coda_diagnostics::{Diagnostic, Span};
+use coda_ir::{Axis, BinaryOp, Dim, Inst, ReduceOp, RopeSpec, RopeStyle, RopeTable, UnaryOp, Value};
+use coda_syntax::ast::{Arg, ArgValue};
+
+impl Lowerer<'_> {
+    /// Expands one sugar call.
+    pub(crate) fn sugar(&mut self, name: &str, args: &[Arg], span: Span) -> Option<Value> {
+        match name {
+            "rmsnorm" => self.rmsnorm(args, span),
+            "layernorm" => self.layernorm(args, span),
+            "swiglu" => self.gated(name, UnaryOp::Silu, args, span),
+            "geglu" => self.gated(name, UnaryOp::GeluErf, args, span),
+            "rope" => self.rope(args, span),
+            _ => self.cross_entropy(args, span),
+        }
+    }
+
+    /// A literal number argument, or its default.
+    fn number_arg(&mut self, m: &Matched<'_>, slot: usize, default: f64, what: &str) -> Option<f64> {
+        if !m.given(slot) {
+            return Some(default);
+        }
+        match m.expr(slot).and_then(literal) {
+            Some(v) => Some(v),
+            None => {
+                self.diagnostics.push(
+                    Diagnostic::error("E0208", format!("`{what}` must be a number"))
+                        .with_primary(m.spans[slot], "expected a literal such as 1e-5"),
+                );
+                None
+            }
+        }
+    }
+
+    /// A tensor argument that must be a float.
+    fn tensor_arg(&mut self, m: &Matched<'_>, slot: usize) -> Option<Value> {
+        let v = self.lower_expr(m.expr(slot)?)?;
+        self.numeric(v, m.spans[slot])?;
+        Some(v)
+    }
+
+    /// `x · rsqrt(mean(x·x) + eps)` along columns: the normalization shared by both norms.
+    fn normalize(&mut self, centered: Value, eps: f64, span: Span) -> Option<Value> {
+        let square = self.binary(BinaryOp::Mul, centered, centered, span, span, span)?;
+        let mean_square = self.reduce("mean", square, Axis::Cols, span)?;
+        let eps = self.constant(eps, span)?;
+        let shifted = self.binary(BinaryOp::Add, mean_square, eps, span, span, span)?;
+        let scale = self.apply(UnaryOp::Rsqrt, shifted, span)?;
+        self.binary(BinaryOp::Mul, centered, scale, span, span, span)
+    }
+
+    fn rmsnorm(&mut self, args: &[Arg], span: Span) -> Option<Value> {
+        const FORMALS: [Formal; 3] = [req("x"), req("g"), opt("eps")];
+        let m = match_args("rmsnorm", span, args, &FORMALS, self.diagnostics)?;
+        let x = self.tensor_arg(&m, 0);
+        let g = self.tensor_arg(&m, 1);
+        let eps = self.number_arg(&m, 2, 1e-6, "eps")?;
+        let (x, g) = (x?, g?);
+        let normalized = self.normalize(x, eps, span)?;
+        self.binary(BinaryOp::Mul, normalized, g, span, m.spans[1], span)
+    }
+
+    fn layernorm(&mut self, args: &[Arg], span: Span) -> Option<Value> {
+        const FORMALS: [Formal; 4] = [req("x"), req("g"), req("b"), opt("eps")];
+        let m = match_args("layernorm", span, args, &FORMALS, self.diagnostics)?;
+        let x = self.tensor_arg(&m, 0);
+        let g = self.tensor_arg(&m, 1);
+        let b = self.tensor_arg(&m, 2);
+        let eps = self.number_arg(&m, 3, 1e-5, "eps")?;
+        let (x, g, b) = (x?, g?, b?);
+        let mean = self.reduce("mean", x, Axis::Cols, span)?;
+        let centered = self.binary(BinaryOp::Sub, x, mean, span, span, span)?;
+        let normalized = self.normalize(centered, eps, span)?;
+        let scaled = self.binary(BinaryOp::Mul, normalized, g, span, m.spans[1], span)?;
+        self.binary(BinaryOp::Add, scaled, b, span, m.spans[2], span)
+    }
+
+    /// `act(gate) · up`, from two tensors or from the two halves of one.
+    fn gated(&mut self, name: &str, act: UnaryOp, args: &[Arg], span: Span) -> Option<Value> {
+        const FORMALS: [Formal; 2] = [req("z"), opt("up")];
+        let m = match_args(name, span, args, &FORMALS, self.diagnostics)?;
+        let (gate, up) = if m.given(1) {
+            let gate = self.tensor_arg(&m, 0);
+            let up = self.tensor_arg(&m, 1);
+            (gate?, up?)
+        } else {
+            let z = self.tensor_arg(&m, 0)?;
+            let cols = self.block.ty(z).shape.cols.clone();
+            let Ok(half) = cols.div_exact(&Dim::constant(2)) else {
+                self.diagnostics.push(
+                    Diagnostic::error("E0302", format!("`{name}` needs an even number of columns"))
+                        .with_primary(m.spans[0], format!("this has {cols} columns"))
+                        .with_help(format!("`{name}(z)` splits z into [gate | up] halves; or call `{name}(gate, up)`")),
+                );
+                return None;
+            };
+            let gate = self.slice_cols(z, Dim::constant(0), half.clone(), span)?;
+            let up = self.slice_cols(z, half, cols, span)?;
+            (gate, up)
+        };
+        let activated = self.apply(act, gate, span)?;
+        self.binary(BinaryOp::Mul, activated, up, span, span, span)
+    }
+
+    fn rope(&mut self, args: &[Arg], span: Span) -> Option<Value> {
+        const FORMALS: [Formal; 6] = [req("x"), req("pos"), kw("head_dim"), kw("base"), kw("cols"), kw("style")];
+        let m = match_args("rope", span, args, &FORMALS, self.diagnostics)?;
+        let x = self.tensor_arg(&m, 0);
+        let pos = self.tensor_arg(&m, 1);
+        let (x, pos) = (x?, pos?);
+        let spec = self.rope_spec(&m, x, span)?;
+        let cols = self.block.ty(x).shape.cols.clone();
+        let rows = self.block.ty(x).shape.rows.clone();
+        let pos = self.per_row(pos, &rows, m.spans[1])?;
+        let freq = self.emit(Inst::RopeTable { spec: spec.clone(), table: RopeTable::Freq, cols: cols.clone() }, span)?;
+        let sign = self.emit(Inst::RopeTable { spec: spec.clone(), table: RopeTable::Sign, cols }, span)?;
+        let angle = self.binary(BinaryOp::Mul, pos, freq, m.spans[1], span, span)?;
+        let cos = self.apply(UnaryOp::Cos, angle, span)?;
+        let sin = self.apply(UnaryOp::Sin, angle, span)?;
+        let partner = self.emit(Inst::RopePartner { spec, arg: x }, span)?;
+        let direct = self.binary(BinaryOp::Mul, x, cos, span, span, span)?;
+        let signed = self.binary(BinaryOp::Mul, partner, sign, span, span, span)?;
+        let rotated = self.binary(BinaryOp::Mul, signed, sin, span, span, span)?;
+        self.binary(BinaryOp::Add, direct, rotated, span, span, span)
+    }
+
+    fn rope_spec(&mut self, m: &Matched<'_>, x: Value, span: Span) -> Option<RopeSpec> {
+        let cols = self.block.ty(x).shape.cols.clone();
+        let head_dim = match m.expr(2) {
+            Some(e) => self.dims.eval(e, self.diagnostics)?.as_const(),
+            None => None,
+        };
+        let Some(head_dim) = head_dim.filter(|h| *h > 0 && h % 2 == 0) else {
+            self.diagnostics.push(
+                Diagnostic::error("E0306", "`rope` needs `head_dim`, a positive even constant")
+                    .with_primary(if m.given(2) { m.spans[2] } else { span }, "head_dim missing or invalid")
+                    .with_help("for example `rope(q, pos, head_dim=128)`"),
+            );
+            return None;
+        };
+        let base = self.number_arg(m, 3, 10000.0, "base")?;
+        let (start, end) = match m.slots.get(4).copied().flatten() {
+            Some(ArgValue::Range(a, b)) => {
+                let a = self.dims.eval(a, self.diagnostics);
+                let b = self.dims.eval(b, self.diagnostics);
+                (a?, b?)
+            }
+            Some(ArgValue::Expr(_)) => {
+                self.diagnostics.push(
+                    Diagnostic::error("E0306", "`cols` takes a column range").with_primary(m.spans[4], "write `cols=a:b`"),
+                );
+                return None;
+            }
+            None => (Dim::constant(0), cols.clone()),
+        };
+        let style = match m.expr(5).map(|e| word(e)) {
+            None | Some(Some("half")) => RopeStyle::Half,
+            Some(Some("interleaved")) => RopeStyle::Interleaved,
+            Some(_) => {
+                self.diagnostics.push(
+                    Diagnostic::error("E0306", "unknown rope style")
+                        .with_primary(m.spans[5], "expected `half` or `interleaved`")
+                        .with_help("`half` pairs feature i with i + head_dim/2 (Llama); `interleaved` pairs 2i with 2i+1 (GPT-J)"),
+                );
+                return None;
+            }
+        };
+        let width = end.sub(&start).ok();
+        let whole_heads = width.as_ref().is_some_and(|w| w.as_const().is_none_or(|w| w > 0 && w % head_dim == 0));
+        let inside = match (end.as_const(), cols.as_const()) {
+            (Some(e), Some(c)) => e <= c,
+            _ => true,
+        };
+        if !whole_heads || !inside || start.as_const().is_some_and(|s| s < 0) {
+            self.diagnostics.push(
+                Diagnostic::error("E0306", format!("rope columns {start}..{end} are not whole heads inside the tensor"))
+                    .with_primary(if m.given(4) { m.spans[4] } else { span }, format!("head_dim is {head_dim}, the tensor has {cols} columns"))
+                    .with_help("the rotated range must be a whole number of heads within the columns"),
+            );
+            return None;
+        }
+        Some(RopeSpec { head_dim, base, start, end, style })
+    }
+
+    /// A per-row vector `[M, 1]` from a length-M vector given either way.
+    fn per_row(&mut self, v: Value, rows: &Dim, span: Span) -> Option<Value> {
+        let shape = self.block.ty(v).shape.clone();
+        if shape.rows == *rows && shape.cols.is_one() {
+            return Some(v);
+        }
+        if shape.cols == *rows && shape.rows.is_one() {
+            return self.emit(Inst::Transpose { arg: v }, span);
+        }
+        self.diagnostics.push(
+            Diagnostic::error("E0302", "one value per row is needed")
+                .with_primary(span, format!("this is {}", self.show_shape(&shape)))
+                .with_help(format!("pass a vector of length {rows}")),
+        );
+        None
+    }
+
+    fn cross_entropy(&mut self, args: &[Arg], span: Span) -> Option<Value> {
+        const FORMALS: [Formal; 4] = [req("logits"), req("targets"), kw("ignore_index"), kw("reduction")];
+        let m = match_args("cross_entropy", span, args, &FORMALS, self.diagnostics)?;
+        let logits = self.tensor_arg(&m, 0);
+        let targets = self.lower_expr(m.expr(1)?);
+        let ignore = self.number_arg(&m, 2, -100.0, "ignore_index")?;
+        let reduction = match m.expr(3).map(|e| word(e)) {
+            None | Some(Some("mean")) => "mean",
+            Some(Some("sum")) => "sum",
+            Some(Some("none")) => "none",
+            Some(_) => {
+                self.diagnostics.push(
+                    Diagnostic::error("E0208", "unknown reduction")
+                        .with_primary(m.spans[3], "expected `mean`, `sum` or `none`"),
+                );
+                return None;
+            }
+        };
+        let (logits, targets) = (logits?, targets?);
+        let picked = self.take_values(logits, targets, m.spans[1], span)?;
+        let targets = self.block.inst(picked).operands()[1];
+        let lse = self.emit(Inst::Reduce { op: ReduceOp::LogSumExp, axis: Axis::Cols, arg: logits }, span)?;
+        let loss = self.binary(BinaryOp::Sub, lse, picked, span, span, span)?;
+        let ignore = self.constant(ignore, span)?;
+        let valid = self.broadcast_pair(targets, ignore, span, span, span)?;
+        let valid = self.emit(Inst::Binary { op: BinaryOp::Ne, lhs: valid.0, rhs: valid.1 }, span)?;
+        let zero = self.constant(0.0, span)?;
+        let per_row = self.select(valid, loss, zero, [span; 3], span)?;
+        if reduction == "none" {
+            return Some(per_row);
+        }
+        let total = self.emit(Inst::Reduce { op: ReduceOp::Sum, axis: Axis::Rows, arg: per_row }, span)?;
+        if reduction == "sum" {
+            return Some(total);
+        }
+        let one = self.constant(1.0, span)?;
+        let zero = self.constant(0.0, span)?;
+        let counted = self.select(valid, one, zero, [span; 3], span)?;
+        let count = self.emit(Inst::Reduce { op: ReduceOp::Sum, axis: Axis::Rows, arg: counted }, span)?;
+        self.binary(BinaryOp::Div, total, count, span, span, span)
+    }
+}

@@ -1,0 +1,80 @@
+//! The command-line interface (clap derive). The commands and flags here are
+//! a contract that scripts and later tooling rely on.
+
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+
+/// codac compiles .coda blocks (plain Transformer math) into fused GEMM-plus-epilogue kernels.
+#[derive(Debug, Parser)]
+#[command(name = "codac", version, about, long_about = None)]
+pub(crate) struct Cli {
+    #[command(subcommand)]
+    pub(crate) command: Command,
+    /// When to colour diagnostics.
+    #[arg(long, value_enum, default_value = "auto", global = true)]
+    pub(crate) color: ColorArg,
+}
+
+/// Colour choice for diagnostics.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub(crate) enum ColorArg {
+    /// Colour when standard error is a terminal.
+    Auto,
+    /// Never colour.
+    Never,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Parse and type/shape-check a file; print its diagnostics.
+    #[command(after_help = "Example:\n  codac check examples/llama3_block.coda")]
+    Check(FileArg),
+    /// Show the checked IR of every block (or, with --json, a stable machine-readable form).
+    #[command(after_help = "Examples:\n  codac explain examples/llama3_block.coda\n  codac explain examples/lm_head_ce.coda --json")]
+    Explain(ExplainArgs),
+    /// Evaluate blocks with the exact CPU reference interpreter.
+    #[command(after_help = "Examples:\n  codac eval examples/llama3_block.coda --dims M=128 --random\n  codac eval examples/gpt2_block.coda --dims M=64 --random --seed 7 --out out/\n  codac eval block.coda --dims M=256 --inputs inputs/ --bf16-rounding")]
+    Eval(EvalArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct FileArg {
+    /// The .coda file.
+    pub(crate) file: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ExplainArgs {
+    /// The .coda file.
+    pub(crate) file: PathBuf,
+    /// Print JSON (schema in docs/explain-json.md).
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct EvalArgs {
+    /// The .coda file.
+    pub(crate) file: PathBuf,
+    /// Run-time dimensions, e.g. `M=256` or `M=256,T=8`; may be repeated.
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub(crate) dims: Vec<String>,
+    /// Generate deterministic random inputs (documented in docs/interpreter.md).
+    #[arg(long, conflicts_with = "inputs", required_unless_present = "inputs")]
+    pub(crate) random: bool,
+    /// Seed for --random.
+    #[arg(long, default_value_t = 0, requires = "random")]
+    pub(crate) seed: u64,
+    /// Read inputs from DIR/NAME.npy, one file per block input.
+    #[arg(long, value_name = "DIR")]
+    pub(crate) inputs: Option<PathBuf>,
+    /// Write outputs to DIR/NAME.npy.
+    #[arg(long, value_name = "DIR")]
+    pub(crate) out: Option<PathBuf>,
+    /// Round each value to its storage type where the program stores it (bf16/f16 GEMM operands, casts, outputs).
+    #[arg(long)]
+    pub(crate) bf16_rounding: bool,
+    /// Evaluate only this block (default: every block in the file).
+    #[arg(long)]
+    pub(crate) block: Option<String>,
+}

@@ -1,0 +1,154 @@
+//! The subcommands: `check`, `explain` and `eval`.
+
+use crate::cli::{Cli, ColorArg, Command, EvalArgs};
+use crate::npy;
+use anyhow::{bail, Context, Result};
+use coda::{Checked, ColorChoice, DimBindings, EvalOptions, HostTensor};
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::Path;
+
+/// How a command ended when it did not fail outright.
+pub(crate) enum Outcome {
+    /// Everything worked.
+    Success,
+    /// The user's program has errors; diagnostics were printed.
+    UserError,
+}
+
+/// Diagnostics printed at most per run, so a pathological file stays readable.
+const MAX_DIAGNOSTICS: usize = 50;
+
+pub(crate) fn run(cli: Cli) -> Result<Outcome> {
+    let color = match cli.color {
+        ColorArg::Auto => ColorChoice::Auto,
+        ColorArg::Never => ColorChoice::Never,
+    };
+    match cli.command {
+        Command::Check(args) => {
+            let checked = load(&args.file, color)?;
+            if checked.has_errors() {
+                return Ok(Outcome::UserError);
+            }
+            let blocks = checked.module.blocks.len();
+            println!("{}: ok ({blocks} block{})", checked.source.name, if blocks == 1 { "" } else { "s" });
+            Ok(Outcome::Success)
+        }
+        Command::Explain(args) => {
+            let checked = load(&args.file, color)?;
+            if checked.has_errors() {
+                return Ok(Outcome::UserError);
+            }
+            if args.json {
+                let text = serde_json::to_string_pretty(&coda::explain_json(&checked))?;
+                println!("{text}");
+            } else {
+                print!("{}", coda::explain_text(&checked));
+            }
+            Ok(Outcome::Success)
+        }
+        Command::Eval(args) => eval(&args, color),
+    }
+}
+
+/// Reads, checks and prints the diagnostics of a file.
+fn load(path: &Path, color: ColorChoice) -> Result<Checked> {
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read `{}`", path.display()))?;
+    let checked = coda::check_bytes(&path.display().to_string(), &bytes)?;
+    let shown = checked.diagnostics.len().min(MAX_DIAGNOSTICS);
+    coda::render(&checked.source, &checked.diagnostics[..shown], color);
+    let errors = checked.diagnostics.iter().filter(|d| d.is_error()).count();
+    if checked.diagnostics.len() > shown {
+        eprintln!("... and {} more diagnostics", checked.diagnostics.len() - shown);
+    }
+    if errors > 0 {
+        eprintln!("error: {} could not be compiled: {errors} error{}", checked.source.name, if errors == 1 { "" } else { "s" });
+    }
+    Ok(checked)
+}
+
+/// Parses `NAME=VALUE` dimension bindings.
+pub(crate) fn parse_dims(items: &[String]) -> Result<DimBindings> {
+    let mut dims = DimBindings::new();
+    for item in items.iter().filter(|s| !s.trim().is_empty()) {
+        let Some((name, value)) = item.split_once('=') else {
+            bail!("invalid --dims entry `{item}`: expected NAME=VALUE, e.g. M=256");
+        };
+        let value: i64 = value
+            .trim()
+            .parse()
+            .ok()
+            .filter(|v| *v > 0)
+            .with_context(|| format!("invalid value in --dims `{item}`: expected a positive integer"))?;
+        dims.insert(name.trim().to_string(), value);
+    }
+    Ok(dims)
+}
+
+fn eval(args: &EvalArgs, color: ColorChoice) -> Result<Outcome> {
+    let checked = load(&args.file, color)?;
+    if checked.has_errors() {
+        return Ok(Outcome::UserError);
+    }
+    let dims = parse_dims(&args.dims)?;
+    let options = EvalOptions { round_to_storage: args.bf16_rounding };
+    let blocks: Vec<&coda::ir::Block> = match &args.block {
+        Some(name) => match checked.module.block(name) {
+            Some(block) => vec![block],
+            None => bail!("no block named `{name}` in {}", checked.source.name),
+        },
+        None => checked.module.blocks.iter().collect(),
+    };
+    let mut stdout = std::io::stdout().lock();
+    for block in blocks {
+        check_dims_known(block, &dims)?;
+        let inputs = match &args.inputs {
+            Some(dir) => npy::read_inputs(block, &dims, dir)?,
+            None => coda::random_inputs(block, &dims, args.seed)?,
+        };
+        let outputs = coda::eval(block, &dims, &inputs, &options)?;
+        writeln!(stdout, "block {}:", block.name)?;
+        for output in &block.outputs {
+            let Some(tensor) = outputs.get(&output.tensor.name) else { continue };
+            writeln!(stdout, "  {}", summary(&output.tensor, tensor))?;
+            if let Some(dir) = &args.out {
+                npy::write_output(dir, &output.tensor, tensor)?;
+            }
+        }
+    }
+    Ok(Outcome::Success)
+}
+
+/// Every symbolic dim must be bound, and every binding must name one.
+fn check_dims_known(block: &coda::ir::Block, dims: &DimBindings) -> Result<()> {
+    let symbolic: Vec<&str> = block.symbolic_dims().collect();
+    for name in dims.keys() {
+        if !symbolic.contains(&name.as_str()) {
+            bail!(
+                "--dims binds `{name}`, which is not a run-time dimension of block `{}` (run-time dims: {})",
+                block.name,
+                if symbolic.is_empty() { "none".to_string() } else { symbolic.join(", ") }
+            );
+        }
+    }
+    for name in &symbolic {
+        if !dims.contains_key(*name) {
+            bail!("block `{}` needs a value for `{name}`: pass --dims {name}=…", block.name);
+        }
+    }
+    Ok(())
+}
+
+/// `name: dtype[shape]  mean … max|x| …`.
+fn summary(tensor: &coda::ir::Tensor, value: &HostTensor) -> String {
+    let n = value.data.len().max(1) as f64;
+    let mean = value.data.iter().sum::<f64>() / n;
+    let max_abs = value.data.iter().fold(0.0f64, |m, x| if x.is_nan() || m.is_nan() { f64::NAN } else { m.max(x.abs()) });
+    let shape = npy::shape_of(tensor, value);
+    let shape: Vec<String> = shape.iter().map(ToString::to_string).collect();
+    format!("{}: {}[{}]  mean {:.6e}  max|x| {:.6e}", tensor.name, tensor.dtype, shape.join(", "), mean, max_abs)
+}
+
+/// For the tests of this module and others: results by name.
+#[allow(dead_code)]
+pub(crate) type Results = BTreeMap<String, HostTensor>;

@@ -1,0 +1,45 @@
+#!/usr/bin/env python3
+"""Summarize `nvcc -Xptxas -v` output of harness.cu: one line per kernel with
+tile config, layouts, element type, epilogue, registers, stack and spills.
+Usage: ptxas_summary.py ptxas.txt"""
+import re
+import sys
+
+rows = []
+cur = None
+for line in open(sys.argv[1]):
+    m = re.search(r"Compiling entry function '([^']+)' for '([^']+)'", line)
+    if m:
+        cur = {"name": m.group(1), "arch": m.group(2)}
+        rows.append(cur)
+        continue
+    if cur is None:
+        continue
+    m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line)
+    if m:
+        cur["stack"], cur["st"], cur["ld"] = map(int, m.groups())
+    m = re.search(r"Used (\d+) registers", line)
+    if m:
+        cur["regs"] = int(m.group(1))
+
+
+def pretty(name):
+    m = re.search(r"GemmConfigILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)", name)
+    if not m:
+        return name
+    bm, bn, bk, wm, wn, st, mb = m.groups()
+    la = "A_MxK" if "A_MxK" in name else "A_KxM"
+    lb = "B_NxK" if "B_NxK" in name else "B_KxN"
+    el = "f16" if "6__half" in name else "bf16"
+    epi = re.search(r"(Epi_\w+?)(E|I)", name.split(lb)[-1])
+    return f"{bm}x{bn}x{bk} {wm}x{wn}w {st}st mb{mb} {la}*{lb} {el} {epi.group(1) if epi else '?'}"
+
+
+bad = 0
+for r in sorted(rows, key=lambda r: pretty(r["name"])):
+    spill = r.get("st", 0) + r.get("ld", 0)
+    bad += spill > 0
+    print(f"{r['arch']:7} {pretty(r['name']):58} regs={r.get('regs', '?'):>3} stack={r.get('stack', 0):>3} "
+          f"spill_st={r.get('st', 0)} spill_ld={r.get('ld', 0)}{'  <-- SPILL' if spill else ''}")
+print(f"{len(rows)} kernels, {bad} with spills")
+sys.exit(1 if bad else 0)

@@ -1,0 +1,42 @@
+//! The examples in `examples/` check without diagnostics, print stable IR and
+//! evaluate on random inputs to finite outputs.
+
+use coda::{DimBindings, EvalOptions};
+use std::path::Path;
+
+fn check_example(path: &Path) -> coda::Checked {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let name = format!("examples/{}", path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default());
+    let checked = coda::check(&name, &text).unwrap_or_else(|e| panic!("{name}: internal error {e}"));
+    assert!(checked.diagnostics.is_empty(), "{name}:\n{}", checked.render_diagnostics());
+    assert!(!checked.module.blocks.is_empty(), "{name} defines no block");
+    checked
+}
+
+#[test]
+fn examples_print_stable_ir() {
+    insta::glob!("../../examples", "*.coda", |path: &Path| {
+        let checked = check_example(path);
+        insta::assert_snapshot!(coda::explain_text(&checked));
+    });
+}
+
+#[test]
+fn examples_evaluate_to_finite_outputs() {
+    insta::glob!("../../examples", "*.coda", |path: &Path| {
+        let checked = check_example(path);
+        for block in &checked.module.blocks {
+            let dims: DimBindings = block.symbolic_dims().map(|d| (d.to_string(), 24)).collect();
+            let inputs = coda::random_inputs(block, &dims, 1).unwrap_or_else(|e| panic!("{}: {e}", block.name));
+            for rounding in [false, true] {
+                let outputs = coda::eval(block, &dims, &inputs, &EvalOptions { round_to_storage: rounding })
+                    .unwrap_or_else(|e| panic!("{}: {e}", block.name));
+                assert_eq!(outputs.len(), block.outputs.len());
+                for (name, tensor) in &outputs {
+                    assert!(tensor.data.iter().all(|v| v.is_finite()), "{}: output {name} is not finite", block.name);
+                    assert!(tensor.data.iter().any(|v| *v != 0.0), "{}: output {name} is all zeros", block.name);
+                }
+            }
+        }
+    });
+}

@@ -1,0 +1,9 @@
+//! The single integration-test binary of codac: file-driven snapshot cases,
+//! the examples, interpreter checks against independent formulas, robustness
+//! against hostile input, and tidy checks on the source tree.
+
+mod cases;
+mod examples;
+mod interp;
+mod robustness;
+mod tidy;

@@ -1,0 +1,82 @@
+//! Hostile inputs: the front end never panics, never hangs, and says something useful.
+
+fn rejected(name: &str, bytes: &[u8]) -> coda::Checked {
+    let checked = coda::check_bytes(name, bytes).unwrap_or_else(|e| panic!("{name}: internal error {e}"));
+    assert!(checked.has_errors(), "{name} was accepted");
+    assert!(checked.diagnostics.iter().all(|d| !d.labels.is_empty()), "{name}: a diagnostic has no location");
+    checked
+}
+
+#[test]
+fn empty_file_warns() {
+    let checked = coda::check("empty.coda", "").unwrap_or_else(|e| panic!("{e}"));
+    assert!(!checked.has_errors());
+    assert!(checked.diagnostics.iter().any(|d| d.code == "W0003"));
+}
+
+#[test]
+fn invalid_utf8_is_located() {
+    let checked = rejected("bad.coda", b"dim M\n\xff\xfe block");
+    assert_eq!(checked.diagnostics[0].code, "E0000");
+    assert_eq!(checked.diagnostics[0].labels[0].span.start, 6);
+}
+
+#[test]
+fn nul_bytes_are_unexpected_characters() {
+    let checked = rejected("nul.coda", b"dim M\0\0\ndim N");
+    assert!(checked.diagnostics.iter().any(|d| d.code == "E0001"));
+}
+
+#[test]
+fn deep_brackets_stop_with_an_error() {
+    let text = format!("dim M\nblock b(x: f32[M]) -> (y: f32[M]) {{ y = {}x{} }}", "(".repeat(100_000), ")".repeat(100_000));
+    let checked = rejected("deep.coda", text.as_bytes());
+    assert!(checked.diagnostics.iter().any(|d| d.code == "E0003"));
+}
+
+#[test]
+fn long_operator_chains_are_capped() {
+    let chain = vec!["x"; 200_000].join(" + ");
+    let text = format!("dim M\nblock b(x: f32[M]) -> (y: f32[M]) {{ y = {chain} }}");
+    let checked = rejected("chain.coda", text.as_bytes());
+    assert!(checked.diagnostics.iter().any(|d| d.code == "E0004"));
+}
+
+#[test]
+fn enormous_numbers_are_errors() {
+    let text = "dim D = 99999999999999999999999999\ndim E = 9223372036854775807 * 4\nblock b(x: f32[D]) -> (y: f32[D]) { y = x * 1e999 }";
+    let checked = rejected("big.coda", text.as_bytes());
+    assert!(checked.diagnostics.iter().all(|d| d.code == "E0105" || d.code == "E0103" || d.code == "E0209"));
+}
+
+#[test]
+fn ten_megabyte_file_finishes() {
+    let line = "dim A = 1 // padding padding padding padding padding padding padding\n";
+    let mut text = String::with_capacity(10 << 20);
+    let mut i = 0;
+    while text.len() < 10 << 20 {
+        text.push_str(&line.replace('A', &format!("A{i}")));
+        i += 1;
+    }
+    text.push_str("block b(x: f32[A0]) -> (y: f32[A0]) { y = x + ) }");
+    let start = std::time::Instant::now();
+    let checked = rejected("big.coda", text.as_bytes());
+    assert!(checked.diagnostics.iter().any(|d| d.code == "E0002"));
+    assert!(start.elapsed().as_secs() < 60, "took {:?}", start.elapsed());
+}
+
+#[test]
+fn byte_soup_never_panics() {
+    let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
+    let alphabet = b"blockernldim()[]{},:.T->=+*/@<>!=0123456789eE_xyzMNK \n\t#;\"\\\xff";
+    for _ in 0..2000 {
+        let mut bytes = Vec::new();
+        for _ in 0..(state % 200) {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            bytes.push(alphabet[(state % alphabet.len() as u64) as usize]);
+        }
+        let _ = coda::check_bytes("soup.coda", &bytes).unwrap_or_else(|e| panic!("internal error {e} on {bytes:?}"));
+    }
+}
