@@ -70,6 +70,20 @@ struct Epi_store {
     }
 };
 
+// D = acc through coda::store_tile_staged (16-byte coalesced stores).
+template <class OutT>
+struct Epi_store_staged {
+    struct Params {
+        OutT* d;
+        long long ldd;
+    };
+    static constexpr int kSmemFloats = 0;
+    template <class Frag, class Tile>
+    static __device__ void apply(const Params& p, Frag& f, const Tile& t, float* smem) {
+        coda::store_tile_staged(f, t, f.acc, p.d, p.ldd, smem);
+    }
+};
+
 struct Epi_residual {
     struct Params {
         bf16* d;
@@ -192,6 +206,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     gemm_kernel(coda::GemmArgs g, typename Epi::Params e) {
     coda::gemm_sm80<Cfg, LA, LB, Elem, Epi>(g, e);
 }
+
+// Tuning variants of the predefined configurations (ragged-tested on two
+// layouts, timed at 4096^3).
+typedef coda::GemmConfig<128, 128, 64, 2, 2, 3, 2, true> Cfg128x128w4k64;  // 4 warps, BK 64, 96 KiB
+typedef coda::GemmConfig<128, 256, 64, 2, 4, 4, 1, true> Cfg128x256s4;     // 4 stages, 192 KiB
+typedef coda::GemmConfig<256, 128, 64, 4, 2, 4, 1, true> Cfg256x128s4;     // 4 stages, 192 KiB
+typedef coda::GemmConfig<256, 128, 64, 4, 2, 3, 1, true, 16> Cfg256x128g16;  // raster group 16
 
 template <class Cfg>
 static int tiles_m(int m) { return (m + Cfg::BM - 1) / Cfg::BM; }
@@ -463,8 +484,8 @@ template <class LA> static const char* a_name() { return LA::kKContiguous ? "A_M
 template <class LB> static const char* b_name() { return LB::kKContiguous ? "B_NxK" : "B_KxN"; }
 template <class Cfg> static std::string cfg_name() {
     char buf[64];
-    snprintf(buf, sizeof buf, "%dx%dx%d/%dx%dw/%ds", Cfg::BM, Cfg::BN, Cfg::BK, Cfg::kWarpsM, Cfg::kWarpsN,
-             Cfg::kStages);
+    snprintf(buf, sizeof buf, "%dx%dx%d/%dx%dw/%ds/%s%s", Cfg::BM, Cfg::BN, Cfg::BK, Cfg::kWarpsM, Cfg::kWarpsN,
+             Cfg::kStages, Cfg::kFragDoubleBuffer ? "db" : "sb", Cfg::kGroupM != 8 ? "/g16" : "");
     return buf;
 }
 template <class Cfg, class LA, class LB>
@@ -509,6 +530,36 @@ static void test_store(const Problem& P) {
                                 [&](long long r, long long c) { return C[r * N + c]; });
     report(case_name<Cfg, LA, LB>("store", P, ElemBits<Elem>::name()), err.ok(kTolRelHalf, kTolMaxHalf),
            fmt_err("D", err));
+}
+
+// D = acc through the smem-staged store, output type OutT (bf16 operands).
+template <class Cfg, class OutT, class LA, class LB>
+static void test_store_staged(const Problem& P) {
+    const long long ldd = P.ld_of(P.N);
+    DevBuf d((size_t)(P.M + 2) * ldd * sizeof(OutT));
+    d.poison();
+    typename Epi_store_staged<OutT>::Params e;
+    e.d = d.as<OutT>();
+    e.ldd = ldd;
+    launch<Cfg, LA, LB, bf16, Epi_store_staged<OutT> >(P.args<LA, LB>(), e);
+    CK(cudaDeviceSynchronize());
+    const double* C = P.C.data();
+    const int N = P.N;
+    auto ref = [&](long long r, long long c) { return C[r * N + c]; };
+    Err err;
+    const char* tname;
+    bool ok;
+    if (coda::is_same<OutT, float>::value) {
+        err = check_f32_output(d, P.M, P.N, ldd, ref);
+        tname = "bf16->f32";
+        ok = err.ok(kTolRelF32, kTolMaxF32);
+    } else {
+        err = check_half_output(d, coda::is_same<OutT, bf16>::value, P.M, P.N, ldd, ref);
+        tname = coda::is_same<OutT, bf16>::value ? "bf16" : "bf16->f16";
+        ok = err.ok(kTolRelHalf, kTolMaxHalf);
+    }
+    const bool staged = coda::staged_store_bytes<Cfg::BM, Cfg::BN, OutT>() <= coda::gemm_smem_bytes<Cfg, Epi_store_staged<OutT> >();
+    report(case_name<Cfg, LA, LB>(staged ? "staged" : "staged(fallback)", P, tname), ok, fmt_err("D", err));
 }
 
 // (b) + (d): residual epilogue, then the consumer that finishes its partials.
@@ -664,11 +715,21 @@ static void ragged_store_all_layouts(const Problem& P) {
     for_each_layout([&](auto la, auto lb) { test_store<Cfg, bf16, decltype(la), decltype(lb)>(P); });
 }
 template <class Cfg>
+static void ragged_store_two_layouts(const Problem& P) {
+    test_store<Cfg, bf16, coda::A_MxK, coda::B_NxK>(P);
+    test_store<Cfg, bf16, coda::A_KxM, coda::B_KxN>(P);
+}
+template <class Cfg>
 static void ragged_epilogues_all_layouts(const Problem& P) {
     for_each_layout([&](auto la, auto lb) {
         test_residual_and_consumer<Cfg, decltype(la), decltype(lb)>(P);
         test_swiglu<Cfg, decltype(la), decltype(lb)>(P);
     });
+}
+template <class Cfg>
+static void ragged_epilogues_one_layout(const Problem& P) {
+    test_residual_and_consumer<Cfg, coda::A_MxK, coda::B_NxK>(P);
+    test_swiglu<Cfg, coda::A_MxK, coda::B_NxK>(P);
 }
 
 // ===========================================================================
@@ -773,21 +834,24 @@ struct TimingRow {
 };
 static std::vector<TimingRow> g_timing;
 
-template <class Cfg, class LA, class LB>
-static void large_case(const Problem& P, DevBuf& d) {
+template <class Cfg, class LA, class LB, class Epi = Epi_store<bf16> >
+static void large_case(const Problem& P, DevBuf& d, const char* tag = "") {
     d.poison();
-    typename Epi_store<bf16>::Params e;
+    typename Epi::Params e;
     e.d = d.as<bf16>();
     e.ldd = P.N;
     const coda::GemmArgs g = P.args<LA, LB>();
-    launch<Cfg, LA, LB, bf16, Epi_store<bf16> >(g, e);
+    launch<Cfg, LA, LB, bf16, Epi>(g, e);
     CK(cudaDeviceSynchronize());
     Err err = sample_check(P, d, 2048);
-    report(case_name<Cfg, LA, LB>("store", P, "bf16 (sampled)"), err.ok(kTolRelHalf, kTolMaxHalf),
+    const bool staged = coda::is_same<Epi, Epi_store_staged<bf16> >::value;
+    report(case_name<Cfg, LA, LB>(staged ? "staged" : "store", P, "bf16 (sampled)"), err.ok(kTolRelHalf, kTolMaxHalf),
            fmt_err("D", err));
-    const double ms = time_median_ms([&]() { launch<Cfg, LA, LB, bf16, Epi_store<bf16> >(g, e); });
+    const double ms = time_median_ms([&]() { launch<Cfg, LA, LB, bf16, Epi>(g, e); });
     const double tf = 2.0 * P.M * P.N * P.K / (ms * 1e-3) / 1e12;
-    g_timing.push_back({"ours " + cfg_name<Cfg>() + " " + a_name<LA>() + "*" + b_name<LB>(), ms, tf});
+    g_timing.push_back({"ours " + cfg_name<Cfg>() + " " + a_name<LA>() + "*" + b_name<LB>() +
+                            (staged ? " staged-store" : "") + tag,
+                        ms, tf});
 }
 
 template <class LA, class LB>
@@ -846,6 +910,7 @@ static void large_epilogue_timing(const Problem& P) {
 // ===========================================================================
 int main(int argc, char** argv) {
     const bool skip_large = argc > 1 && strcmp(argv[1], "--ragged-only") == 0;
+    const bool profile = argc > 1 && strcmp(argv[1], "--profile") == 0;
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
     printf("device: %s, sm_%d%d, %d SMs, %.0f MB L2\n", prop.name, prop.major, prop.minor,
@@ -856,6 +921,26 @@ int main(int argc, char** argv) {
                                 coda::gemm_smem_bytes<coda::Cfg128x128, Epi_store<bf16> >()));
     }
 
+    if (profile) {  // one launch of a few kernels at 4096^3, for ncu
+        const int S = 4096;
+        Problem P;
+        make_problem<bf16>(P, S, S, S, false, false);
+        DevBuf d((size_t)S * S * 2);
+        typename Epi_store<bf16>::Params e;
+        e.d = d.as<bf16>();
+        e.ldd = S;
+        launch<coda::Cfg256x128, coda::A_MxK, coda::B_NxK, bf16, Epi_store<bf16> >(P.args<coda::A_MxK, coda::B_NxK>(), e);
+        launch<coda::Cfg128x256, coda::A_KxM, coda::B_KxN, bf16, Epi_store<bf16> >(P.args<coda::A_KxM, coda::B_KxN>(), e);
+        launch<coda::Cfg128x128w4, coda::A_MxK, coda::B_NxK, bf16, Epi_store<bf16> >(P.args<coda::A_MxK, coda::B_NxK>(), e);
+        typename Epi_store_staged<bf16>::Params es;
+        es.d = d.as<bf16>();
+        es.ldd = S;
+        launch<coda::Cfg256x128, coda::A_MxK, coda::B_NxK, bf16, Epi_store_staged<bf16> >(P.args<coda::A_MxK, coda::B_NxK>(), es);
+        CK(cudaDeviceSynchronize());
+        printf("profile launches done\n");
+        return 0;
+    }
+
     // ---- ragged shapes --------------------------------------------------
     const int shapes[][3] = {{1000, 330, 1043}, {77, 50, 40}, {300, 258, 8}};
     for (auto& s : shapes) {
@@ -863,11 +948,26 @@ int main(int argc, char** argv) {
         make_problem<bf16>(P, s[0], s[1], s[2], true, true);
         ragged_store_all_layouts<coda::Cfg64x64>(P);
         ragged_store_all_layouts<coda::Cfg128x128>(P);
+        ragged_store_all_layouts<coda::Cfg128x128w4>(P);
         ragged_store_all_layouts<coda::Cfg128x256>(P);
         ragged_store_all_layouts<coda::Cfg256x128>(P);
-        ragged_epilogues_all_layouts<coda::Cfg128x128>(P);  // 2x4 warps
-        ragged_epilogues_all_layouts<coda::Cfg256x128>(P);  // 4x2 warps
-        ragged_epilogues_all_layouts<coda::Cfg64x64>(P);    // 2x2 warps
+        ragged_store_all_layouts<coda::Cfg128x256k32>(P);
+        ragged_store_two_layouts<Cfg128x128w4k64>(P);
+        ragged_store_two_layouts<Cfg128x256s4>(P);
+        ragged_store_two_layouts<Cfg256x128s4>(P);
+        ragged_store_two_layouts<Cfg256x128g16>(P);
+        ragged_epilogues_all_layouts<coda::Cfg128x128>(P);  // 2x4 warps, 128-register cap
+        ragged_epilogues_one_layout<coda::Cfg256x128>(P);   // 4x2 warps, BK 64
+        ragged_epilogues_one_layout<coda::Cfg128x256>(P);   // 2x4 warps, BK 64
+        ragged_epilogues_one_layout<coda::Cfg128x128w4>(P); // 2x2 warps
+        ragged_epilogues_one_layout<coda::Cfg64x64>(P);     // 2x2 warps, 4 CTAs/SM
+        test_store_staged<coda::Cfg128x128, bf16, coda::A_MxK, coda::B_NxK>(P);
+        test_store_staged<coda::Cfg128x128, float, coda::A_MxK, coda::B_NxK>(P);  // does not fit: fallback
+        test_store_staged<coda::Cfg128x256, bf16, coda::A_MxK, coda::B_NxK>(P);
+        test_store_staged<coda::Cfg128x256, float, coda::A_KxM, coda::B_KxN>(P);
+        test_store_staged<coda::Cfg256x128, f16, coda::A_MxK, coda::B_KxN>(P);
+        test_store_staged<coda::Cfg128x128w4, bf16, coda::A_KxM, coda::B_NxK>(P);
+        test_store_staged<coda::Cfg64x64, bf16, coda::A_MxK, coda::B_NxK>(P);
     }
     {
         Problem P;  // f16 operands and output
@@ -882,16 +982,31 @@ int main(int argc, char** argv) {
         make_problem<bf16>(P, S, S, S, false, false);
         DevBuf d((size_t)S * S * 2);
         Cublas cb = load_cublas();
+        typedef coda::A_MxK MK;
+        typedef coda::B_NxK NK;
+        large_case<coda::Cfg256x128, MK, NK>(P, d, " (first)");  // timed again last: spread
         for_each_layout([&](auto la, auto lb) {
             typedef decltype(la) LA;
             typedef decltype(lb) LB;
             large_case<coda::Cfg128x128, LA, LB>(P, d);
+            large_case<coda::Cfg128x128w4, LA, LB>(P, d);
             large_case<coda::Cfg128x256, LA, LB>(P, d);
             large_case<coda::Cfg256x128, LA, LB>(P, d);
             large_cublas<LA, LB>(cb, P, d);
         });
-        large_case<coda::Cfg64x64, coda::A_MxK, coda::B_NxK>(P, d);
-        large_epilogue_timing<coda::Cfg128x256, coda::A_MxK, coda::B_NxK>(P);
+        large_case<coda::Cfg64x64, MK, NK>(P, d);
+        large_case<coda::Cfg128x256k32, MK, NK>(P, d);
+        large_case<Cfg128x128w4k64, MK, NK>(P, d);
+        large_case<Cfg128x256s4, MK, NK>(P, d);
+        large_case<Cfg256x128s4, MK, NK>(P, d);
+        large_case<Cfg256x128g16, MK, NK>(P, d);
+        large_case<coda::Cfg128x256, MK, NK, Epi_store_staged<bf16> >(P, d);
+        large_case<coda::Cfg256x128, MK, NK, Epi_store_staged<bf16> >(P, d);
+        large_case<coda::Cfg128x128w4, MK, NK, Epi_store_staged<bf16> >(P, d);
+        large_case<Cfg256x128s4, MK, NK, Epi_store_staged<bf16> >(P, d);
+        large_epilogue_timing<coda::Cfg256x128, MK, NK>(P);
+        large_epilogue_timing<coda::Cfg128x128w4, MK, NK>(P);
+        large_case<coda::Cfg256x128, MK, NK>(P, d, " (again)");
     }
 
     // ---- summary --------------------------------------------------------

@@ -47,6 +47,7 @@ struct Epi_k0 {
         __nv_bfloat16* d; long long ldd;          // D = acc + R
         const __nv_bfloat16* r; long long ldr;
         float* ss;                                // [M][num_n_tiles] row sum of D^2
+        // D is written through store_tile_staged: ldd a multiple of 8.
     };
     static constexpr int kSmemFloats = 0;
     template <class Frag, class Tile>
@@ -59,11 +60,13 @@ struct Epi_k0 {
             for (int j = 0; j < Frag::CJ; ++j) {
                 const float2 r = coda::load_pair(f, i, j, p.r, p.ldr);
                 const float v0 = f.acc[i][j][0] + r.x, v1 = f.acc[i][j][1] + r.y;
-                coda::store_pair(f, i, j, p.d, p.ldd, v0, v1);
+                f.acc[i][j][0] = v0;  // transformed in place, stored below
+                f.acc[i][j][1] = v1;
                 if (f.row_in(i) && f.col_in(j, 0)) ss[i] += v0 * v0;
                 if (f.row_in(i) && f.col_in(j, 1)) ss[i] += v1 * v1;
             }
         }
+        coda::store_tile_staged(f, t, f.acc, p.d, p.ldd, smem);  // 16-byte stores via smem
         coda::row_reduce<coda::SumOp>(f, ss, smem);
         coda::store_row_partial(f, t, ss, p.ss);
     }
@@ -91,7 +94,7 @@ struct KernelDesc {
 // smem = kStages * (BM + BN) * BK * 2 (the host mirror of gemm_smem_bytes).
 static const KernelDesc kKernels[] = {
     {"coda_k0_128x128_mk_nk", 128, 128, 256, 4 * (128 + 128) * 32 * 2, true, true},
-    {"coda_k0_128x256_km_kn", 128, 256, 256, 4 * (128 + 256) * 32 * 2, false, false},
+    {"coda_k0_128x256_km_kn", 128, 256, 256, 3 * (128 + 256) * 64 * 2, false, false},
     {"coda_k0_64x64_mk_kn", 64, 64, 128, 3 * (64 + 64) * 32 * 2, true, false},
 };
 

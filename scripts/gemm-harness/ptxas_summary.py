@@ -24,15 +24,16 @@ for line in open(sys.argv[1]):
 
 
 def pretty(name):
-    m = re.search(r"GemmConfigILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)", name)
+    m = re.search(r"GemmConfigILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELb(\d)", name)
     if not m:
         return name
-    bm, bn, bk, wm, wn, st, mb = m.groups()
+    bm, bn, bk, wm, wn, st, mb, db = m.groups()
     la = "A_MxK" if "A_MxK" in name else "A_KxM"
     lb = "B_NxK" if "B_NxK" in name else "B_KxN"
     el = "f16" if "6__half" in name else "bf16"
     epi = re.search(r"(Epi_\w+?)(E|I)", name.split(lb)[-1])
-    return f"{bm}x{bn}x{bk} {wm}x{wn}w {st}st mb{mb} {la}*{lb} {el} {epi.group(1) if epi else '?'}"
+    return (f"{bm}x{bn}x{bk} {wm}x{wn}w {st}st mb{mb} {'db' if db == '1' else 'sb'} {la}*{lb} {el} "
+            f"{epi.group(1) if epi else '?'}")
 
 
 bad = 0

@@ -59,8 +59,8 @@ fn gelu_forms_match_reference_values() {
     let inputs: Tensors = [("x".to_string(), x)].into();
     let o = coda::eval(block, &dims, &inputs, &EvalOptions::default()).unwrap_or_else(|e| panic!("{e}"));
     // Values of 0.5·x·(1 + erf(x/√2)) and the tanh approximation, computed independently.
-    let erf = [0.841_344_746_068_542_9, -0.154_305_522_734_065_2, 2.995_950_030_804_189];
-    let tanh = [0.841_191_990_608_276_8, -0.154_285_988_860_643_1, 2.996_362_607_980_011];
+    let erf = [0.841_344_746_068_542_9, -0.154_268_769_362_993_44, 2.995_950_305_905_11];
+    let tanh = [0.841_191_990_608_276_8, -0.154_285_990_174_856_06, 2.996_362_607_918_227];
     for k in 0..3 {
         assert!((o["e"].data[k] - erf[k]).abs() < 1e-12, "gelu erf at {k}: {}", o["e"].data[k]);
         assert!((o["t"].data[k] - tanh[k]).abs() < 1e-12, "gelu tanh at {k}: {}", o["t"].data[k]);

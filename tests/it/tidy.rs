@@ -43,9 +43,11 @@ fn unsafe_only_in_the_runtime() {
     for file in sources() {
         let in_runtime = file.components().any(|c| c.as_os_str() == "coda-runtime");
         let text = std::fs::read_to_string(&file).unwrap_or_default();
+        // The keyword is assembled so that this file does not match itself.
+        let keyword = ["un", "safe "].concat();
         let uses_unsafe = text.lines().any(|l| {
             let code = l.split("//").next().unwrap_or("");
-            code.contains("unsafe {") || code.contains("unsafe fn") || code.contains("unsafe impl")
+            ["{", "fn", "impl"].iter().any(|next| code.contains(&format!("{keyword}{next}")))
         });
         assert!(in_runtime || !uses_unsafe, "{} uses unsafe outside coda-runtime", file.display());
     }

@@ -40,10 +40,11 @@
 // <= the mainloop's smem; checked by static_assert), so a functor that only
 // uses the helpers declares kSmemFloats = 0.
 //
-// Reductions contain __syncthreads(): call them unconditionally from every
+// Reductions and store_tile_staged contain barriers (f.sync(), which is
+// __syncthreads() under gemm_sm80): call them unconditionally from every
 // thread (never inside a row_in/col_in branch), in the same order.  Each
 // helper starts with a barrier, so helpers may be called back to back; a
-// functor that writes smem itself must __syncthreads() first.
+// functor that writes smem itself must f.sync() first.
 //
 // All helpers are deterministic: fixed combination order, no atomics.
 // Partial buffers (one value per row per N-tile, or per column per M-tile)
@@ -64,6 +65,7 @@ struct TileInfo {
     int tile_m_idx, tile_n_idx;    // tile coordinates
     int num_m_tiles, num_n_tiles;  // ceil(M / BM), ceil(N / BN)
     int m, n;                      // problem size M, N
+    int smem_bytes;                // dynamic shared memory available as scratch
 };
 
 // The per-thread accumulator fragment.  BM x BN is the CTA tile; the CTA's
@@ -79,6 +81,7 @@ struct AccFrag {
     static constexpr int BN = BN_;
     static constexpr int kWarpsM = WARPS_M;
     static constexpr int kWarpsN = WARPS_N;
+    static constexpr int kThreads = 32 * WARPS_M * WARPS_N;
     // Scratch (floats) needed by the reduction helpers.
     static constexpr int kRowReduceFloats = BM * kWarpsN;      // row_reduce<Op>
     static constexpr int kRowLseFloats = 2 * BM * kWarpsN;     // row_reduce_lse
@@ -106,6 +109,11 @@ struct AccFrag {
     // warp with warp_n == 0); one thread per tile column pair col_writer().
     __device__ __forceinline__ bool row_writer() const { return (lane & 3) == 0 && warp_n == 0; }
     __device__ __forceinline__ bool col_writer() const { return (lane >> 2) == 0 && warp_m == 0; }
+    // Index of this thread among the kThreads threads holding the tile.
+    __device__ __forceinline__ int thread_index() const { return (warp_m * kWarpsN + warp_n) * 32 + lane; }
+    // Barrier over the threads holding the tile (all of the CTA for
+    // gemm_sm80; a warp-specialized mainloop would use a named barrier).
+    __device__ __forceinline__ void sync() const { __syncthreads(); }
 };
 
 // ---------------------------------------------------------------------------
@@ -156,13 +164,13 @@ __device__ __forceinline__ void row_reduce(const Frag& f, float (&v)[Frag::RI], 
         v[i] = Op::combine(v[i], shfl_xor(v[i], 2));
     }
     if (Frag::kWarpsN == 1) return;
-    __syncthreads();  // scratch may still be read by an earlier step
+    f.sync();  // scratch may still be read by an earlier step
     // scratch layout: [warp_n][local row], Frag::BM floats per warp column.
     if ((f.lane & 3) == 0) {
 #pragma unroll
         for (int i = 0; i < Frag::RI; ++i) scratch[f.warp_n * Frag::BM + f.local_row(i)] = v[i];
     }
-    __syncthreads();
+    f.sync();
 #pragma unroll
     for (int i = 0; i < Frag::RI; ++i) {
         const int r = f.local_row(i);
@@ -185,7 +193,7 @@ __device__ __forceinline__ void row_reduce_lse(const Frag& f, float (&mx)[Frag::
         lse_merge(mx[i], se[i], shfl_xor(mx[i], 2), shfl_xor(se[i], 2));
     }
     if (Frag::kWarpsN == 1) return;
-    __syncthreads();
+    f.sync();
     // scratch layout: [0 = max, 1 = sumexp][warp_n][local row]
     float* smax = scratch;
     float* ssum = scratch + Frag::kWarpsN * Frag::BM;
@@ -196,7 +204,7 @@ __device__ __forceinline__ void row_reduce_lse(const Frag& f, float (&mx)[Frag::
             ssum[f.warp_n * Frag::BM + f.local_row(i)] = se[i];
         }
     }
-    __syncthreads();
+    f.sync();
 #pragma unroll
     for (int i = 0; i < Frag::RI; ++i) {
         const int r = f.local_row(i);
@@ -230,7 +238,7 @@ __device__ __forceinline__ void col_reduce(const Frag& f, float (&v)[Frag::CJ][2
         }
     }
     if (Frag::kWarpsM == 1) return;
-    __syncthreads();
+    f.sync();
     // scratch layout: [warp_m][local column], Frag::BN floats per warp row.
     if ((f.lane >> 2) == 0) {
 #pragma unroll
@@ -239,7 +247,7 @@ __device__ __forceinline__ void col_reduce(const Frag& f, float (&v)[Frag::CJ][2
             scratch[f.warp_m * Frag::BN + f.local_col(j) + 1] = v[j][1];
         }
     }
-    __syncthreads();
+    f.sync();
 #pragma unroll
     for (int j = 0; j < Frag::CJ; ++j) {
 #pragma unroll
@@ -394,6 +402,87 @@ __device__ __forceinline__ void store_pair(const Frag& f, int i, int j, T* out, 
 template <class Frag, class T>
 __device__ __forceinline__ void accum_pair(const Frag& f, int i, int j, T* out, long long ld, float v0, float v1) {
     accum_pair_at(out, ld, f.row(i), f.col(j), f.m, f.n, v0, v1);
+}
+
+// Shared-memory-staged tile store: writes the fragment-shaped array v (for
+// example f.acc after the functor transformed it in place) as T to the
+// row-major output through shared memory, so that every global store is a
+// coalesced 16-byte vector (8 bf16/f16 or 4 f32); the ragged right edge is
+// stored element by element, rows >= M are skipped.  All threads must call it.
+// Scratch: staged_store_bytes<BM, BN, T>() = BM * (BN + 8) * sizeof(T) bytes
+// (rows padded by 8 elements so that the fragment writes are bank-conflict
+// free).  Falls back to direct pair stores when the scratch does not fit in
+// t.smem_bytes, or when out / ld do not allow aligned 16-byte stores.
+template <int BM, int BN, class T>
+__host__ __device__ constexpr int staged_store_bytes() {
+    return BM * (BN + 8) * (int)sizeof(T);
+}
+template <class T> struct PairBits;  // 2 adjacent elements as one word
+template <> struct PairBits<bf16> {
+    typedef unsigned type;
+    static __device__ __forceinline__ unsigned pack(float a, float b) { return pack2_bf16(a, b); }
+};
+template <> struct PairBits<f16> {
+    typedef unsigned type;
+    static __device__ __forceinline__ unsigned pack(float a, float b) { return pack2_f16(a, b); }
+};
+template <> struct PairBits<float> {
+    typedef float2 type;
+    static __device__ __forceinline__ float2 pack(float a, float b) { return make_float2(a, b); }
+};
+
+template <class T, class Frag>
+__device__ __forceinline__ void store_tile_staged(const Frag& f, const TileInfo& t,
+                                                  const float (&v)[Frag::RI][Frag::CJ][2], T* out, long long ld,
+                                                  float* smem) {
+    constexpr int kVec = 16 / (int)sizeof(T);                   // elements per 16-byte chunk
+    constexpr int kRowBytes = (Frag::BN + 8) * (int)sizeof(T);  // padded smem row
+    constexpr int kChunksPerRow = Frag::BN / kVec;
+    constexpr int kChunks = Frag::BM * kChunksPerRow;
+    const bool fits = staged_store_bytes<Frag::BM, Frag::BN, T>() <= t.smem_bytes;
+    const bool aligned = (ld % kVec) == 0 && (reinterpret_cast<unsigned long long>(out) & 15) == 0;
+    if (!fits || !aligned) {  // uniform over the CTA
+#pragma unroll
+        for (int i = 0; i < Frag::RI; ++i)
+#pragma unroll
+            for (int j = 0; j < Frag::CJ; ++j) store_pair(f, i, j, out, ld, v[i][j][0], v[i][j][1]);
+        return;
+    }
+    unsigned char* s = reinterpret_cast<unsigned char*>(smem);
+    f.sync();  // scratch may still be in use
+#pragma unroll
+    for (int i = 0; i < Frag::RI; ++i)
+#pragma unroll
+        for (int j = 0; j < Frag::CJ; ++j)
+            *reinterpret_cast<typename PairBits<T>::type*>(s + f.local_row(i) * kRowBytes +
+                                                            f.local_col(j) * (int)sizeof(T)) =
+                PairBits<T>::pack(v[i][j][0], v[i][j][1]);
+    f.sync();
+    // Consecutive threads take consecutive 16-byte chunks of a row.
+#pragma unroll
+    for (int c0 = 0; c0 < kChunks; c0 += Frag::kThreads) {
+        const int c = c0 + f.thread_index();
+        if (kChunks % Frag::kThreads != 0 && c >= kChunks) break;
+        const int r = c / kChunksPerRow, ch = c % kChunksPerRow;
+        const int grow = t.tile_m0 + r, gcol = t.tile_n0 + ch * kVec;
+        if (grow >= t.m || gcol >= t.n) continue;
+        const uint4 val = *reinterpret_cast<const uint4*>(s + r * kRowBytes + ch * 16);
+        T* dst = out + (long long)grow * ld + gcol;
+        if (gcol + kVec <= t.n) {
+            *reinterpret_cast<uint4*>(dst) = val;
+        } else {  // ragged right edge: element stores (unrolled: no local memory)
+            const unsigned w[4] = {val.x, val.y, val.z, val.w};
+#pragma unroll
+            for (int k = 0; k < kVec; ++k) {
+                if (gcol + k < t.n) {
+                    if (sizeof(T) == 4)
+                        *reinterpret_cast<unsigned*>(dst + k) = w[k & 3];
+                    else
+                        *reinterpret_cast<unsigned short*>(dst + k) = (unsigned short)(w[(k >> 1) & 3] >> ((k & 1) * 16));
+                }
+            }
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------

@@ -38,6 +38,9 @@
 //           max(kStages * (BM + BN) * BK * 2,  4 * Epi::kSmemFloats)
 //           (= coda::gemm_smem_bytes<Cfg, Epi>()); above 48 KiB the host must
 //           raise CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES first.
+//   Do not launch when M or N is 0 (empty grid).  K = 0 gives acc = 0.
+//   K loop: Cfg::kFragDoubleBuffer selects mainloop_pipelined (1 CTA/SM
+//   configs) or mainloop_simple (128-register configs); see below.
 //
 // ---------------------------------------------------------------------------
 // Shared-memory tile layout and swizzle
@@ -82,7 +85,8 @@ struct B_NxK { static constexpr bool kKContiguous = true; };
 // Tile configuration.  The CTA computes a BM x BN tile with kWarpsM x kWarpsN
 // warps, each owning a (BM / kWarpsM) x (BN / kWarpsN) warp tile made of
 // 16 x 8 mma tiles; K advances BK at a time through kStages smem buffers.
-template <int BM_, int BN_, int BK_, int WARPS_M, int WARPS_N, int STAGES, int MIN_BLOCKS = 1, int GROUP_M = 8>
+template <int BM_, int BN_, int BK_, int WARPS_M, int WARPS_N, int STAGES, int MIN_BLOCKS = 1,
+          bool FRAG_DOUBLE_BUFFER = (MIN_BLOCKS == 1), int GROUP_M = 8>
 struct GemmConfig {
     static constexpr int BM = BM_;
     static constexpr int BN = BN_;
@@ -92,6 +96,7 @@ struct GemmConfig {
     static constexpr int kStages = STAGES;
     static constexpr int kMinBlocks = MIN_BLOCKS;  // for __launch_bounds__
     static constexpr int kGroupM = GROUP_M;        // rasterization group (tiles along M)
+    static constexpr bool kFragDoubleBuffer = FRAG_DOUBLE_BUFFER;  // K-loop variant
     static constexpr int kThreads = 32 * kWarpsM * kWarpsN;
     static constexpr int WM = BM / kWarpsM;        // warp tile rows
     static constexpr int WN = BN / kWarpsN;        // warp tile columns
@@ -108,15 +113,22 @@ struct GemmConfig {
     static_assert(kStages >= 2, "at least 2 stages");
 };
 
-// Predefined configurations (threads, smem bytes):
-//   64x64x32,   2x2 warps, 3 stages: 128 threads, 24 KiB  -- tiny shapes
-//   128x128x32, 2x4 warps, 4 stages: 256 threads, 64 KiB  -- default
-//   128x256x32, 2x4 warps, 4 stages: 256 threads, 96 KiB  -- large N
-//   256x128x32, 4x2 warps, 4 stages: 256 threads, 96 KiB  -- large M
+// Predefined configurations.  "db" = kFragDoubleBuffer K loop.  TFLOP/s:
+// bare bf16 GEMM, 4096^3, A_MxK * B_NxK, on an H100 SXM (cuBLAS: 787).
+//   name           BMxBNxBK    warps stages CTAs/SM loop threads smem     TFLOP/s
+//   Cfg64x64       64x64x32    2x2   3      4       sb   128     24 KiB   251 (tiny shapes)
+//   Cfg128x128     128x128x32  2x4   4      2       sb   256     64 KiB   360
+//   Cfg128x128w4   128x128x32  2x2   4      2       db   128     64 KiB   428
+//   Cfg128x256     128x256x64  2x4   3      1       db   256     144 KiB  449
+//   Cfg256x128     256x128x64  4x2   3      1       db   256     144 KiB  456
+//   Cfg128x256k32  128x256x32  2x4   4      1       db   256     96 KiB   377
+// All fit the 164 KiB of an A100 and the 227 KiB of an H100 per CTA.
 typedef GemmConfig<64, 64, 32, 2, 2, 3, 4> Cfg64x64;
 typedef GemmConfig<128, 128, 32, 2, 4, 4, 2> Cfg128x128;
-typedef GemmConfig<128, 256, 32, 2, 4, 4, 1> Cfg128x256;
-typedef GemmConfig<256, 128, 32, 4, 2, 4, 1> Cfg256x128;
+typedef GemmConfig<128, 128, 32, 2, 2, 4, 2, true> Cfg128x128w4;
+typedef GemmConfig<128, 256, 64, 2, 4, 3, 1> Cfg128x256;
+typedef GemmConfig<256, 128, 64, 4, 2, 3, 1> Cfg256x128;
+typedef GemmConfig<128, 256, 32, 2, 4, 4, 1> Cfg128x256k32;
 
 // The fragment type the epilogue of a gemm_sm80<Cfg, ...> receives.
 template <class Cfg>
@@ -341,6 +353,136 @@ __device__ __forceinline__ void raster_grouped(int pid, int tiles_m, int tiles_n
     tn = in_group / rows;
 }
 
+// Loads the A and B fragments of one 16-wide k step (k offset k0 within
+// the stage) for this warp's tile.
+template <class Cfg, class FA, class FB>
+__device__ __forceinline__ void load_fragments(const FA& frag_a, const FB& frag_b, unsigned sa, unsigned sb, int k0,
+                                               int warp_m, int warp_n, unsigned (&af)[Cfg::kMmaM][4],
+                                               unsigned (&bfr)[Cfg::kMmaN / 2][4]) {
+#pragma unroll
+    for (int mi = 0; mi < Cfg::kMmaM; ++mi) frag_a.load16x16(sa, warp_m * Cfg::WM + mi * 16, k0, af[mi]);
+#pragma unroll
+    for (int np = 0; np < Cfg::kMmaN / 2; ++np) frag_b.load16x16(sb, warp_n * Cfg::WN + np * 16, k0, bfr[np]);
+}
+
+// The warp's kMmaM x kMmaN mma.sync tiles for one 16-wide k step.
+template <class Cfg, class Elem, class Frag>
+__device__ __forceinline__ void mma_step(Frag& f, const unsigned (&af)[Cfg::kMmaM][4],
+                                         const unsigned (&bfr)[Cfg::kMmaN / 2][4]) {
+#pragma unroll
+    for (int mi = 0; mi < Cfg::kMmaM; ++mi) {
+#pragma unroll
+        for (int nj = 0; nj < Cfg::kMmaN; ++nj) {
+            // Serpentine over nj so consecutive mmas share a B fragment.
+            const int n = (mi & 1) ? (Cfg::kMmaN - 1 - nj) : nj;
+            Mma16816<Elem>::run(f.acc[2 * mi][n], f.acc[2 * mi + 1][n], af[mi], bfr[n >> 1][2 * (n & 1)],
+                                bfr[n >> 1][2 * (n & 1) + 1]);
+        }
+    }
+}
+
+// K loop, variant 1 (kFragDoubleBuffer = true): fragment registers are
+// double-buffered over the 16-wide k steps and the barrier sits before the
+// last k step of a tile, so the ldmatrix of the next tile's first step
+// overlaps the last step's mmas.  Costs 2x the fragment registers: meant for
+// 1-CTA/SM configurations with room below 255 registers.
+template <class Cfg, class Elem, class Frag, class LA, class LB, class FA, class FB>
+__device__ __forceinline__ void mainloop_pipelined(Frag& f, LA& load_a, LB& load_b, const FA& frag_a, const FB& frag_b,
+                                                   unsigned smem_a, unsigned smem_b, int ktiles, int warp_m,
+                                                   int warp_n) {
+    constexpr int S = Cfg::kStages;
+    // Fragment registers, double-buffered over the 16-wide k steps:
+    // af[b][mi] = a[0..3] of m16 tile mi; bfr[b][p] = b[0..1] of n8 tiles
+    // 2p and 2p+1.  With KK = BK/16 (even) steps per k tile, step kk uses
+    // buffer kk % 2 and prefetches step kk+1 into the other buffer.
+    constexpr int KK = Cfg::BK / 16;
+    unsigned af[2][Cfg::kMmaM][4];
+    unsigned bfr[2][Cfg::kMmaN / 2][4];
+
+    int read_stage = 0;
+    int write_stage = S - 1;
+    unsigned sa = smem_a, sb = smem_b;  // stage being read
+
+    // Tile 0 must be resident before its first fragments are read.
+    cp_async_wait<S - 2>();
+    __syncthreads();
+    load_fragments<Cfg>(frag_a, frag_b, sa, sb, 0, warp_m, warp_n, af[0], bfr[0]);
+
+    for (int kt = 0; kt < ktiles; ++kt) {
+#pragma unroll
+        for (int kk = 0; kk < KK; ++kk) {
+            if (kk == KK - 1) {
+                // Next k tile: wait for its copies (groups committed: S-1+kt+1;
+                // tile kt+1 is group kt+1, so S-2 may stay pending), then a
+                // barrier that (a) publishes it to all warps and (b) marks
+                // that every warp has finished reading stage kt%S's fragments
+                // except the ones already in registers -- the stage refilled
+                // at kk == 0 of the next iteration is the one read here.
+                cp_async_wait<S - 2>();
+                __syncthreads();
+                read_stage = (read_stage + 1 == S) ? 0 : read_stage + 1;
+                sa = smem_a + read_stage * Cfg::kStageBytesA;
+                sb = smem_b + read_stage * Cfg::kStageBytesB;
+            }
+            // Prefetch the fragments of the next k step (for kk == KK-1: step
+            // 0 of the next tile; on the last tile they are unused).
+            load_fragments<Cfg>(frag_a, frag_b, sa, sb, ((kk + 1) % KK) * 16, warp_m, warp_n, af[(kk + 1) & 1],
+                                bfr[(kk + 1) & 1]);
+            if (kk == 0) {
+                // Refill the stage read in the previous iteration (all warps
+                // passed the barrier after their last read of it) with tile
+                // kt + S - 1.  Always commit, to keep the group count uniform.
+                if (kt + S - 1 < ktiles) {
+                    load_a.load(smem_a + write_stage * Cfg::kStageBytesA);
+                    load_b.load(smem_b + write_stage * Cfg::kStageBytesB);
+                }
+                cp_async_commit();
+                write_stage = (write_stage + 1 == S) ? 0 : write_stage + 1;
+            }
+            mma_step<Cfg, Elem>(f, af[kk & 1], bfr[kk & 1]);
+        }
+    }
+
+}
+
+// K loop, variant 2 (kFragDoubleBuffer = false): one barrier at the top of
+// each k tile, fragments loaded per k step (ptxas still overlaps the ldmatrix
+// of step kk+1 with the mmas of step kk within a tile).  Fewer registers: for
+// 2-CTA/SM configurations capped at 128 registers.
+template <class Cfg, class Elem, class Frag, class LA, class LB, class FA, class FB>
+__device__ __forceinline__ void mainloop_simple(Frag& f, LA& load_a, LB& load_b, const FA& frag_a, const FB& frag_b,
+                                                unsigned smem_a, unsigned smem_b, int ktiles, int warp_m,
+                                                int warp_n) {
+    constexpr int S = Cfg::kStages;
+    int read_stage = 0;
+    int write_stage = S - 1;
+    for (int kt = 0; kt < ktiles; ++kt) {
+        // Groups committed so far: S-1+kt; tile kt is group kt, so at most
+        // S-2 may still be pending.  The barrier publishes tile kt to all
+        // warps and also guarantees that everybody finished reading the stage
+        // computed in iteration kt-1, which is the one refilled just below.
+        cp_async_wait<S - 2>();
+        __syncthreads();
+        if (kt + S - 1 < ktiles) {
+            load_a.load(smem_a + write_stage * Cfg::kStageBytesA);
+            load_b.load(smem_b + write_stage * Cfg::kStageBytesB);
+        }
+        cp_async_commit();
+        write_stage = (write_stage + 1 == S) ? 0 : write_stage + 1;
+
+        const unsigned sa = smem_a + read_stage * Cfg::kStageBytesA;
+        const unsigned sb = smem_b + read_stage * Cfg::kStageBytesB;
+#pragma unroll
+        for (int kk = 0; kk < Cfg::BK; kk += 16) {
+            unsigned af[Cfg::kMmaM][4];
+            unsigned bfr[Cfg::kMmaN / 2][4];
+            load_fragments<Cfg>(frag_a, frag_b, sa, sb, kk, warp_m, warp_n, af, bfr);
+            mma_step<Cfg, Elem>(f, af, bfr);
+        }
+        read_stage = (read_stage + 1 == S) ? 0 : read_stage + 1;
+    }
+}
+
 // ---------------------------------------------------------------------------
 // The GEMM: one CTA computes one BM x BN output tile, then calls Epi::apply.
 // ---------------------------------------------------------------------------
@@ -393,45 +535,10 @@ __device__ __forceinline__ void gemm_sm80(const GemmArgs& g, const typename Epi:
         cp_async_commit();
     }
 
-    int read_stage = 0;
-    int write_stage = S - 1;
-    for (int kt = 0; kt < ktiles; ++kt) {
-        // Groups committed so far: S-1+kt; tile kt is group kt, so at most
-        // S-2 may still be pending.  The barrier publishes tile kt to all
-        // warps and also guarantees that everybody finished reading the stage
-        // computed in iteration kt-1, which is the one refilled just below.
-        cp_async_wait<S - 2>();
-        __syncthreads();
-        if (kt + S - 1 < ktiles) {
-            load_a.load(smem_a + write_stage * Cfg::kStageBytesA);
-            load_b.load(smem_b + write_stage * Cfg::kStageBytesB);
-        }
-        cp_async_commit();
-        write_stage = (write_stage + 1 == S) ? 0 : write_stage + 1;
-
-        const unsigned sa = smem_a + read_stage * Cfg::kStageBytesA;
-        const unsigned sb = smem_b + read_stage * Cfg::kStageBytesB;
-#pragma unroll
-        for (int kk = 0; kk < Cfg::BK; kk += 16) {
-            unsigned af[Cfg::kMmaM][4];      // a[0..3] per m16 tile
-            unsigned bfr[Cfg::kMmaN / 2][4];  // b[0..1] of n8 tiles 2p and 2p+1
-#pragma unroll
-            for (int mi = 0; mi < Cfg::kMmaM; ++mi) frag_a.load16x16(sa, warp_m * Cfg::WM + mi * 16, kk, af[mi]);
-#pragma unroll
-            for (int np = 0; np < Cfg::kMmaN / 2; ++np) frag_b.load16x16(sb, warp_n * Cfg::WN + np * 16, kk, bfr[np]);
-#pragma unroll
-            for (int mi = 0; mi < Cfg::kMmaM; ++mi) {
-#pragma unroll
-                for (int nj = 0; nj < Cfg::kMmaN; ++nj) {
-                    // Serpentine over nj so consecutive mmas share a B fragment.
-                    const int n = (mi & 1) ? (Cfg::kMmaN - 1 - nj) : nj;
-                    Mma16816<Elem>::run(f.acc[2 * mi][n], f.acc[2 * mi + 1][n], af[mi], bfr[n >> 1][2 * (n & 1)],
-                                        bfr[n >> 1][2 * (n & 1) + 1]);
-                }
-            }
-        }
-        read_stage = (read_stage + 1 == S) ? 0 : read_stage + 1;
-    }
+    if (Cfg::kFragDoubleBuffer)
+        mainloop_pipelined<Cfg, Elem>(f, load_a, load_b, frag_a, frag_b, smem_a, smem_b, ktiles, warp_m, warp_n);
+    else
+        mainloop_simple<Cfg, Elem>(f, load_a, load_b, frag_a, frag_b, smem_a, smem_b, ktiles, warp_m, warp_n);
 
     // Drain (only empty groups can remain) and make the smem free for the
     // epilogue's scratch.
@@ -458,6 +565,7 @@ __device__ __forceinline__ void gemm_sm80(const GemmArgs& g, const typename Epi:
     t.num_n_tiles = tiles_n;
     t.m = g.m;
     t.n = g.n;
+    t.smem_bytes = gemm_smem_bytes<Cfg, Epi>();
 
     Epi::apply(ep, f, t, reinterpret_cast<float*>(coda_dyn_smem));
 }

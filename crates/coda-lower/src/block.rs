@@ -45,6 +45,8 @@ pub(crate) struct Lowerer<'a> {
     /// In a `kernel`, whether a parameter may be named right now (inside a
     /// load primitive or as a GEMM operand).
     pub(crate) param_use_allowed: bool,
+    /// Inputs and outputs whose declaration failed; their uses are not reported again.
+    pub(crate) poisoned: std::collections::HashSet<String>,
 }
 
 /// Lowers a block; errors go to `diagnostics` (the caller drops a block with errors).
@@ -73,6 +75,7 @@ pub(crate) fn lower_block(
         outputs: Vec::new(),
         diagnostics,
         param_use_allowed: kind == BlockKind::Block,
+        poisoned: std::collections::HashSet::new(),
     };
     lowerer.block.dims = lowerer.dims.defs();
     lowerer.declare_params(&ast_block.params);
@@ -150,7 +153,10 @@ impl Lowerer<'_> {
             if self.check_fresh(&param.name) {
                 continue;
             }
-            let Some((dtype, shape, rank, texts)) = self.tensor_type(&param.ty) else { continue };
+            let Some((dtype, shape, rank, texts)) = self.tensor_type(&param.ty) else {
+                self.poisoned.insert(param.name.name.clone());
+                continue;
+            };
             let index = self.block.params.len();
             self.block.params.push(Tensor { name: param.name.name.clone(), dtype, shape, rank, span: param.span });
             let (rows, cols) = match texts.as_slice() {
@@ -175,7 +181,10 @@ impl Lowerer<'_> {
             if self.check_fresh(&output.name) {
                 continue;
             }
-            let Some((dtype, shape, rank, _)) = self.tensor_type(&output.ty) else { continue };
+            let Some((dtype, shape, rank, _)) = self.tensor_type(&output.ty) else {
+                self.poisoned.insert(output.name.name.clone());
+                continue;
+            };
             let tensor = Tensor { name: output.name.name.clone(), dtype, shape, rank, span: output.span };
             self.outputs.push(DeclaredOutput { tensor, assigned: None });
         }
@@ -225,6 +234,9 @@ impl Lowerer<'_> {
 
     fn assign_output(&mut self, name: &ast::Ident, value: Option<Value>, accumulate: bool, span: Span, value_span: Span) {
         let Some(index) = self.outputs.iter().position(|o| o.tensor.name == name.name) else {
+            if self.poisoned.contains(&name.name) {
+                return;
+            }
             let is_let = self.env.contains_key(&name.name);
             let mut diagnostic = Diagnostic::error("E0204", format!("`{}` is not an output of this block", name.name))
                 .with_primary(name.span, "assigned here");

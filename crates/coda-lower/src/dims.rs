@@ -23,11 +23,21 @@ pub(crate) struct DimEntry {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct DimScope {
     entries: Vec<DimEntry>,
+    /// Position of each name in `entries`, so lookups stay O(1) in huge files.
+    index: std::collections::HashMap<String, usize>,
+    /// Names whose declaration failed: uses are silently skipped, since the
+    /// declaration's error already explains them.
+    poisoned: std::collections::HashSet<String>,
 }
 
 impl DimScope {
     pub(crate) fn get(&self, name: &str) -> Option<&DimEntry> {
-        self.entries.iter().find(|e| e.name == name)
+        self.index.get(name).and_then(|&i| self.entries.get(i))
+    }
+
+    fn insert(&mut self, entry: DimEntry) {
+        self.index.insert(entry.name.clone(), self.entries.len());
+        self.entries.push(entry);
     }
 
     /// The dims in the IR's form, for a block's header.
@@ -53,7 +63,10 @@ impl DimScope {
         let (value, constant) = match &decl.value {
             None => (Dim::symbol(name), None),
             Some(expr) => {
-                let Some(dim) = self.eval(expr, diagnostics) else { return };
+                let Some(dim) = self.eval(expr, diagnostics) else {
+                    self.poisoned.insert(name.clone());
+                    return;
+                };
                 match dim.as_const() {
                     Some(c) if c > 0 => (dim, Some(c)),
                     Some(c) => {
@@ -61,6 +74,7 @@ impl DimScope {
                             Diagnostic::error("E0105", format!("dimension `{name}` must be positive"))
                                 .with_primary(expr.span, format!("this is {c}")),
                         );
+                        self.poisoned.insert(name.clone());
                         return;
                     }
                     // `dim Q = 2*M` names an expression over symbols: keep it symbolic.
@@ -68,13 +82,9 @@ impl DimScope {
                 }
             }
         };
-        if decl.value.is_some() && constant.is_none() {
-            // An alias of a symbolic expression: substituted like a constant but
-            // not listed as a run-time binding.
-            self.entries.push(DimEntry { name: name.clone(), value, constant: None, span: decl.name.span });
-            return;
-        }
-        self.entries.push(DimEntry { name: name.clone(), value, constant, span: decl.name.span });
+        // A dim defined as an expression over symbols (`dim Q = 2*M`) is
+        // substituted like a constant and has `constant: None`.
+        self.insert(DimEntry { name: name.clone(), value, constant, span: decl.name.span });
     }
 
     /// Evaluates a dimension expression, reporting what is not one.
@@ -92,6 +102,7 @@ impl DimScope {
             },
             ExprKind::Name(ident) => match self.get(&ident.name) {
                 Some(entry) => Some(entry.value.clone()),
+                None if self.poisoned.contains(&ident.name) => None,
                 None => {
                     diagnostics.push(unknown_dim(&ident.name, ident.span));
                     None

@@ -68,6 +68,9 @@ impl Lowerer<'_> {
             let dim = entry.value.clone();
             return self.emit(Inst::DimValue(dim), span);
         }
+        if self.poisoned.contains(name) {
+            return None;
+        }
         if self.outputs.iter().any(|o| o.tensor.name == name) {
             self.diagnostics.push(
                 Diagnostic::error("E0202", format!("output `{name}` cannot be read"))

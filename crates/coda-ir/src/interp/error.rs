@@ -57,10 +57,10 @@ pub enum EvalError {
         got: String,
     },
     /// An integer tensor holds a value that is not an `i32`.
-    #[error("input `{name}`: element {index} is {value}, which is not an i32 integer")]
+    #[error("{tensor}: element {index} is {value}, which is not an i32 integer")]
     NotInteger {
-        /// The tensor.
-        name: String,
+        /// The tensor, as `` input `x` ``.
+        tensor: String,
         /// Row-major position of the element.
         index: usize,
         /// The element.

@@ -1,12 +1,13 @@
 //! The evaluation loop: inputs, one instruction at a time, outputs.
 
-use super::bind::{bind_shape, describe_shape, eval_dim, resolve_bindings, DimBindings};
+use super::bind::{bind_shape, eval_dim, resolve_bindings, DimBindings};
 use super::error::EvalError;
+use super::inputs::{check_all_inputs, input};
 use super::layout;
 use super::matmul::{matmul, scratch_elements, MatMulMode};
 use super::ops;
 use super::rope::bind_rope;
-use super::round::{cast, round_slice};
+use super::round::{cast, round_slice, round_to_dtype};
 use super::tensor::HostTensor;
 use crate::block::{Block, Output, Tensor};
 use crate::inst::{Inst, RopeSpec, Value};
@@ -50,7 +51,7 @@ pub(super) fn eval_with_limit(
         dims,
         inputs,
         round: options.round_to_storage,
-        values: vec![None; block.insts.len()],
+        values: std::iter::repeat_with(|| None).take(block.insts.len()).collect(),
         last_use: last_uses(block),
         live_bytes: 0,
         limit,
@@ -59,82 +60,6 @@ pub(super) fn eval_with_limit(
         machine.step(value, inst)?;
     }
     machine.outputs()
-}
-
-/// Checks every param and every `+=` output's previous content up front.
-fn check_all_inputs(
-    block: &Block,
-    dims: &DimBindings,
-    inputs: &BTreeMap<String, HostTensor>,
-) -> Result<(), EvalError> {
-    let accumulated = block
-        .outputs
-        .iter()
-        .filter(|o| o.accumulate)
-        .map(|o| &o.tensor);
-    for decl in block.params.iter().chain(accumulated) {
-        input(inputs, decl, dims)?;
-    }
-    Ok(())
-}
-
-/// The input for `decl`, checked: present, of the bound shape (a flat
-/// vector either way for rank 0 and 1), holding integers for `i32`.
-fn input<'a>(
-    inputs: &'a BTreeMap<String, HostTensor>,
-    decl: &Tensor,
-    dims: &DimBindings,
-) -> Result<&'a HostTensor, EvalError> {
-    let (rows, cols) = bind_shape(&decl.shape, dims)?;
-    let name = decl.name.clone();
-    let expected = || expected_input(decl, rows, cols, dims);
-    let Some(given) = inputs.get(&decl.name) else {
-        return Err(EvalError::MissingInput {
-            name,
-            expected: expected(),
-        });
-    };
-    let flat = decl.rank < 2 && (given.rows == 1 || given.cols == 1);
-    let fits = given.shape() == (rows, cols)
-        || (flat && given.len() as u128 == rows as u128 * cols as u128);
-    if !given.is_consistent() || !fits {
-        return Err(EvalError::InputShape {
-            name,
-            expected: expected(),
-            got: describe_given(given),
-        });
-    }
-    if decl.dtype == DType::I32 {
-        given.check_integers(&decl.name)?;
-    }
-    Ok(given)
-}
-
-/// The shape an input should have, for messages.
-fn expected_input(decl: &Tensor, rows: usize, cols: usize, dims: &DimBindings) -> String {
-    let shape = describe_shape(&decl.shape, dims);
-    if decl.rank < 2 {
-        format!(
-            "a vector of {} elements, {shape}",
-            rows.saturating_mul(cols)
-        )
-    } else {
-        shape
-    }
-}
-
-/// A given tensor's shape, for messages.
-fn describe_given(given: &HostTensor) -> String {
-    if given.is_consistent() {
-        format!("[{}, {}]", given.rows, given.cols)
-    } else {
-        format!(
-            "[{}, {}] with {} elements of data",
-            given.rows,
-            given.cols,
-            given.len()
-        )
-    }
 }
 
 /// For each value, the index of the last instruction reading it (its own
@@ -156,6 +81,31 @@ fn last_uses(block: &Block) -> Vec<usize> {
     last
 }
 
+/// A computed value: owned, or a param's input used as it is.
+enum Slot<'a> {
+    /// Computed by the interpreter (counted against the memory limit).
+    Owned(HostTensor),
+    /// A caller's input that already has the param's dtype, shape and values.
+    Borrowed(&'a HostTensor),
+}
+
+impl Slot<'_> {
+    fn tensor(&self) -> &HostTensor {
+        match self {
+            Slot::Owned(tensor) => tensor,
+            Slot::Borrowed(tensor) => tensor,
+        }
+    }
+
+    /// Bytes counted against the memory limit.
+    fn owned_bytes(&self) -> u64 {
+        match self {
+            Slot::Owned(tensor) => tensor.data.len() as u64 * 8,
+            Slot::Borrowed(_) => 0,
+        }
+    }
+}
+
 /// The state of one evaluation.
 struct Machine<'a> {
     block: &'a Block,
@@ -163,14 +113,14 @@ struct Machine<'a> {
     inputs: &'a BTreeMap<String, HostTensor>,
     round: bool,
     /// Computed values still needed, by value index.
-    values: Vec<Option<HostTensor>>,
+    values: Vec<Option<Slot<'a>>>,
     last_use: Vec<usize>,
     live_bytes: u64,
     /// The most bytes of values live at once.
     limit: u64,
 }
 
-impl Machine<'_> {
+impl<'a> Machine<'a> {
     /// Evaluates one instruction, then frees the values it read for the last time.
     fn step(&mut self, value: Value, inst: &Inst) -> Result<(), EvalError> {
         let ty = self
@@ -179,6 +129,28 @@ impl Machine<'_> {
             .get(value.index())
             .ok_or_else(|| self.malformed(format!("{value} has no type")))?;
         let (rows, cols) = bind_shape(&ty.shape, &self.dims)?;
+        let slot = match inst {
+            Inst::Param(index) => self.param(value, *index, (rows, cols))?,
+            _ => Slot::Owned(self.computed(value, inst, ty.dtype, (rows, cols))?),
+        };
+        let place = self.values.get_mut(value.index());
+        let place = place.ok_or_else(|| EvalError::Malformed {
+            block: self.block.name.clone(),
+            message: format!("{value} is outside the block"),
+        })?;
+        *place = Some(slot);
+        self.free_dead(value, inst);
+        Ok(())
+    }
+
+    /// A value the interpreter computes, of the given dtype and shape.
+    fn computed(
+        &mut self,
+        value: Value,
+        inst: &Inst,
+        dtype: DType,
+        (rows, cols): (usize, usize),
+    ) -> Result<HostTensor, EvalError> {
         let elements = rows as u128 * cols as u128;
         self.reserve(elements, 0, value)?;
         let data = self.compute(value, inst, rows, cols)?;
@@ -189,21 +161,12 @@ impl Machine<'_> {
             );
             return Err(self.malformed(message));
         }
-        let slot = self
-            .values
-            .get_mut(value.index())
-            .ok_or_else(|| EvalError::Malformed {
-                block: self.block.name.clone(),
-                message: format!("{value} is outside the block"),
-            })?;
-        *slot = Some(HostTensor {
-            dtype: ty.dtype,
+        Ok(HostTensor {
+            dtype,
             rows,
             cols,
             data,
-        });
-        self.free_dead(value, inst);
-        Ok(())
+        })
     }
 
     /// Counts `elements` (plus `scratch` temporary ones) against the memory limit.
@@ -232,7 +195,7 @@ impl Machine<'_> {
                 .get_mut(candidate.index())
                 .and_then(Option::take)
             {
-                self.live_bytes = self.live_bytes.saturating_sub(freed.data.len() as u64 * 8);
+                self.live_bytes = self.live_bytes.saturating_sub(freed.owned_bytes());
             }
         }
     }
@@ -254,8 +217,8 @@ impl Machine<'_> {
 
     /// A computed operand.
     fn operand(&self, value: Value) -> Result<&HostTensor, EvalError> {
-        match self.values.get(value.index()) {
-            Some(Some(tensor)) if tensor.is_consistent() => Ok(tensor),
+        match self.values.get(value.index()).and_then(Option::as_ref) {
+            Some(slot) if slot.tensor().is_consistent() => Ok(slot.tensor()),
             _ => Err(self.malformed(format!("{value} is read before it is defined"))),
         }
     }
@@ -286,22 +249,16 @@ impl Machine<'_> {
         cols: usize,
     ) -> Result<Vec<f64>, EvalError> {
         match inst {
-            Inst::Param(index) => self.param(*index),
             Inst::Const(c) => Ok(vec![*c]),
             Inst::DimValue(dim) => Ok(vec![eval_dim(dim, &self.dims)? as f64]),
-            Inst::Unary { op, arg } => Ok(self
-                .operand(*arg)?
-                .data
-                .iter()
-                .map(|&x| ops::unary(*op, x))
-                .collect()),
+            Inst::Unary { op, arg } => self.map(*arg, |x| Ok(ops::unary(*op, x))),
+            Inst::Cast { to, arg } => self
+                .map(*arg, |x| cast(x, *to, self.round))
+                .map_err(|e| with_context(e, &self.describe(value))),
             Inst::Binary { op, lhs, rhs } => {
                 let [a, b] = self.same_shape([*lhs, *rhs])?;
-                Ok(a.data
-                    .iter()
-                    .zip(&b.data)
-                    .map(|(&x, &y)| ops::binary(*op, x, y))
-                    .collect())
+                let pairs = a.data.iter().zip(&b.data);
+                Ok(pairs.map(|(&x, &y)| ops::binary(*op, x, y)).collect())
             }
             Inst::Select {
                 cond,
@@ -309,32 +266,23 @@ impl Machine<'_> {
                 on_false,
             } => {
                 let [c, t, f] = self.same_shape([*cond, *on_true, *on_false])?;
-                let pick = |((&c, &t), &f): ((&f64, &f64), &f64)| if c != 0.0 { t } else { f };
-                Ok(c.data.iter().zip(&t.data).zip(&f.data).map(pick).collect())
+                let triples = c.data.iter().zip(&t.data).zip(&f.data);
+                Ok(triples
+                    .map(|((&c, &t), &f)| if c != 0.0 { t } else { f })
+                    .collect())
             }
-            Inst::Cast { to, arg } => self
-                .operand(*arg)?
-                .data
-                .iter()
-                .map(|&x| cast(x, *to, self.round))
-                .collect(),
-            Inst::MatMul {
-                lhs,
-                rhs,
-                lhs_transposed,
-                rhs_transposed,
-                operand_dtype,
-            } => {
-                let round_to = self.round.then_some(*operand_dtype);
-                let mode = MatMulMode {
-                    lhs_transposed: *lhs_transposed,
-                    rhs_transposed: *rhs_transposed,
-                    round_to,
-                };
-                self.matmul(value, *lhs, *rhs, mode)
-            }
+            Inst::MatMul { .. } => self.matmul(value, inst, rows as u128 * cols as u128),
             _ => self.compute_layout(value, inst, rows, cols),
         }
+    }
+
+    /// `f` applied to every element of `arg`.
+    fn map(
+        &self,
+        arg: Value,
+        f: impl Fn(f64) -> Result<f64, EvalError>,
+    ) -> Result<Vec<f64>, EvalError> {
+        self.operand(arg)?.data.iter().map(|&x| f(x)).collect()
     }
 
     /// The instructions that move values rather than compute them.
@@ -374,32 +322,70 @@ impl Machine<'_> {
         }
     }
 
-    /// The param's input, normalized, rounded to its dtype when rounding.
-    fn param(&self, index: usize) -> Result<Vec<f64>, EvalError> {
-        let decl = self
-            .block
+    /// The param's input: used as it is when it already has the declared
+    /// dtype, shape and (when rounding) representable values; else a
+    /// normalized copy, rounded to the dtype when rounding.
+    fn param(
+        &mut self,
+        value: Value,
+        index: usize,
+        (rows, cols): (usize, usize),
+    ) -> Result<Slot<'a>, EvalError> {
+        let block = self.block;
+        let decl = block
             .params
             .get(index)
             .ok_or_else(|| self.malformed(format!("parameter {index} does not exist")))?;
-        let mut data = input(self.inputs, decl, &self.dims)?.data.clone();
-        if self.round && decl.dtype.is_float() {
-            round_slice(&mut data, decl.dtype).map_err(|e| with_tensor(e, &decl.name))?;
+        let given = input(self.inputs, decl, &self.dims)?;
+        let rounds = self.round && decl.dtype.is_float();
+        let exact = given.dtype == decl.dtype && given.shape() == (rows, cols);
+        if exact && (!rounds || representable(&given.data, decl.dtype)) {
+            return Ok(Slot::Borrowed(given));
         }
-        Ok(data)
+        self.reserve(rows as u128 * cols as u128, 0, value)?;
+        let mut data = given.data.clone();
+        if rounds {
+            round_slice(&mut data, decl.dtype).map_err(|e| with_context(e, &tensor_name(decl)))?;
+        }
+        Ok(Slot::Owned(HostTensor {
+            dtype: decl.dtype,
+            rows,
+            cols,
+            data,
+        }))
     }
 
+    /// A matrix product, its operand copies counted against the memory limit.
     fn matmul(
         &mut self,
         value: Value,
-        lhs: Value,
-        rhs: Value,
-        mode: MatMulMode,
+        inst: &Inst,
+        output: u128,
     ) -> Result<Vec<f64>, EvalError> {
-        let scratch = scratch_elements(self.operand(lhs)?, self.operand(rhs)?);
+        let Inst::MatMul {
+            lhs,
+            rhs,
+            lhs_transposed,
+            rhs_transposed,
+            operand_dtype,
+        } = inst
+        else {
+            return Err(self.malformed(format!("{value} is not a matmul")));
+        };
+        let (a, b) = (self.operand(*lhs)?, self.operand(*rhs)?);
+        // With rounding on, a value of the operand type is already rounded.
+        let round = |t: &HostTensor| (self.round && t.dtype != *operand_dtype).then_some(*operand_dtype);
+        let mode = MatMulMode {
+            lhs_transposed: *lhs_transposed,
+            rhs_transposed: *rhs_transposed,
+            round_lhs: round(a),
+            round_rhs: round(b),
+        };
+        let scratch = scratch_elements(a, b, output);
         self.reserve(0, scratch, value)?;
         matmul(
-            self.operand(lhs)?,
-            self.operand(rhs)?,
+            self.operand(*lhs)?,
+            self.operand(*rhs)?,
             mode,
             &self.block.name,
         )
@@ -482,11 +468,11 @@ impl Machine<'_> {
             self.reserve(rows as u128 * cols as u128, 0, output.value)?;
             self.operand(output.value)?.data.clone()
         } else {
-            self.values
-                .get_mut(output.value.index())
-                .and_then(Option::take)
-                .map(|t| t.data)
-                .unwrap_or_default()
+            match self.values.get_mut(output.value.index()).and_then(Option::take) {
+                Some(Slot::Owned(tensor)) => tensor.data,
+                Some(Slot::Borrowed(tensor)) => tensor.data.clone(),
+                None => Vec::new(),
+            }
         };
         if output.accumulate {
             self.add_previous(decl, &mut data)?;
@@ -505,11 +491,11 @@ impl Machine<'_> {
         let previous = input(self.inputs, decl, &self.dims)?;
         for (x, &p) in data.iter_mut().zip(&previous.data) {
             let p = if self.round && decl.dtype.is_float() {
-                super::round_to_dtype(p, decl.dtype)
+                round_to_dtype(p, decl.dtype)
             } else {
                 Ok(p)
             };
-            *x += p.map_err(|e| with_tensor(e, &decl.name))?;
+            *x += p.map_err(|e| with_context(e, &tensor_name(decl)))?;
         }
         Ok(())
     }
@@ -518,17 +504,30 @@ impl Machine<'_> {
     fn finish(&self, decl: &Tensor, data: &mut [f64]) -> Result<(), EvalError> {
         let converts = self.round || matches!(decl.dtype, DType::I32 | DType::Bool);
         if converts {
-            round_slice(data, decl.dtype).map_err(|e| with_tensor(e, &decl.name))?;
+            round_slice(data, decl.dtype).map_err(|e| with_context(e, &tensor_name(decl)))?;
         }
         Ok(())
     }
 }
 
-/// Names the tensor in an unsupported-dtype error.
-fn with_tensor(error: EvalError, name: &str) -> EvalError {
+/// Whether every element is exactly a value of `dtype` (NaN counts as one).
+fn representable(data: &[f64], dtype: DType) -> bool {
+    data.iter().all(|&x| match round_to_dtype(x, dtype) {
+        Ok(r) => r.to_bits() == x.to_bits() || (r.is_nan() && x.is_nan()),
+        Err(_) => false,
+    })
+}
+
+/// `` tensor `x` `` for messages.
+fn tensor_name(decl: &Tensor) -> String {
+    format!("tensor `{}`", decl.name)
+}
+
+/// Says where an unsupported-dtype error happened.
+fn with_context(error: EvalError, context: &str) -> EvalError {
     match error {
         EvalError::Unsupported { what, message } => EvalError::Unsupported {
-            what: format!("tensor `{name}`: {what}"),
+            what: format!("{context}: {what}"),
             message,
         },
         other => other,

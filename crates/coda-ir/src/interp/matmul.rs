@@ -1,9 +1,9 @@
 //! The matrix product: operands optionally rounded to the 16-bit operand
 //! type, every dot product summed in `f64` in increasing `k` order.
 //!
-//! Rows of the result are computed on several threads when the product is
-//! large; each element is still one sequential sum, so the result does not
-//! depend on the thread count.
+//! Blocks of rows of the result are computed on several threads when the
+//! product is large; each element is still one sequential sum, so the result
+//! does not depend on the thread count.
 
 use super::layout::transpose;
 use super::round::round_slice;
@@ -22,9 +22,10 @@ struct Operand<'a> {
     k: usize,
 }
 
-/// The elements of scratch copies a product of these operands may make.
-pub(super) fn scratch_elements(lhs: &HostTensor, rhs: &HostTensor) -> u128 {
-    lhs.data.len() as u128 + rhs.data.len() as u128
+/// The elements of scratch copies a product of these operands, with
+/// `output` elements, may make: operand copies and per-thread row blocks.
+pub(super) fn scratch_elements(lhs: &HostTensor, rhs: &HostTensor, output: u128) -> u128 {
+    lhs.data.len() as u128 + rhs.data.len() as u128 + output
 }
 
 /// How to multiply: the transposes and the operand rounding.
@@ -80,38 +81,49 @@ fn shape_error(a: &Operand<'_>, b: &Operand<'_>, block: &str) -> EvalError {
 
 /// `a @ b^T` for `a: [M, K]`, `b: [N, K]`.
 fn product(a: &Operand<'_>, b: &Operand<'_>) -> Vec<f64> {
-    let n = b.outer;
-    let mut out = vec![0.0; a.outer.saturating_mul(n)];
-    let work = a.outer as u128 * n as u128 * a.k as u128;
+    let work = a.outer as u128 * b.outer as u128 * a.k as u128;
     let threads = if work < PARALLEL_THRESHOLD {
         1
     } else {
         std::thread::available_parallelism().map_or(1, usize::from)
     };
     if threads == 1 {
-        fill_rows(a, b, 0, &mut out);
-        return out;
+        return rows_of(a, b, 0, a.outer);
     }
     let rows_per_chunk = a.outer.div_ceil(threads).max(1);
-    let chunk_len = rows_per_chunk.saturating_mul(n).max(1);
+    let chunks: Vec<(usize, usize)> = (0..a.outer)
+        .step_by(rows_per_chunk)
+        .map(|first| (first, (first + rows_per_chunk).min(a.outer)))
+        .collect();
     std::thread::scope(|scope| {
-        for (chunk, out_rows) in out.chunks_mut(chunk_len).enumerate() {
-            let first_row = chunk * rows_per_chunk;
-            scope.spawn(move || fill_rows(a, b, first_row, out_rows));
+        let spawn = |(first, end)| {
+            let worker = std::thread::Builder::new();
+            (
+                first,
+                end,
+                worker.spawn_scoped(scope, move || rows_of(a, b, first, end)),
+            )
+        };
+        let workers: Vec<_> = chunks.into_iter().map(spawn).collect();
+        let mut out = Vec::with_capacity(a.outer.saturating_mul(b.outer));
+        for (first, end, worker) in workers {
+            // A thread that could not start (or failed) is redone here.
+            match worker.map(|handle| handle.join()) {
+                Ok(Ok(rows)) => out.extend(rows),
+                _ => out.extend(rows_of(a, b, first, end)),
+            }
         }
-    });
-    out
+        out
+    })
 }
 
-/// Fills `out` (whole rows of the result starting at `first_row`).
-fn fill_rows(a: &Operand<'_>, b: &Operand<'_>, first_row: usize, out: &mut [f64]) {
-    let (k, n) = (a.k.max(1), b.outer.max(1));
-    let a_rows = a.data.chunks(k).skip(first_row);
-    for (a_row, out_row) in a_rows.zip(out.chunks_mut(n)) {
-        for (b_row, slot) in b.data.chunks(k).zip(out_row.iter_mut()) {
-            *slot = dot(a_row, b_row);
-        }
-    }
+/// Rows `first..end` of `a @ b^T`.
+fn rows_of(a: &Operand<'_>, b: &Operand<'_>, first: usize, end: usize) -> Vec<f64> {
+    let k = a.k.max(1);
+    let a_rows = a.data.chunks(k).skip(first).take(end.saturating_sub(first));
+    a_rows
+        .flat_map(|a_row| b.data.chunks(k).map(move |b_row| dot(a_row, b_row)))
+        .collect()
 }
 
 /// `sum_k x[k] y[k]`, in increasing `k`.

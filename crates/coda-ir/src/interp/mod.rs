@@ -108,6 +108,7 @@
 mod bind;
 mod error;
 mod eval;
+mod inputs;
 mod layout;
 mod matmul;
 mod ops;

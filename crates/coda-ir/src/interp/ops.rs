@@ -77,7 +77,7 @@ pub(super) fn binary(op: BinaryOp, a: f64, b: f64) -> f64 {
         BinaryOp::Mul => a * b,
         BinaryOp::Div => a / b,
         BinaryOp::Min => minimum(a, b),
-        BinaryOp::Max => -minimum(-a, -b),
+        BinaryOp::Max => maximum(a, b),
         BinaryOp::Lt => truth(a < b),
         BinaryOp::Le => truth(a <= b),
         BinaryOp::Gt => truth(a > b),
@@ -92,6 +92,17 @@ fn minimum(a: f64, b: f64) -> f64 {
     if a.is_nan() || b.is_nan() {
         f64::NAN
     } else if a < b || (a == b && a.is_sign_negative()) {
+        a
+    } else {
+        b
+    }
+}
+
+/// IEEE 754-2019 `maximum`: NaN if either is NaN, and `-0 < +0`.
+fn maximum(a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else if a > b || (a == b && a.is_sign_positive()) {
         a
     } else {
         b
@@ -121,7 +132,7 @@ pub(super) fn reduce(op: ReduceOp, axis: Axis, arg: &HostTensor) -> Vec<f64> {
                     .data
                     .iter()
                     .skip(c)
-                    .step_by(cols)
+                    .step_by(cols.max(1))
                     .take(rows)
                     .copied()
                     .collect();

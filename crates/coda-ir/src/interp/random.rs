@@ -1,25 +1,4 @@
-//! Deterministic random inputs for a block.
-//!
-//! Every tensor draws from its own stream, seeded from the run's seed and the
-//! tensor's name (FNV-1a), so adding or renaming one param leaves the others
-//! unchanged. The generator is SplitMix64; normals come from the Box–Muller
-//! transform with the `libm` crate's `log`, `sin`, `cos` and `sqrt`, so the
-//! numbers are the same on every platform. Distributions, by declared dtype
-//! and shape:
-//!
-//! * `i32` params: integers uniform in `[0, 1024)` (whatever the columns of
-//!   the table they index: an index past the end takes 0);
-//! * float params whose shape mentions a symbolic dim (activations): N(0, 1);
-//! * float rank-2 params with constant dims (weights, `[out, in]`): normal
-//!   with mean 0 and standard deviation `1 / sqrt(cols)`;
-//! * float rank-0 and rank-1 params with constant dims (gains, biases):
-//!   `1 + 0.1 N(0, 1)`;
-//! * the previous content of every `+=` output: N(0, 1).
-//!
-//! Float values are rounded to the tensor's dtype (a bf16 param holds
-//! exactly representable values); a value that rounds to zero is drawn again
-//! (at most a few times), so float tensors hold no zeros. Tensors have their
-//! canonical `(rows, cols)`.
+//! Deterministic random inputs for a block (see [`random_inputs`]).
 
 use super::bind::{bind_shape, resolve_bindings, DimBindings};
 use super::error::EvalError;
@@ -34,6 +13,34 @@ use std::collections::BTreeMap;
 const ZERO_REDRAWS: usize = 8;
 
 /// Random inputs for every param and every `+=` output of `block`.
+///
+/// Every tensor draws from its own stream, seeded from the run's seed and the
+/// tensor's name (FNV-1a), so adding or renaming one param leaves the others
+/// unchanged. The generator is SplitMix64; normals come from the Box–Muller
+/// transform with the `libm` crate's `log`, `sin`, `cos` and `sqrt`, so the
+/// numbers are the same on every platform. Distributions, by declared dtype
+/// and shape:
+///
+/// * `i32` params: integers uniform in `[0, 1024)` (whatever the columns of
+///   the table they index: an index past the end takes 0);
+/// * float params whose shape mentions a symbolic dim (activations): N(0, 1);
+/// * float rank-2 params with constant dims (weights, `[out, in]`): normal
+///   with mean 0 and standard deviation `1 / sqrt(cols)`;
+/// * float rank-0 and rank-1 params with constant dims (gains, biases):
+///   `1 + 0.1 N(0, 1)`;
+/// * the previous content of every `+=` output: N(0, 1) (integers as for
+///   params when the output is `i32`).
+///
+/// Float values are rounded to the tensor's dtype (a bf16 param holds
+/// exactly representable values); a value that rounds to zero is drawn again
+/// (at most a few times), so float tensors hold no zeros. Tensors have their
+/// canonical `(rows, cols)`. fp8 tensors are [`EvalError::Unsupported`].
+///
+/// Precisely: the stream of tensor `name` is SplitMix64 started at
+/// `splitmix64_first_output(seed) ^ fnv1a_64(name)`; an integer is the next
+/// output modulo 1024; a normal pair is `r cos t`, `r sin t` with
+/// `r = sqrt(-2 ln(1 - u1))`, `t = 2 pi u2`, `u = (output >> 11) / 2^53`,
+/// used in that order.
 pub fn random_inputs(
     block: &Block,
     dims: &DimBindings,

@@ -40,7 +40,7 @@ impl HostTensor {
             data,
         };
         if dtype == DType::I32 {
-            tensor.check_integers("tensor")?;
+            tensor.check_integers("an i32 tensor")?;
         }
         Ok(tensor)
     }
@@ -112,13 +112,14 @@ impl HostTensor {
         self.data.len() as u128 == self.rows as u128 * self.cols as u128
     }
 
-    /// Fails on the first element that is not an integer in the `i32` range.
-    pub(crate) fn check_integers(&self, name: &str) -> Result<(), EvalError> {
+    /// Fails on the first element that is not an integer in the `i32` range;
+    /// `tensor` names the tensor in the error.
+    pub(crate) fn check_integers(&self, tensor: &str) -> Result<(), EvalError> {
         let bad = self.data.iter().position(|&x| !is_i32(x));
         match bad {
             None => Ok(()),
             Some(index) => Err(EvalError::NotInteger {
-                name: name.to_string(),
+                tensor: tensor.to_string(),
                 index,
                 value: self.data.get(index).copied().unwrap_or(f64::NAN),
             }),

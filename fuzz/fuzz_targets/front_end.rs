@@ -1,0 +1,103 @@
+//! Fuzzes the whole codac front end with arbitrary bytes.
+//!
+//! Each input goes through `coda::check_bytes` (UTF-8 check, lexer, parser,
+//! name/shape checking, lowering, IR verification). That must never panic,
+//! and must never report a bug in codac: an `InternalError` (the verifier
+//! rejected lowered IR) or an `E9000` diagnostic makes the target panic so
+//! that libFuzzer records the input. Rendering the diagnostics must not
+//! panic either.
+//!
+//! When the input checks without errors, the target also runs
+//! `coda::explain_text` and `coda::explain_json`, then evaluates every block
+//! with the reference interpreter on `coda::random_inputs`, with every
+//! symbolic dimension bound to 3, once without and once with storage
+//! rounding. Evaluation errors are fine (a slice or a rope may be out of
+//! range at run time), except `EvalError::Malformed`, which means a block
+//! broke an invariant that the verifier should have caught.
+//!
+//! Blocks whose values would be large (constant dims such as
+//! `dim V = 128256` are legal) are not evaluated, so that the fuzzer
+//! measures the compiler and not the speed of the interpreter: evaluation is
+//! skipped when a parameter or any IR value would have more than
+//! `MAX_VALUE_ELEMENTS` elements, when all values together would exceed
+//! `MAX_TOTAL_ELEMENTS`, or when the matmuls would need more than
+//! `MAX_MATMUL_MACS` multiply-adds. Sizes come from
+//! `coda::ir::interp::bind_shape`, the interpreter's own binding rule.
+
+#![no_main]
+
+use coda::ir::interp::bind_shape;
+use coda::ir::{Block, Inst};
+use coda::{DimBindings, EvalError, EvalOptions};
+use libfuzzer_sys::fuzz_target;
+
+/// The value every symbolic dimension is bound to.
+const SMALL_DIM: i64 = 3;
+/// The most elements one parameter or IR value may have for the block to be evaluated.
+const MAX_VALUE_ELEMENTS: u128 = 1 << 20;
+/// The most elements all IR values together may have.
+const MAX_TOTAL_ELEMENTS: u128 = 1 << 23;
+/// The most multiply-adds all matmuls together may need.
+const MAX_MATMUL_MACS: u128 = 1 << 24;
+
+fuzz_target!(|data: &[u8]| {
+    let checked = match coda::check_bytes("fuzz.coda", data) {
+        Ok(checked) => checked,
+        Err(err) => panic!("internal compiler error from check_bytes: {err}"),
+    };
+    if let Some(ice) = checked.diagnostics.iter().find(|d| d.code == "E9000") {
+        panic!("E9000 internal compiler error diagnostic:\n{ice:?}");
+    }
+    let _ = checked.render_diagnostics();
+    if checked.has_errors() {
+        return;
+    }
+    let _ = coda::explain_text(&checked);
+    let _ = coda::explain_json(&checked);
+    for block in &checked.module.blocks {
+        let dims: DimBindings = block.symbolic_dims().map(|name| (name.to_string(), SMALL_DIM)).collect();
+        if !small_enough(block, &dims) {
+            continue;
+        }
+        let Ok(inputs) = coda::random_inputs(block, &dims, 0) else { continue };
+        for round_to_storage in [false, true] {
+            let options = EvalOptions { round_to_storage };
+            if let Err(err @ EvalError::Malformed { .. }) = coda::eval(block, &dims, &inputs, &options) {
+                panic!("the interpreter found a malformed block `{}`: {err}", block.name);
+            }
+        }
+    }
+});
+
+/// Whether every parameter and value of `block` binds to a small shape under `dims`.
+fn small_enough(block: &Block, dims: &DimBindings) -> bool {
+    let elements = |shape| match bind_shape(shape, dims) {
+        Ok((rows, cols)) => Some(rows as u128 * cols as u128),
+        Err(_) => None,
+    };
+    for param in &block.params {
+        match elements(&param.shape) {
+            Some(n) if n <= MAX_VALUE_ELEMENTS => {}
+            _ => return false,
+        }
+    }
+    let mut total: u128 = 0;
+    let mut macs: u128 = 0;
+    for (value, inst) in block.insts.iter() {
+        let Some(n) = elements(&block.ty(value).shape) else { return false };
+        if n > MAX_VALUE_ELEMENTS {
+            return false;
+        }
+        total += n;
+        if let Inst::MatMul { lhs, lhs_transposed, .. } = inst {
+            let lhs_shape = &block.ty(*lhs).shape;
+            let inner = if *lhs_transposed { &lhs_shape.rows } else { &lhs_shape.cols };
+            let k = match inner.eval(&|name| dims.get(name).copied()) {
+                Ok(k) if k > 0 => k as u128,
+                _ => return false,
+            };
+            macs += n * k;
+        }
+    }
+    total <= MAX_TOTAL_ELEMENTS && macs <= MAX_MATMUL_MACS
+}

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The project's test command (README.md): installs the CUDA compiler pieces
+# that the NVRTC compile checks need (NVRTC and the CUDA headers, from the
+# Python package index, into target/cuda-venv; no GPU and no system CUDA
+# needed), then runs the whole test suite with snapshots locked.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+venv=target/cuda-venv
+if [ -z "${CUDA_HOME:-}" ]; then
+    if [ ! -x "$venv/bin/python" ]; then
+        python3 -m venv "$venv"
+    fi
+    if ! "$venv/bin/python" -c 'import nvidia' 2>/dev/null || [ ! -d "$("$venv/bin/python" -c 'import nvidia, os; print(os.path.dirname(nvidia.__path__[0]))')/nvidia/cu13/include/cccl" ]; then
+        "$venv/bin/pip" install --quiet --disable-pip-version-check \
+            "nvidia-cuda-nvrtc==13.0.88" "nvidia-cuda-runtime==13.0.*" "nvidia-cuda-cccl==13.0.*"
+    fi
+    CUDA_HOME="$("$venv/bin/python" -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], "cu13"))')"
+    export CUDA_HOME
+fi
+echo "CUDA_HOME=$CUDA_HOME"
+# A missing NVRTC must fail the compile checks instead of skipping them.
+export CODAC_REQUIRE_NVRTC=1
+# A changed snapshot fails instead of being written.
+export INSTA_UPDATE=no
+cargo test --workspace --locked
