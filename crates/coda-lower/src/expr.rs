@@ -177,10 +177,10 @@ impl Lowerer<'_> {
             let left = self.describe_axis(a, !ta);
             let right = self.describe_axis(b, tb);
             self.diagnostics.push(
-                Diagnostic::error("E0301", "matmul inner dimensions differ")
-                    .with_primary(span, format!("{left} meets {right}"))
+                Diagnostic::error("E0301", format!("matmul inner dimensions differ: {left} meets {right}"))
+                    .with_primary(rhs.span, format!("contracts over {right}"))
                     .with_secondary(lhs.span, format!("contracts over {left}"))
-                    .with_secondary(rhs.span, format!("contracts over {right}"))
+                    .with_note(format!("in `{}`", self.source.slice(span)))
                     .with_help("`a @ b` contracts the columns of a with the rows of b; nn.Linear weights are [out, in], so write `x @ w.T`"),
             );
             return None;

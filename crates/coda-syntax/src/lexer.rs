@@ -103,7 +103,15 @@ pub(crate) fn lex<'s>(text: &'s str, diagnostics: &mut Vec<Diagnostic>) -> Vec<(
                 }
                 tokens.push((range.start, tok, range.end));
             }
-            Err(()) => diagnostics.push(unexpected_character(lexer.slice(), span)),
+            Err(()) => {
+                diagnostics.push(unexpected_character(lexer.slice(), span));
+                // `#` most likely starts a comment in another language: skip
+                // the rest of the line instead of reporting every word in it.
+                if lexer.slice() == "#" {
+                    let rest = lexer.remainder();
+                    lexer.bump(rest.find('\n').unwrap_or(rest.len()));
+                }
+            }
         }
     }
     tokens
