@@ -1,0 +1,132 @@
+//! End-to-end tests of the `codac` binary: exit codes, diagnostics on
+//! standard error, JSON output, and `.npy` input/output of `eval`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn codac(args: &[&str]) -> Output {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    Command::new(env!("CARGO_BIN_EXE_codac"))
+        .args(args)
+        .current_dir(root)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run codac: {e}"))
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("codac-cli-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+    dir
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn check_accepts_every_example() {
+    for example in ["llama3_block", "gpt2_block", "lm_head_ce", "out_proj_kernel"] {
+        let out = codac(&["check", &format!("examples/{example}.coda"), "--color", "never"]);
+        assert_eq!(out.status.code(), Some(0), "{example}: {}", text(&out.stderr));
+        assert!(text(&out.stdout).contains("ok"));
+    }
+}
+
+#[test]
+fn user_errors_exit_with_1_and_print_located_diagnostics() {
+    let dir = temp_dir("errors");
+    let file = dir.join("bad.coda");
+    std::fs::write(&file, "dim M\nblock b(x: bf16[M, 8], w: bf16[8, 16]) -> (y: f32[M, 8]) {\n    y = x @ w.T\n}\n")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let out = codac(&["check", file.to_str().unwrap_or_default(), "--color", "never"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("error[E0301]"), "{stderr}");
+    assert!(stderr.contains("bad.coda:3:"), "{stderr}");
+    assert!(!stderr.contains("\u{1b}["), "colour on a pipe: {stderr}");
+}
+
+#[test]
+fn missing_file_is_a_user_error() {
+    let out = codac(&["check", "no/such/file.coda"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("cannot read"));
+}
+
+#[test]
+fn explain_json_has_blocks_and_values() {
+    let out = codac(&["explain", "examples/lm_head_ce.coda", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(json["schema"], 1);
+    let block = &json["blocks"][0];
+    assert_eq!(block["name"], "lm_head_ce");
+    assert!(block["values"].as_array().is_some_and(|v| v.len() > 10));
+}
+
+#[test]
+fn every_subcommand_help_has_an_example() {
+    for sub in ["check", "explain", "eval"] {
+        let out = codac(&[sub, "--help"]);
+        assert_eq!(out.status.code(), Some(0));
+        assert!(text(&out.stdout).contains("Example"), "{sub} --help has no example");
+    }
+}
+
+#[test]
+fn eval_reads_and_writes_npy() {
+    let dir = temp_dir("npy");
+    let inputs = dir.join("in");
+    std::fs::create_dir_all(&inputs).unwrap_or_else(|e| panic!("{e}"));
+    let source = dir.join("scale.coda");
+    std::fs::write(&source, "dim M\ndim N = 3\nblock s(x: f32[M, N], g: f32[N]) -> (y: f32[M, N], total: f32) {\n    y = x * g\n    total = sum(x * g)\n}\n")
+        .unwrap_or_else(|e| panic!("{e}"));
+    write_npy(&inputs.join("x.npy"), &[2, 3], &[1.0, 2.0, 3.0, -1.0, 0.5, 4.0]);
+    write_npy(&inputs.join("g.npy"), &[3], &[2.0, -1.0, 0.25]);
+    let out_dir = dir.join("out");
+    let out = codac(&[
+        "eval",
+        source.to_str().unwrap_or_default(),
+        "--dims",
+        "M=2",
+        "--inputs",
+        inputs.to_str().unwrap_or_default(),
+        "--out",
+        out_dir.to_str().unwrap_or_default(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let y = read_npy(&out_dir.join("y.npy"));
+    assert_eq!(y.0, vec![2, 3]);
+    assert_eq!(y.1, vec![2.0, -2.0, 0.75, -2.0, -0.5, 1.0]);
+    let total = read_npy(&out_dir.join("total.npy"));
+    assert_eq!(total.0, Vec::<u64>::new());
+    assert_eq!(total.1, vec![-0.75]);
+}
+
+#[test]
+fn eval_rejects_unknown_and_missing_dims() {
+    let out = codac(&["eval", "examples/gpt2_block.coda", "--dims", "Q=4", "--random"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("not a run-time dimension"), "{}", text(&out.stderr));
+}
+
+fn write_npy(path: &Path, shape: &[u64], data: &[f32]) {
+    use npyz::WriterBuilder;
+    let file = std::fs::File::create(path).unwrap_or_else(|e| panic!("{e}"));
+    let mut writer = npyz::WriteOptions::new()
+        .default_dtype()
+        .shape(shape)
+        .writer(std::io::BufWriter::new(file))
+        .begin_nd()
+        .unwrap_or_else(|e| panic!("{e}"));
+    writer.extend(data.iter().copied()).unwrap_or_else(|e| panic!("{e}"));
+    writer.finish().unwrap_or_else(|e| panic!("{e}"));
+}
+
+fn read_npy(path: &Path) -> (Vec<u64>, Vec<f32>) {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let npy = npyz::NpyFile::new(&bytes[..]).unwrap_or_else(|e| panic!("{e}"));
+    let shape = npy.shape().to_vec();
+    (shape, npy.into_vec::<f32>().unwrap_or_else(|e| panic!("{e}")))
+}
