@@ -51,7 +51,9 @@ pub(super) fn eval_with_limit(
         dims,
         inputs,
         round: options.round_to_storage,
-        values: std::iter::repeat_with(|| None).take(block.insts.len()).collect(),
+        values: std::iter::repeat_with(|| None)
+            .take(block.insts.len())
+            .collect(),
         last_use: last_uses(block),
         live_bytes: 0,
         limit,
@@ -356,12 +358,7 @@ impl<'a> Machine<'a> {
     }
 
     /// A matrix product, its operand copies counted against the memory limit.
-    fn matmul(
-        &mut self,
-        value: Value,
-        inst: &Inst,
-        output: u128,
-    ) -> Result<Vec<f64>, EvalError> {
+    fn matmul(&mut self, value: Value, inst: &Inst, output: u128) -> Result<Vec<f64>, EvalError> {
         let Inst::MatMul {
             lhs,
             rhs,
@@ -374,7 +371,8 @@ impl<'a> Machine<'a> {
         };
         let (a, b) = (self.operand(*lhs)?, self.operand(*rhs)?);
         // With rounding on, a value of the operand type is already rounded.
-        let round = |t: &HostTensor| (self.round && t.dtype != *operand_dtype).then_some(*operand_dtype);
+        let round =
+            |t: &HostTensor| (self.round && t.dtype != *operand_dtype).then_some(*operand_dtype);
         let mode = MatMulMode {
             lhs_transposed: *lhs_transposed,
             rhs_transposed: *rhs_transposed,
@@ -464,14 +462,22 @@ impl<'a> Machine<'a> {
             );
             return Err(self.malformed(message));
         }
-        let mut data = if reused {
-            self.reserve(rows as u128 * cols as u128, 0, output.value)?;
-            self.operand(output.value)?.data.clone()
+        let taken = if reused {
+            None
         } else {
-            match self.values.get_mut(output.value.index()).and_then(Option::take) {
-                Some(Slot::Owned(tensor)) => tensor.data,
-                Some(Slot::Borrowed(tensor)) => tensor.data.clone(),
-                None => Vec::new(),
+            self.values
+                .get_mut(output.value.index())
+                .and_then(Option::take)
+        };
+        let mut data = match taken {
+            Some(Slot::Owned(tensor)) => tensor.data,
+            Some(Slot::Borrowed(tensor)) => {
+                self.reserve(rows as u128 * cols as u128, 0, output.value)?;
+                tensor.data.clone()
+            }
+            None => {
+                self.reserve(rows as u128 * cols as u128, 0, output.value)?;
+                self.operand(output.value)?.data.clone()
             }
         };
         if output.accumulate {

@@ -1,19 +1,27 @@
 //! The matrix product: operands optionally rounded to the 16-bit operand
 //! type, every dot product summed in `f64` in increasing `k` order.
 //!
-//! Blocks of rows of the result are computed on several threads when the
+//! Blocks of columns of the result are computed on several threads when the
 //! product is large; each element is still one sequential sum, so the result
 //! does not depend on the thread count.
 
 use super::layout::transpose;
+use super::parallel::fill_chunks;
 use super::round::round_slice;
 use super::tensor::HostTensor;
 use super::EvalError;
 use crate::ty::DType;
 use std::borrow::Cow;
+use std::ops::Range;
 
 /// Below this many multiply-adds a product runs on one thread.
 const PARALLEL_THRESHOLD: u128 = 1 << 22;
+
+/// Length of the `k` tiles (2 KiB of each operand row).
+const K_TILE: usize = 256;
+
+/// Columns of the result per chunk of work (their operand rows stay cached).
+const N_TILE: usize = 64;
 
 /// One operand of a product as a row-major `[outer, k]` array.
 struct Operand<'a> {
@@ -23,7 +31,7 @@ struct Operand<'a> {
 }
 
 /// The elements of scratch copies a product of these operands, with
-/// `output` elements, may make: operand copies and per-thread row blocks.
+/// `output` elements, may make: operand copies and the transposed result.
 pub(super) fn scratch_elements(lhs: &HostTensor, rhs: &HostTensor, output: u128) -> u128 {
     lhs.data.len() as u128 + rhs.data.len() as u128 + output
 }
@@ -35,8 +43,10 @@ pub(super) struct MatMulMode {
     pub(super) lhs_transposed: bool,
     /// Whether `rhs` is used transposed.
     pub(super) rhs_transposed: bool,
-    /// The type operands are rounded to first, if any.
-    pub(super) round_to: Option<DType>,
+    /// The type `lhs` is rounded to first, if any.
+    pub(super) round_lhs: Option<DType>,
+    /// The type `rhs` is rounded to first, if any.
+    pub(super) round_rhs: Option<DType>,
 }
 
 /// `op(lhs) @ op(rhs)`, `[M, N]`; `block` names the block in errors.
@@ -47,8 +57,8 @@ pub(super) fn matmul(
     block: &str,
 ) -> Result<Vec<f64>, EvalError> {
     // The left operand as [M, K]; the right one as [N, K], i.e. op(rhs) transposed.
-    let a = operand(lhs, mode.lhs_transposed, mode.round_to)?;
-    let b = operand(rhs, !mode.rhs_transposed, mode.round_to)?;
+    let a = operand(lhs, mode.lhs_transposed, mode.round_lhs)?;
+    let b = operand(rhs, !mode.rhs_transposed, mode.round_rhs)?;
     if a.k != b.k {
         return Err(shape_error(&a, &b, block));
     }
@@ -80,53 +90,85 @@ fn shape_error(a: &Operand<'_>, b: &Operand<'_>, block: &str) -> EvalError {
 }
 
 /// `a @ b^T` for `a: [M, K]`, `b: [N, K]`.
+///
+/// The result is built transposed, `N_TILE` columns (of `M` values each) at
+/// a time, the chunks spread over the cores, then transposed back.
 fn product(a: &Operand<'_>, b: &Operand<'_>) -> Vec<f64> {
-    let work = a.outer as u128 * b.outer as u128 * a.k as u128;
-    let threads = if work < PARALLEL_THRESHOLD {
-        1
-    } else {
-        std::thread::available_parallelism().map_or(1, usize::from)
+    let (m, n) = (a.outer, b.outer);
+    let work = m as u128 * n as u128 * a.k as u128;
+    let cols_per_chunk = if work < PARALLEL_THRESHOLD { n } else { N_TILE };
+    let chunk_len = cols_per_chunk.max(1).saturating_mul(m.max(1));
+    let mut transposed = vec![0.0; m.saturating_mul(n)];
+    fill_chunks(&mut transposed, chunk_len, |index, chunk| {
+        columns_into(a, b, index.saturating_mul(cols_per_chunk), chunk);
+    });
+    let transposed = HostTensor {
+        dtype: DType::F32,
+        rows: n,
+        cols: m,
+        data: transposed,
     };
-    if threads == 1 {
-        return rows_of(a, b, 0, a.outer);
-    }
-    let rows_per_chunk = a.outer.div_ceil(threads).max(1);
-    let chunks: Vec<(usize, usize)> = (0..a.outer)
-        .step_by(rows_per_chunk)
-        .map(|first| (first, (first + rows_per_chunk).min(a.outer)))
-        .collect();
-    std::thread::scope(|scope| {
-        let spawn = |(first, end)| {
-            let worker = std::thread::Builder::new();
-            (
-                first,
-                end,
-                worker.spawn_scoped(scope, move || rows_of(a, b, first, end)),
-            )
-        };
-        let workers: Vec<_> = chunks.into_iter().map(spawn).collect();
-        let mut out = Vec::with_capacity(a.outer.saturating_mul(b.outer));
-        for (first, end, worker) in workers {
-            // A thread that could not start (or failed) is redone here.
-            match worker.map(|handle| handle.join()) {
-                Ok(Ok(rows)) => out.extend(rows),
-                _ => out.extend(rows_of(a, b, first, end)),
+    transpose(&transposed)
+}
+
+/// Fills `chunk` with columns `first..` of `a @ b^T`, each column's `M`
+/// values contiguous.
+///
+/// The loop over `k` is tiled for the caches; each element's partial sum
+/// stays in `chunk` between tiles, so it is still one sequential sum in
+/// increasing `k`.
+fn columns_into(a: &Operand<'_>, b: &Operand<'_>, first: usize, chunk: &mut [f64]) {
+    let m = a.outer.max(1);
+    let width = chunk.len() / m;
+    for k_first in (0..a.k).step_by(K_TILE) {
+        let ks = k_first..(k_first + K_TILE).min(a.k);
+        for i in 0..a.outer {
+            let x = row_part(a, i, &ks);
+            let mut j = 0;
+            while j < width {
+                let group = (width - j).min(4);
+                let at = |d: usize| (j + d) * m + i;
+                let mut sums = [0, 1, 2, 3].map(|d| chunk.get(at(d)).copied().unwrap_or(0.0));
+                if group == 4 {
+                    let rows = [0, 1, 2, 3].map(|d| row_part(b, first + j + d, &ks));
+                    add_dot4(x, rows, &mut sums);
+                } else {
+                    sums[0] = add_dot(sums[0], x, row_part(b, first + j, &ks));
+                }
+                let step = if group == 4 { 4 } else { 1 };
+                for (d, sum) in sums.into_iter().enumerate().take(step) {
+                    if let Some(slot) = chunk.get_mut(at(d)) {
+                        *slot = sum;
+                    }
+                }
+                j += step;
             }
         }
-        out
-    })
+    }
 }
 
-/// Rows `first..end` of `a @ b^T`.
-fn rows_of(a: &Operand<'_>, b: &Operand<'_>, first: usize, end: usize) -> Vec<f64> {
-    let k = a.k.max(1);
-    let a_rows = a.data.chunks(k).skip(first).take(end.saturating_sub(first));
-    a_rows
-        .flat_map(|a_row| b.data.chunks(k).map(move |b_row| dot(a_row, b_row)))
-        .collect()
+/// Columns `ks` of row `i` of an operand.
+fn row_part<'o>(t: &'o Operand<'_>, i: usize, ks: &Range<usize>) -> &'o [f64] {
+    let start = i.saturating_mul(t.k);
+    t.data
+        .get(start + ks.start..start + ks.end)
+        .unwrap_or_default()
 }
 
-/// `sum_k x[k] y[k]`, in increasing `k`.
-fn dot(x: &[f64], y: &[f64]) -> f64 {
-    x.iter().zip(y).fold(0.0, |acc, (p, q)| acc + p * q)
+/// `sums[d] += x . y[d]` for four rows, each in increasing `k` exactly as
+/// [`add_dot`] (four independent chains run faster).
+fn add_dot4(x: &[f64], [y0, y1, y2, y3]: [&[f64]; 4], sums: &mut [f64; 4]) {
+    let [mut s0, mut s1, mut s2, mut s3] = *sums;
+    for ((((&p, &q0), &q1), &q2), &q3) in x.iter().zip(y0).zip(y1).zip(y2).zip(y3) {
+        s0 += p * q0;
+        s1 += p * q1;
+        s2 += p * q2;
+        s3 += p * q3;
+    }
+    *sums = [s0, s1, s2, s3];
+}
+
+/// `start + sum_k x[k] y[k]`, in increasing `k`.
+fn add_dot(start: f64, x: &[f64], y: &[f64]) -> f64 {
+    x.iter().zip(y).fold(start, |acc, (p, q)| acc + p * q)
 }

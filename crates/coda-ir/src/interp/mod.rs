@@ -99,11 +99,15 @@
 //! # Resources
 //!
 //! Dimensions must evaluate to positive values and a value may have at most
-//! 2^31 elements. Values are freed after their last use; if the values live
-//! at once (8 bytes an element, plus the matmul's operand copies) would
-//! exceed [`MEMORY_LIMIT_BYTES`], evaluation stops with
-//! [`EvalError::OutOfMemory`] before allocating. No input makes [`eval`]
-//! panic; broken block invariants are reported as [`EvalError::Malformed`].
+//! [`MAX_ELEMENTS`] (2^31) elements. Values are freed after their last use;
+//! if the values live at once (8 bytes an element, plus a matmul's operand
+//! copies and result) would exceed [`MEMORY_LIMIT_BYTES`], evaluation stops
+//! with [`EvalError::OutOfMemory`] before allocating. A param whose input
+//! already has its dtype, shape and (with rounding) representable values is
+//! read in place, not copied. Large matmuls and [`random_inputs`] use all
+//! cores; their results do not depend on the number of threads. No input
+//! makes [`eval`] panic; broken block invariants are reported as
+//! [`EvalError::Malformed`].
 
 mod bind;
 mod error;
@@ -112,6 +116,7 @@ mod inputs;
 mod layout;
 mod matmul;
 mod ops;
+mod parallel;
 mod random;
 mod rope;
 mod round;

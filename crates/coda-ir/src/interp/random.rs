@@ -3,6 +3,7 @@
 use super::bind::{bind_shape, resolve_bindings, DimBindings};
 use super::error::EvalError;
 use super::eval::MEMORY_LIMIT_BYTES;
+use super::parallel::fill_chunks;
 use super::round::round_to_dtype;
 use super::tensor::HostTensor;
 use crate::block::{Block, Tensor};
@@ -12,14 +13,14 @@ use std::collections::BTreeMap;
 /// Draws of a float that rounds to zero before it is kept anyway.
 const ZERO_REDRAWS: usize = 8;
 
+/// Elements per independent stream (blocks are generated in parallel).
+const BLOCK: usize = 1 << 16;
+
 /// Random inputs for every param and every `+=` output of `block`.
 ///
-/// Every tensor draws from its own stream, seeded from the run's seed and the
-/// tensor's name (FNV-1a), so adding or renaming one param leaves the others
-/// unchanged. The generator is SplitMix64; normals come from the Box–Muller
-/// transform with the `libm` crate's `log`, `sin`, `cos` and `sqrt`, so the
-/// numbers are the same on every platform. Distributions, by declared dtype
-/// and shape:
+/// Every tensor draws from its own streams, keyed by the run's seed and the
+/// tensor's name, so adding or renaming one param leaves the others
+/// unchanged. Distributions, by declared dtype and shape:
 ///
 /// * `i32` params: integers uniform in `[0, 1024)` (whatever the columns of
 ///   the table they index: an index past the end takes 0);
@@ -33,14 +34,20 @@ const ZERO_REDRAWS: usize = 8;
 ///
 /// Float values are rounded to the tensor's dtype (a bf16 param holds
 /// exactly representable values); a value that rounds to zero is drawn again
-/// (at most a few times), so float tensors hold no zeros. Tensors have their
+/// (at most 8 times), so float tensors hold no zeros. Tensors have their
 /// canonical `(rows, cols)`. fp8 tensors are [`EvalError::Unsupported`].
 ///
-/// Precisely: the stream of tensor `name` is SplitMix64 started at
-/// `splitmix64_first_output(seed) ^ fnv1a_64(name)`; an integer is the next
-/// output modulo 1024; a normal pair is `r cos t`, `r sin t` with
-/// `r = sqrt(-2 ln(1 - u1))`, `t = 2 pi u2`, `u = (output >> 11) / 2^53`,
-/// used in that order.
+/// Precisely: the row-major data is cut into blocks of 65536 elements. Block
+/// `b` of tensor `name` is filled from the SplitMix64 stream started at
+/// `key ^ s(b)`, where `key = s(seed) ^ fnv1a64(name)` and `s(x)` is the
+/// first SplitMix64 output from state `x`. An integer is the next output
+/// modulo 1024 (2 for bool). Normals come in pairs from Marsaglia's polar
+/// method: `u`, `v` uniform in `[-1, 1)` (`(output >> 11) * 2^-52 - 1`),
+/// redrawn until `0 < s = u² + v² < 1`, then `u f` and `v f` in that order
+/// with `f = sqrt(-2 ln(s) / s)` (`ln` from the `libm` crate, `sqrt` the
+/// correctly rounded IEEE one, so the numbers are the same on every
+/// platform). Blocks are generated on several threads; the result
+/// does not depend on how many.
 pub fn random_inputs(
     block: &Block,
     dims: &DimBindings,
@@ -141,12 +148,24 @@ fn random_tensor(
     distribution: Distribution,
 ) -> Result<HostTensor, EvalError> {
     let (rows, cols) = bind_shape(&decl.shape, dims)?;
-    let mut stream = Stream::new(seed, &decl.name);
-    let count = rows.saturating_mul(cols);
-    let mut data = Vec::with_capacity(count);
-    for _ in 0..count {
-        data.push(draw(&mut stream, distribution, decl)?);
+    if let Distribution::Normal { .. } = distribution {
+        // Fails for the fp8 types, which cannot be rounded to.
+        round_to_dtype(1.0, decl.dtype).map_err(|e| match e {
+            EvalError::Unsupported { what, message } => {
+                let what = format!("random `{}`: {what}", decl.name);
+                EvalError::Unsupported { what, message }
+            }
+            other => other,
+        })?;
     }
+    let key = tensor_key(seed, &decl.name);
+    let mut data = vec![0.0; rows.saturating_mul(cols)];
+    fill_chunks(&mut data, BLOCK, |index, block| {
+        let mut stream = Stream::for_block(key, index);
+        for slot in block {
+            *slot = draw(&mut stream, distribution, decl.dtype);
+        }
+    });
     Ok(HostTensor {
         dtype: decl.dtype,
         rows,
@@ -155,47 +174,53 @@ fn random_tensor(
     })
 }
 
-/// One value, rounded to the tensor's dtype and, for floats, not zero.
-fn draw(stream: &mut Stream, distribution: Distribution, decl: &Tensor) -> Result<f64, EvalError> {
+/// One value, rounded to `dtype` and, for floats, not zero.
+fn draw(stream: &mut Stream, distribution: Distribution, dtype: DType) -> f64 {
     match distribution {
-        Distribution::Integers { below } => Ok((stream.next_u64() % below.max(1)) as f64),
+        Distribution::Integers { below } => (stream.next_u64() % below.max(1)) as f64,
         Distribution::Normal { mean, std } => {
             let mut value = 0.0;
             for _ in 0..ZERO_REDRAWS {
-                value =
-                    round_to_dtype(mean + std * stream.normal(), decl.dtype).map_err(
-                        |e| match e {
-                            EvalError::Unsupported { what, message } => EvalError::Unsupported {
-                                what: format!("random `{}`: {what}", decl.name),
-                                message,
-                            },
-                            other => other,
-                        },
-                    )?;
+                let x = mean + std * stream.normal();
+                value = round_to_dtype(x, dtype).unwrap_or(x);
                 if value != 0.0 {
                     break;
                 }
             }
-            Ok(value)
+            value
         }
     }
 }
 
-/// A SplitMix64 stream with a spare Box–Muller normal.
+/// The key of tensor `name` under `seed`: the first SplitMix64 output from
+/// `seed`, xor the FNV-1a hash of the name.
+fn tensor_key(seed: u64, name: &str) -> u64 {
+    Stream {
+        state: seed,
+        spare: None,
+    }
+    .next_u64()
+        ^ fnv1a(name)
+}
+
+/// A SplitMix64 stream with a spare normal.
 struct Stream {
     state: u64,
     spare: Option<f64>,
 }
 
 impl Stream {
-    /// The stream of the tensor `name` under `seed`.
-    fn new(seed: u64, name: &str) -> Stream {
-        let mut root = Stream {
-            state: seed,
+    /// The stream of block `index` of the tensor with `key`: SplitMix64
+    /// started at `key ^ splitmix64_first_output(index)`.
+    fn for_block(key: u64, index: usize) -> Stream {
+        let mut mixer = Stream {
+            state: index as u64,
             spare: None,
         };
-        let state = root.next_u64() ^ fnv1a(name);
-        Stream { state, spare: None }
+        Stream {
+            state: key ^ mixer.next_u64(),
+            spare: None,
+        }
     }
 
     /// SplitMix64.
@@ -207,21 +232,25 @@ impl Stream {
         z ^ (z >> 31)
     }
 
-    /// Uniform in `[0, 1)` with 53 random bits.
-    fn uniform(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+    /// Uniform in `[-1, 1)` with 53 random bits.
+    fn symmetric(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 * (2.0 / (1u64 << 53) as f64) - 1.0
     }
 
-    /// A standard normal (Box–Muller, both outputs used in turn).
+    /// A standard normal: Marsaglia's polar method, both outputs used in turn.
     fn normal(&mut self) -> f64 {
         if let Some(spare) = self.spare.take() {
             return spare;
         }
-        // 1 - u is in (0, 1], so the logarithm is finite.
-        let radius = libm::sqrt(-2.0 * libm::log(1.0 - self.uniform()));
-        let angle = 2.0 * std::f64::consts::PI * self.uniform();
-        self.spare = Some(radius * libm::sin(angle));
-        radius * libm::cos(angle)
+        loop {
+            let (u, v) = (self.symmetric(), self.symmetric());
+            let s = u * u + v * v;
+            if s > 0.0 && s < 1.0 {
+                let factor = (-2.0 * libm::log(s) / s).sqrt();
+                self.spare = Some(v * factor);
+                return u * factor;
+            }
+        }
     }
 }
 

@@ -85,37 +85,49 @@ fn operands_round_but_the_result_does_not() -> TestResult {
 
 #[test]
 fn large_products_split_across_threads_identically() -> TestResult {
-    // 96 x 700 @ 700 x 80 is past the threading threshold.
-    let (m, k, n) = (96, 700, 80);
-    let a: Vec<f64> = (0..m * k)
-        .map(|i| ((i * 7919) % 1000) as f64 / 1000.0 - 0.5)
-        .collect();
-    let b: Vec<f64> = (0..k * n)
-        .map(|i| ((i * 104_729) % 997) as f64 / 997.0 - 0.5)
-        .collect();
-    let got = product((m, k, &a), (k, n, &b), (false, false), false)?;
-    for (idx, &value) in got.iter().enumerate() {
-        let (i, j) = (idx / n, idx % n);
-        let expected = (0..k).fold(0.0, |acc, p| acc + a[i * k + p] * b[p * n + j]);
-        assert_eq!(value.to_bits(), expected.to_bits(), "element ({i}, {j})");
+    // Past the threading threshold; 67 columns leave a partial chunk and a
+    // partial group of four, 300 a partial k tile.
+    for (m, k, n) in [(96, 700, 80), (256, 300, 67)] {
+        let a: Vec<f64> = (0..m * k)
+            .map(|i| ((i * 7919) % 1000) as f64 / 1000.0 - 0.5)
+            .collect();
+        let b: Vec<f64> = (0..k * n)
+            .map(|i| ((i * 104_729) % 997) as f64 / 997.0 - 0.5)
+            .collect();
+        let got = product((m, k, &a), (k, n, &b), (false, false), false)?;
+        for (idx, &value) in got.iter().enumerate() {
+            let (i, j) = (idx / n, idx % n);
+            let expected = (0..k).fold(0.0, |acc, p| acc + a[i * k + p] * b[p * n + j]);
+            assert_eq!(value.to_bits(), expected.to_bits(), "element ({i}, {j})");
+        }
     }
     Ok(())
 }
 
 #[test]
-fn zz_timing() -> TestResult {
-    let (m, k, n) = (24, 4096, 1024);
-    let a = vec![0.5; m * k];
-    let b = vec![0.25; k * n];
-    for round in [false, true] {
-        let t = std::time::Instant::now();
-        let got = product((m, k, &a), (n, k, &b), (false, true), round)?;
-        eprintln!("TIMING matmul round={round} {:?} {}", t.elapsed(), got.len());
-    }
+fn only_operands_not_already_of_the_operand_type_round() -> TestResult {
+    // An f16 value (1 + 2^-9 is exact in f16) still rounds to bf16 in a bf16 matmul.
     let mut bl = Builder::new();
-    bl.f32_param("w", 1024, 4096)?;
-    let t = std::time::Instant::now();
-    let r = crate::interp::random_inputs(&bl.block, &bind(&[]), 1)?;
-    eprintln!("TIMING random 4M {:?} {}", t.elapsed(), r.len());
+    let x = bl.param("x", DType::F16, (c(1), c(1)), 2)?;
+    let y = bl.param("y", DType::BF16, (c(1), c(1)), 2)?;
+    let operand_dtype = DType::BF16;
+    let p = bl.push(Inst::MatMul {
+        lhs: x,
+        rhs: y,
+        lhs_transposed: false,
+        rhs_transposed: false,
+        operand_dtype,
+    })?;
+    bl.output("p", DType::F32, p, false);
+    let v = 1.0 + 2f64.powi(-9);
+    let given = inputs(vec![
+        ("x", host(DType::F16, 1, 1, &[v])?),
+        ("y", host(DType::BF16, 1, 1, &[3.0])?),
+    ]);
+    assert_eq!(out(&run(&bl.block, &bind(&[]), &given, true)?, "p")?, [3.0]);
+    assert_eq!(
+        out(&run(&bl.block, &bind(&[]), &given, false)?, "p")?,
+        [3.0 * v]
+    );
     Ok(())
 }

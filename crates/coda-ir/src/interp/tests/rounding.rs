@@ -108,3 +108,36 @@ fn params_round_on_read_only_when_asked() -> TestResult {
     );
     Ok(())
 }
+
+#[test]
+fn inputs_labelled_with_the_dtype_are_still_rounded() -> TestResult {
+    // A reader may label unrounded f32 data as bf16: rounding must still happen.
+    let mut b = Builder::new();
+    let x = b.param("x", DType::BF16, (c(1), c(2)), 2)?;
+    let y = b.push(Inst::Unary {
+        op: crate::inst::UnaryOp::Neg,
+        arg: x,
+    })?;
+    b.output("y", DType::F32, y, false);
+    let v = 1.0 + 2f64.powi(-9);
+    let given = inputs(vec![("x", host(DType::BF16, 1, 2, &[v, 1.5])?)]);
+    assert_eq!(
+        out(&run(&b.block, &bind(&[]), &given, true)?, "y")?,
+        [-1.0, -1.5]
+    );
+    assert_eq!(
+        out(&run(&b.block, &bind(&[]), &given, false)?, "y")?,
+        [-v, -1.5]
+    );
+    // A param stored straight to an output is copied, not moved out of the inputs.
+    let mut b = Builder::new();
+    let x = b.param("x", DType::BF16, (c(1), c(2)), 2)?;
+    b.output("same", DType::BF16, x, false);
+    let exact = inputs(vec![("x", host(DType::BF16, 1, 2, &[1.0, 1.5])?)]);
+    assert_eq!(
+        out(&run(&b.block, &bind(&[]), &exact, true)?, "same")?,
+        [1.0, 1.5]
+    );
+    assert_eq!(exact.get("x").map(|t| t.data.clone()), Some(vec![1.0, 1.5]));
+    Ok(())
+}
