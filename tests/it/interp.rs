@@ -133,3 +133,35 @@ fn swiglu_and_linear_layout_matmul() {
         }
     }
 }
+
+#[test]
+fn row_subsets_of_row_local_blocks_match_the_full_evaluation() {
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/gpt2_block.coda")).unwrap_or_default();
+    let checked = coda::check("gpt2_block.coda", &text).unwrap_or_else(|e| panic!("{e}"));
+    let block = &checked.module.blocks[0];
+    assert_eq!(coda::ir::interp::row_local_dim(block).as_deref(), Some("M"));
+    let dims: DimBindings = [("M".to_string(), 9)].into();
+    let inputs = coda::random_inputs(block, &dims, 5).unwrap_or_else(|e| panic!("{e}"));
+    let options = EvalOptions { round_to_storage: true };
+    let full = coda::eval(block, &dims, &inputs, &options).unwrap_or_else(|e| panic!("{e}"));
+    let rows = [7, 0, 4];
+    let part = coda::ir::interp::eval_rows(block, &dims, &inputs, &options, &rows)
+        .unwrap_or_else(|| panic!("gpt2 block should be row-local"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let (f, p) = (&full["x2"], &part["x2"]);
+    for (k, &r) in rows.iter().enumerate() {
+        for c in 0..f.cols {
+            assert_eq!(p.get(k, c).to_bits(), f.get(r, c).to_bits(), "row {r} col {c}");
+        }
+    }
+}
+
+#[test]
+fn blocks_that_mix_rows_are_not_row_local() {
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/lm_head_ce.coda")).unwrap_or_default();
+    let checked = coda::check("lm_head_ce.coda", &text).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(coda::ir::interp::row_local_dim(&checked.module.blocks[0]), None, "the mean loss sums over rows");
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/llama3_block.coda")).unwrap_or_default();
+    let checked = coda::check("llama3_block.coda", &text).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(coda::ir::interp::row_local_dim(&checked.module.blocks[0]).as_deref(), Some("M"));
+}
