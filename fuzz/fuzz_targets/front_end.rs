@@ -5,7 +5,9 @@
 //! and must never report a bug in codac: an `InternalError` (the verifier
 //! rejected lowered IR) or an `E9000` diagnostic makes the target panic so
 //! that libFuzzer records the input. Rendering the diagnostics must not
-//! panic either.
+//! panic either; like `codac`, the target renders at most the first
+//! `MAX_RENDERED` of them (rendering echoes whole source lines, so rendering
+//! thousands of diagnostics would dominate the run time).
 //!
 //! When the input checks without errors, the target also runs
 //! `coda::explain_text` and `coda::explain_json`, then evaluates every block
@@ -31,6 +33,8 @@ use coda::ir::{Block, Inst};
 use coda::{DimBindings, EvalError, EvalOptions};
 use libfuzzer_sys::fuzz_target;
 
+/// Diagnostics rendered per input, as in `codac` (`MAX_DIAGNOSTICS`).
+const MAX_RENDERED: usize = 50;
 /// The value every symbolic dimension is bound to.
 const SMALL_DIM: i64 = 3;
 /// The most elements one parameter or IR value may have for the block to be evaluated.
@@ -48,7 +52,8 @@ fuzz_target!(|data: &[u8]| {
     if let Some(ice) = checked.diagnostics.iter().find(|d| d.code == "E9000") {
         panic!("E9000 internal compiler error diagnostic:\n{ice:?}");
     }
-    let _ = checked.render_diagnostics();
+    let shown = checked.diagnostics.len().min(MAX_RENDERED);
+    let _ = coda::render_to_string(&checked.source, &checked.diagnostics[..shown]);
     if checked.has_errors() {
         return;
     }
@@ -59,7 +64,9 @@ fuzz_target!(|data: &[u8]| {
         if !small_enough(block, &dims) {
             continue;
         }
-        let Ok(inputs) = coda::random_inputs(block, &dims, 0) else { continue };
+        let Ok(inputs) = coda::random_inputs(block, &dims, 0) else {
+            continue;
+        };
         for round_to_storage in [false, true] {
             let options = EvalOptions { round_to_storage };
             if let Err(err @ EvalError::Malformed { .. }) = coda::eval(block, &dims, &inputs, &options) {
@@ -84,7 +91,9 @@ fn small_enough(block: &Block, dims: &DimBindings) -> bool {
     let mut total: u128 = 0;
     let mut macs: u128 = 0;
     for (value, inst) in block.insts.iter() {
-        let Some(n) = elements(&block.ty(value).shape) else { return false };
+        let Some(n) = elements(&block.ty(value).shape) else {
+            return false;
+        };
         if n > MAX_VALUE_ELEMENTS {
             return false;
         }

@@ -55,9 +55,10 @@ pub fn render(file: &SourceFile, diagnostics: &[Diagnostic], color: ColorChoice)
         }
         _ => termcolor::ColorChoice::Never,
     };
-    let stream = termcolor::StandardStream::stderr(choice);
-    let mut lock = stream.lock();
-    emit_all(&mut lock, file, diagnostics);
+    let mut stream = termcolor::BufferedStandardStream::stderr(choice);
+    emit_all(&mut stream, file, diagnostics);
+    // A failed flush means standard error is gone; nothing else can be reported.
+    let _ = std::io::Write::flush(&mut stream);
 }
 
 fn emit_all(writer: &mut dyn termcolor::WriteColor, file: &SourceFile, diagnostics: &[Diagnostic]) {

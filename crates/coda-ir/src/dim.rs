@@ -9,6 +9,11 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+/// The most monomials a dim may have; bounds the cost of dim arithmetic.
+pub const MAX_TERMS: usize = 64;
+/// The highest degree of a monomial.
+pub const MAX_DEGREE: usize = 8;
+
 /// A symbolic, non-negative-valued integer expression in normal form.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub struct Dim {
@@ -25,6 +30,9 @@ pub enum DimError {
     /// `a / b` where b is not a constant or does not divide a.
     #[error("`{0}` is not exactly divisible by `{1}`")]
     Inexact(String, String),
+    /// A product with too many terms or too high a degree to be a sensible shape.
+    #[error("dimension expression is too complex (more than {MAX_TERMS} terms or degree above {MAX_DEGREE})")]
+    TooComplex,
     /// A symbolic dim without a binding.
     #[error("dimension `{0}` is not bound")]
     Unbound(String),
@@ -99,10 +107,16 @@ impl Dim {
         let mut result = Dim::default();
         for (m1, c1) in &self.terms {
             for (m2, c2) in &other.terms {
+                if m1.len() + m2.len() > MAX_DEGREE {
+                    return Err(DimError::TooComplex);
+                }
                 let mut mono: Vec<String> = m1.iter().chain(m2).cloned().collect();
                 mono.sort();
                 let coeff = c1.checked_mul(*c2).ok_or(DimError::Overflow)?;
                 result = result.add(&Dim { terms: BTreeMap::from([(mono, coeff)]) })?;
+                if result.terms.len() > MAX_TERMS {
+                    return Err(DimError::TooComplex);
+                }
             }
         }
         Ok(result)
@@ -189,6 +203,28 @@ mod tests {
         assert_eq!(hd.div_exact(&Dim::constant(2)), Ok(Dim::constant(64)));
         assert!(Dim::symbol("M").div_exact(&Dim::constant(2)).is_err());
         assert!(hd.div_exact(&Dim::constant(0)).is_err());
+    }
+
+    #[test]
+    fn polynomial_blowup_is_an_error() -> Result<(), DimError> {
+        let mut p = Dim::default();
+        for name in ["A", "B", "C", "D", "E", "F", "G", "H", "I", "J"] {
+            p = p.add(&Dim::symbol(name))?;
+        }
+        let mut q = p.clone();
+        let mut failed = false;
+        for _ in 0..7 {
+            match q.mul(&p) {
+                Ok(next) => q = next,
+                Err(e) => {
+                    assert_eq!(e, DimError::TooComplex);
+                    failed = true;
+                    break;
+                }
+            }
+        }
+        assert!(failed, "a 10-variable polynomial to the 8th power was accepted");
+        Ok(())
     }
 
     #[test]

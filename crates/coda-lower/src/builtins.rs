@@ -43,6 +43,14 @@ impl Lowerer<'_> {
                 self.binary(op, a?, b?, m.spans[0], m.spans[1], span)
             }
             "max" | "sum" | "mean" | "logsumexp" => self.reduction(name, args, span),
+            "min" => {
+                self.diagnostics.push(
+                    Diagnostic::error("E0208", "`min` takes two arguments")
+                        .with_primary(span, "there is no `min` reduction")
+                        .with_help("`min(a, b)` is elementwise; for a row minimum write `-max(-x, axis=-1)`"),
+                );
+                None
+            }
             "where" => self.where_(args, span),
             "concat" => self.concat(args, span),
             "take" => self.take(args, span),

@@ -78,10 +78,15 @@ pub(crate) enum Tok<'s> {
     Ne,
 }
 
+/// Lexical diagnostics reported at most per file; the rest are counted in one note.
+const MAX_LEX_DIAGNOSTICS: usize = 20;
+
 /// Lexes a whole text into triples, collecting lexical diagnostics.
 pub(crate) fn lex<'s>(text: &'s str, diagnostics: &mut Vec<Diagnostic>) -> Vec<(usize, Tok<'s>, usize)> {
     let mut tokens = Vec::new();
     let mut depth = 0usize;
+    let mut bad_characters = 0usize;
+    let mut last_bad_end = usize::MAX;
     let mut lexer = Tok::lexer(text);
     while let Some(result) = lexer.next() {
         let range = lexer.span();
@@ -104,6 +109,22 @@ pub(crate) fn lex<'s>(text: &'s str, diagnostics: &mut Vec<Diagnostic>) -> Vec<(
                 tokens.push((range.start, tok, range.end));
             }
             Err(()) => {
+                // A run of stray characters is one error, and a file full of
+                // them stops being reported after a while.
+                let adjacent = range.start == last_bad_end;
+                last_bad_end = range.end;
+                if adjacent {
+                    if let Some(last) = diagnostics.last_mut().filter(|d| d.code == "E0001") {
+                        if let Some(label) = last.labels.first_mut() {
+                            label.span = label.span.to(span);
+                        }
+                        continue;
+                    }
+                }
+                bad_characters += 1;
+                if bad_characters > MAX_LEX_DIAGNOSTICS {
+                    continue;
+                }
                 diagnostics.push(unexpected_character(lexer.slice(), span));
                 // `#` most likely starts a comment in another language: skip
                 // the rest of the line instead of reporting every word in it.
@@ -113,6 +134,13 @@ pub(crate) fn lex<'s>(text: &'s str, diagnostics: &mut Vec<Diagnostic>) -> Vec<(
                 }
             }
         }
+    }
+    if bad_characters > MAX_LEX_DIAGNOSTICS {
+        diagnostics.push(
+            Diagnostic::error("E0001", format!("{} more runs of unexpected characters", bad_characters - MAX_LEX_DIAGNOSTICS))
+                .with_primary(Span::new(text.len(), text.len()), "end of file")
+                .with_help("is this a .coda source file?"),
+        );
     }
     tokens
 }

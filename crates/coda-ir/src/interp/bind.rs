@@ -30,7 +30,7 @@ pub(super) fn eval_dim(dim: &Dim, dims: &DimBindings) -> Result<i64, EvalError> 
     dim.eval(&|name| dims.get(name).copied())
         .map_err(|e| match e {
             DimError::Unbound(name) => EvalError::UnboundDim { name },
-            DimError::Overflow | DimError::Inexact(..) => EvalError::DimOverflow {
+            DimError::Overflow | DimError::Inexact(..) | DimError::TooComplex => EvalError::DimOverflow {
                 dim: dim.to_string(),
             },
         })
