@@ -118,7 +118,7 @@ impl Lowerer<'_> {
 
     fn axis(&mut self, m: &Matched<'_>, slot: usize) -> Option<Axis> {
         match m.expr(slot).and_then(literal) {
-            Some(v) if v == 0.0 => Some(Axis::Rows),
+            Some(0.0) => Some(Axis::Rows),
             Some(v) if v == 1.0 || v == -1.0 => Some(Axis::Cols),
             _ => {
                 self.diagnostics.push(

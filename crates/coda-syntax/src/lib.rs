@@ -14,7 +14,7 @@ mod support;
 use coda_diagnostics::{Diagnostic, SourceFile};
 
 lalrpop_util::lalrpop_mod!(
-    #[allow(clippy::all, clippy::pedantic, unreachable_pub, unused_qualifications, missing_docs)]
+    #[allow(clippy::all, clippy::pedantic, clippy::unwrap_used, unreachable_pub, unused_qualifications, missing_docs)]
     grammar,
     "/coda.rs"
 );
