@@ -78,7 +78,10 @@ fn cross_entropy_ignores_rows_and_averages_the_rest() {
     let targets = vec![2.0, -100.0, 4.0];
     let inputs: Tensors = [
         ("z".to_string(), HostTensor::new(coda::ir::DType::F32, 3, 5, z.clone()).unwrap_or_else(|e| panic!("{e}"))),
-        ("t".to_string(), HostTensor::new(coda::ir::DType::I32, 1, 3, targets.clone()).unwrap_or_else(|e| panic!("{e}"))),
+        (
+            "t".to_string(),
+            HostTensor::new(coda::ir::DType::I32, 1, 3, targets.clone()).unwrap_or_else(|e| panic!("{e}")),
+        ),
     ]
     .into();
     let o = coda::eval(block, &dims, &inputs, &EvalOptions::default()).unwrap_or_else(|e| panic!("{e}"));
@@ -136,7 +139,8 @@ fn swiglu_and_linear_layout_matmul() {
 
 #[test]
 fn row_subsets_of_row_local_blocks_match_the_full_evaluation() {
-    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/gpt2_block.coda")).unwrap_or_default();
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/gpt2_block.coda"))
+        .unwrap_or_default();
     let checked = coda::check("gpt2_block.coda", &text).unwrap_or_else(|e| panic!("{e}"));
     let block = &checked.module.blocks[0];
     assert_eq!(coda::ir::interp::row_local_dim(block).as_deref(), Some("M"));
@@ -158,10 +162,12 @@ fn row_subsets_of_row_local_blocks_match_the_full_evaluation() {
 
 #[test]
 fn blocks_that_mix_rows_are_not_row_local() {
-    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/lm_head_ce.coda")).unwrap_or_default();
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/lm_head_ce.coda"))
+        .unwrap_or_default();
     let checked = coda::check("lm_head_ce.coda", &text).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(coda::ir::interp::row_local_dim(&checked.module.blocks[0]), None, "the mean loss sums over rows");
-    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/llama3_block.coda")).unwrap_or_default();
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/llama3_block.coda"))
+        .unwrap_or_default();
     let checked = coda::check("llama3_block.coda", &text).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(coda::ir::interp::row_local_dim(&checked.module.blocks[0]).as_deref(), Some("M"));
 }

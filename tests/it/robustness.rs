@@ -29,7 +29,8 @@ fn nul_bytes_are_unexpected_characters() {
 
 #[test]
 fn deep_brackets_stop_with_an_error() {
-    let text = format!("dim M\nblock b(x: f32[M]) -> (y: f32[M]) {{ y = {}x{} }}", "(".repeat(100_000), ")".repeat(100_000));
+    let text =
+        format!("dim M\nblock b(x: f32[M]) -> (y: f32[M]) {{ y = {}x{} }}", "(".repeat(100_000), ")".repeat(100_000));
     let checked = rejected("deep.coda", text.as_bytes());
     assert!(checked.diagnostics.iter().any(|d| d.code == "E0003"));
 }

@@ -50,9 +50,7 @@ pub fn render_to_string(file: &SourceFile, diagnostics: &[Diagnostic]) -> String
 /// Renders diagnostics to standard error.
 pub fn render(file: &SourceFile, diagnostics: &[Diagnostic], color: ColorChoice) {
     let choice = match color {
-        ColorChoice::Auto if std::io::IsTerminal::is_terminal(&std::io::stderr()) => {
-            termcolor::ColorChoice::Auto
-        }
+        ColorChoice::Auto if std::io::IsTerminal::is_terminal(&std::io::stderr()) => termcolor::ColorChoice::Auto,
         _ => termcolor::ColorChoice::Never,
     };
     let mut stream = termcolor::BufferedStandardStream::stderr(choice);

@@ -59,13 +59,7 @@ pub fn print_block(block: &Block, source: Option<&SourceFile>) -> String {
     }
     for output in &block.outputs {
         let op = if output.accumulate { "+=" } else { "=" };
-        let _ = writeln!(
-            out,
-            "  output {} {op} {} : {}",
-            output.tensor.name,
-            output.value,
-            output.tensor.ty()
-        );
+        let _ = writeln!(out, "  output {} {op} {} : {}", output.tensor.name, output.value, output.tensor.ty());
     }
     out.push_str("}\n");
     out
@@ -91,11 +85,7 @@ fn describe(block: &Block, inst: &Inst) -> String {
         Inst::Broadcast { arg, shape } => format!("broadcast {arg} to {shape}"),
         Inst::MatMul { lhs, rhs, lhs_transposed, rhs_transposed, operand_dtype } => {
             let t = |flag: bool| if flag { ".T" } else { "" };
-            format!(
-                "matmul.{operand_dtype} {lhs}{}, {rhs}{}",
-                t(*lhs_transposed),
-                t(*rhs_transposed)
-            )
+            format!("matmul.{operand_dtype} {lhs}{}, {rhs}{}", t(*lhs_transposed), t(*rhs_transposed))
         }
         Inst::Transpose { arg } => format!("transpose {arg}"),
         Inst::Reduce { op, axis, arg } => {

@@ -25,11 +25,7 @@ pub struct VerifyError {
 
 /// Checks every invariant listed in the module docs.
 pub fn verify(block: &Block) -> Result<(), VerifyError> {
-    let fail = |location: String, message: String| VerifyError {
-        block: block.name.clone(),
-        location,
-        message,
-    };
+    let fail = |location: String, message: String| VerifyError { block: block.name.clone(), location, message };
     if block.types.len() != block.insts.len() || block.names.len() != block.insts.len() {
         return Err(fail("side tables".into(), "length differs from the instruction count".into()));
     }

@@ -63,7 +63,8 @@ pub(crate) fn match_args<'a>(
     for arg in args {
         let index = match &arg.name {
             None => {
-                let index = formals.iter().enumerate().skip(next_positional).find(|(_, f)| f.positional).map(|(i, _)| i);
+                let index =
+                    formals.iter().enumerate().skip(next_positional).find(|(_, f)| f.positional).map(|(i, _)| i);
                 match index {
                     Some(i) => {
                         next_positional = i + 1;
@@ -131,10 +132,8 @@ fn unknown_keyword(function: &str, name: &str, span: Span, formals: &[Formal]) -
 
 /// `f(x, g, eps=…)` for help messages.
 pub(crate) fn signature(function: &str, formals: &[Formal]) -> String {
-    let parts: Vec<String> = formals
-        .iter()
-        .map(|f| if f.required { f.name.to_string() } else { format!("{}=…", f.name) })
-        .collect();
+    let parts: Vec<String> =
+        formals.iter().map(|f| if f.required { f.name.to_string() } else { format!("{}=…", f.name) }).collect();
     format!("`{function}({})`", parts.join(", "))
 }
 

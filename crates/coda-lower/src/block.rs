@@ -221,7 +221,8 @@ impl Lowerer<'_> {
                 }
                 if let Some(v) = lowered {
                     self.block.set_name(v, &name.name);
-                    self.env.insert(name.name.clone(), Binding { value: v, span: name.span, is_param: false, used: false });
+                    self.env
+                        .insert(name.name.clone(), Binding { value: v, span: name.span, is_param: false, used: false });
                 }
             }
             ast::Stmt::Assign { name, value, accumulate, span } => {
@@ -232,7 +233,14 @@ impl Lowerer<'_> {
         }
     }
 
-    fn assign_output(&mut self, name: &ast::Ident, value: Option<Value>, accumulate: bool, span: Span, value_span: Span) {
+    fn assign_output(
+        &mut self,
+        name: &ast::Ident,
+        value: Option<Value>,
+        accumulate: bool,
+        span: Span,
+        value_span: Span,
+    ) {
         let Some(index) = self.outputs.iter().position(|o| o.tensor.name == name.name) else {
             if self.poisoned.contains(&name.name) {
                 return;
@@ -243,7 +251,10 @@ impl Lowerer<'_> {
             diagnostic = if is_let {
                 diagnostic.with_help("bindings are immutable; use a new `let` name")
             } else {
-                diagnostic.with_help(format!("bind a value with `let {} = …`, or declare `{}` after `->`", name.name, name.name))
+                diagnostic.with_help(format!(
+                    "bind a value with `let {} = …`, or declare `{}` after `->`",
+                    name.name, name.name
+                ))
             };
             self.diagnostics.push(diagnostic);
             return;
@@ -307,8 +318,7 @@ impl Lowerer<'_> {
         for (name, binding) in unused {
             let (code, what) = if binding.is_param { ("W0002", "input") } else { ("W0001", "binding") };
             self.diagnostics.push(
-                Diagnostic::warning(code, format!("unused {what} `{name}`"))
-                    .with_primary(binding.span, "never used"),
+                Diagnostic::warning(code, format!("unused {what} `{name}`")).with_primary(binding.span, "never used"),
             );
         }
         if ast_block.kind == ast::BlockKind::Kernel {
@@ -359,7 +369,8 @@ impl Lowerer<'_> {
         if let Inst::Param(i) = self.block.inst(value) {
             if let Some(text) = self.param_texts.get(*i) {
                 let written = if cols { &text.cols } else { &text.rows };
-                let shown = if *written == dim.to_string() { format!("`{dim}`") } else { format!("`{written} = {dim}`") };
+                let shown =
+                    if *written == dim.to_string() { format!("`{dim}`") } else { format!("`{written} = {dim}`") };
                 return format!("{shown} in `{}`", text.decl);
             }
         }

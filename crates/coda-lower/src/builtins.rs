@@ -11,10 +11,51 @@ use coda_syntax::ast::{Arg, ArgValue, Ident};
 
 /// Every function name the language knows, for suggestions and docs.
 pub(crate) const FUNCTIONS: &[&str] = &[
-    "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "gelu", "gelu_tanh", "silu", "softplus", "abs",
-    "sin", "cos", "min", "max", "where", "bf16", "f16", "f32", "i32", "sum", "mean", "logsumexp", "concat",
-    "take", "rmsnorm", "layernorm", "swiglu", "geglu", "rope", "cross_entropy", "tile", "row", "col", "scalar",
-    "even", "odd", "interleave", "row_sum", "row_sumsq", "row_max", "row_lse", "row_pick", "col_sum",
+    "exp",
+    "log",
+    "sqrt",
+    "rsqrt",
+    "tanh",
+    "sigmoid",
+    "relu",
+    "gelu",
+    "gelu_tanh",
+    "silu",
+    "softplus",
+    "abs",
+    "sin",
+    "cos",
+    "min",
+    "max",
+    "where",
+    "bf16",
+    "f16",
+    "f32",
+    "i32",
+    "sum",
+    "mean",
+    "logsumexp",
+    "concat",
+    "take",
+    "rmsnorm",
+    "layernorm",
+    "swiglu",
+    "geglu",
+    "rope",
+    "cross_entropy",
+    "tile",
+    "row",
+    "col",
+    "scalar",
+    "even",
+    "odd",
+    "interleave",
+    "row_sum",
+    "row_sumsq",
+    "row_max",
+    "row_lse",
+    "row_pick",
+    "col_sum",
 ];
 
 fn unary_op(name: &str) -> Option<UnaryOp> {
@@ -84,11 +125,7 @@ impl Lowerer<'_> {
         let m = match_args(name, span, args, &FORMALS, self.diagnostics)?;
         let x = self.lower_expr(m.expr(0)?)?;
         self.numeric(x, m.spans[0])?;
-        let axes: Vec<Axis> = if m.given(1) {
-            vec![self.axis(&m, 1)?]
-        } else {
-            vec![Axis::Cols, Axis::Rows]
-        };
+        let axes: Vec<Axis> = if m.given(1) { vec![self.axis(&m, 1)?] } else { vec![Axis::Cols, Axis::Rows] };
         let mut v = x;
         for axis in axes {
             v = self.reduce(name, v, axis, span)?;
@@ -124,7 +161,9 @@ impl Lowerer<'_> {
                 self.diagnostics.push(
                     Diagnostic::error("E0208", "invalid axis")
                         .with_primary(m.spans[slot], "expected 0, 1 or -1")
-                        .with_help("axis=-1 (or 1) reduces each row over its columns; axis=0 reduces each column over the rows"),
+                        .with_help(
+                        "axis=-1 (or 1) reduces each row over its columns; axis=0 reduces each column over the rows",
+                    ),
                 );
                 None
             }
@@ -167,7 +206,8 @@ impl Lowerer<'_> {
                     Some(v) => parts.push((v, arg.span)),
                     None => ok = false,
                 },
-                (Some(n), ArgValue::Expr(e)) if n.name == "axis" && matches!(literal(e), Some(v) if v == 1.0 || v == -1.0) => {}
+                (Some(n), ArgValue::Expr(e))
+                    if n.name == "axis" && matches!(literal(e), Some(v) if v == 1.0 || v == -1.0) => {}
                 _ => {
                     self.diagnostics.push(
                         Diagnostic::error("E0208", "invalid argument to `concat`")
@@ -242,5 +282,4 @@ impl Lowerer<'_> {
     pub(crate) fn constant(&mut self, value: f64, span: Span) -> Option<Value> {
         self.emit(Inst::Const(value), span)
     }
-
 }

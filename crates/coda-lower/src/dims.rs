@@ -151,7 +151,5 @@ fn not_a_dim(span: Span) -> Diagnostic {
 pub(crate) fn unknown_dim(name: &str, span: Span) -> Diagnostic {
     Diagnostic::error("E0103", format!("unknown dimension `{name}`"))
         .with_primary(span, "not declared")
-        .with_help(format!(
-            "declare it before use: `dim {name}` (bound at run time) or `dim {name} = 4096`"
-        ))
+        .with_help(format!("declare it before use: `dim {name}` (bound at run time) or `dim {name} = 4096`"))
 }

@@ -75,12 +75,15 @@ impl Lowerer<'_> {
             self.diagnostics.push(
                 Diagnostic::error("E0202", format!("output `{name}` cannot be read"))
                     .with_primary(span, "outputs are write-only")
-                    .with_help(format!("bind the value with `let`, use it, then store it: `let v = …` and `{name} = v`")),
+                    .with_help(format!(
+                        "bind the value with `let`, use it, then store it: `let v = …` and `{name} = v`"
+                    )),
             );
             return None;
         }
         let candidates: Vec<String> = self.env.keys().cloned().chain(self.dims.names().map(String::from)).collect();
-        let mut diagnostic = Diagnostic::error("E0201", format!("unknown name `{name}`")).with_primary(span, "not defined");
+        let mut diagnostic =
+            Diagnostic::error("E0201", format!("unknown name `{name}`")).with_primary(span, "not defined");
         if let Some(hint) = suggest(name, candidates.iter().map(String::as_str)) {
             diagnostic = diagnostic.with_help(format!("did you mean `{hint}`?"));
         }
@@ -110,7 +113,14 @@ impl Lowerer<'_> {
     }
 
     /// Broadcasts two values to their common shape.
-    pub(crate) fn broadcast_pair(&mut self, a: Value, b: Value, sa: Span, sb: Span, span: Span) -> Option<(Value, Value)> {
+    pub(crate) fn broadcast_pair(
+        &mut self,
+        a: Value,
+        b: Value,
+        sa: Span,
+        sb: Span,
+        span: Span,
+    ) -> Option<(Value, Value)> {
         let shape = self.common_shape(&[(a, sa), (b, sb)], span)?;
         Some((self.broadcast_to(a, &shape, span)?, self.broadcast_to(b, &shape, span)?))
     }
@@ -261,7 +271,9 @@ impl Lowerer<'_> {
                     Diagnostic::error("E0205", "unsupported indexing")
                         .with_primary(span, "only column slices and `[:, None]` are supported")
                         .with_secondary(base_span, format!("this is {}", self.show_shape(&shape)))
-                        .with_help("write `x[:, a:b]` for columns a..b, or `v[:, None]` to use a length-M vector per row"),
+                        .with_help(
+                            "write `x[:, a:b]` for columns a..b, or `v[:, None]` to use a length-M vector per row",
+                        ),
                 );
                 None
             }

@@ -21,7 +21,8 @@ use coda_ir::{Axis, BinaryOp, BlockKind, Dim, Inst, ReduceOp, ShapeClass, Value}
 use coda_syntax::ast::{self, Arg, Ident};
 
 const LOADS: [&str; 4] = ["tile", "row", "col", "scalar"];
-const OTHERS: [&str; 9] = ["even", "odd", "interleave", "row_sum", "row_sumsq", "row_max", "row_lse", "row_pick", "col_sum"];
+const OTHERS: [&str; 9] =
+    ["even", "odd", "interleave", "row_sum", "row_sumsq", "row_max", "row_lse", "row_pick", "col_sum"];
 
 /// Whether `name` is a kernel primitive.
 pub(crate) fn is_primitive(name: &str) -> bool {
@@ -114,7 +115,9 @@ impl Lowerer<'_> {
             return None;
         }
         match (name, class) {
-            ("row", ShapeClass::ColVector) | ("col", ShapeClass::RowVector) => self.emit(Inst::Transpose { arg: x }, span),
+            ("row", ShapeClass::ColVector) | ("col", ShapeClass::RowVector) => {
+                self.emit(Inst::Transpose { arg: x }, span)
+            }
             _ => Some(x),
         }
     }
@@ -144,9 +147,10 @@ pub(crate) fn check_kernel_block(lowerer: &mut Lowerer<'_>, ast_block: &ast::Blo
         .map(|(v, _)| (v, lowerer.block.insts.span(v)))
         .collect();
     if matmuls.len() != 1 {
-        let mut diagnostic = Diagnostic::error("E0402", format!("a kernel has exactly one matmul, this one has {}", matmuls.len()))
-            .with_primary(ast_block.name.span, "in this kernel")
-            .with_help("split the work into several kernels, or write a `block` and let the compiler partition it");
+        let mut diagnostic =
+            Diagnostic::error("E0402", format!("a kernel has exactly one matmul, this one has {}", matmuls.len()))
+                .with_primary(ast_block.name.span, "in this kernel")
+                .with_help("split the work into several kernels, or write a `block` and let the compiler partition it");
         for (_, span) in matmuls.iter().skip(1) {
             diagnostic = diagnostic.with_secondary(*span, "another matmul");
         }

@@ -128,7 +128,8 @@ impl Lowerer<'_> {
         let cols = self.block.ty(x).shape.cols.clone();
         let rows = self.block.ty(x).shape.rows.clone();
         let pos = self.per_row(pos, &rows, m.spans[1])?;
-        let freq = self.emit(Inst::RopeTable { spec: spec.clone(), table: RopeTable::Freq, cols: cols.clone() }, span)?;
+        let freq =
+            self.emit(Inst::RopeTable { spec: spec.clone(), table: RopeTable::Freq, cols: cols.clone() }, span)?;
         let sign = self.emit(Inst::RopeTable { spec: spec.clone(), table: RopeTable::Sign, cols }, span)?;
         let angle = self.binary(BinaryOp::Mul, pos, freq, m.spans[1], span, span)?;
         let cos = self.apply(UnaryOp::Cos, angle, span)?;
@@ -163,7 +164,8 @@ impl Lowerer<'_> {
             }
             Some(ArgValue::Expr(_)) => {
                 self.diagnostics.push(
-                    Diagnostic::error("E0306", "`cols` takes a column range").with_primary(m.spans[4], "write `cols=a:b`"),
+                    Diagnostic::error("E0306", "`cols` takes a column range")
+                        .with_primary(m.spans[4], "write `cols=a:b`"),
                 );
                 return None;
             }
@@ -189,9 +191,15 @@ impl Lowerer<'_> {
         };
         if !whole_heads || !inside || start.as_const().is_some_and(|s| s < 0) {
             self.diagnostics.push(
-                Diagnostic::error("E0306", format!("rope columns {start}..{end} are not whole heads inside the tensor"))
-                    .with_primary(if m.given(4) { m.spans[4] } else { span }, format!("head_dim is {head_dim}, the tensor has {cols} columns"))
-                    .with_help("the rotated range must be a whole number of heads within the columns"),
+                Diagnostic::error(
+                    "E0306",
+                    format!("rope columns {start}..{end} are not whole heads inside the tensor"),
+                )
+                .with_primary(
+                    if m.given(4) { m.spans[4] } else { span },
+                    format!("head_dim is {head_dim}, the tensor has {cols} columns"),
+                )
+                .with_help("the rotated range must be a whole number of heads within the columns"),
             );
             return None;
         }

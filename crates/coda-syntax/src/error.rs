@@ -18,25 +18,26 @@ pub(crate) fn from_lalrpop(error: ParseError<usize, Tok<'_>, ()>, text_len: usiz
                 .with_primary(span, "the file ends here")
                 .with_help(expected_list(&expected))
         }
-        ParseError::UnrecognizedToken { token: (l, tok, r), expected } => {
-            unexpected(&tok, Span::new(l, r), &expected)
-        }
-        ParseError::ExtraToken { token: (l, tok, r) } => {
-            unexpected(&tok, Span::new(l, r), &[])
-        }
+        ParseError::UnrecognizedToken { token: (l, tok, r), expected } => unexpected(&tok, Span::new(l, r), &expected),
+        ParseError::ExtraToken { token: (l, tok, r) } => unexpected(&tok, Span::new(l, r), &[]),
         ParseError::User { error: () } => Diagnostic::error("E0001", "invalid input"),
     }
 }
 
 fn unexpected(tok: &Tok<'_>, span: Span, expected: &[String]) -> Diagnostic {
-    let diagnostic = Diagnostic::error("E0002", format!("unexpected {}", describe(tok)))
-        .with_primary(span, "not expected here");
+    let diagnostic =
+        Diagnostic::error("E0002", format!("unexpected {}", describe(tok))).with_primary(span, "not expected here");
     let diagnostic = match tok {
-        Tok::Ident(_) if expected.iter().any(|e| e == "\"=\"") => diagnostic
-            .with_note("two names in a row: a statement may have ended early"),
+        Tok::Ident(_) if expected.iter().any(|e| e == "\"=\"") => {
+            diagnostic.with_note("two names in a row: a statement may have ended early")
+        }
         _ => diagnostic,
     };
-    if expected.is_empty() { diagnostic } else { diagnostic.with_help(expected_list(expected)) }
+    if expected.is_empty() {
+        diagnostic
+    } else {
+        diagnostic.with_help(expected_list(expected))
+    }
 }
 
 fn describe(tok: &Tok<'_>) -> String {

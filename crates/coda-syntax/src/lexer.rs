@@ -137,9 +137,12 @@ pub(crate) fn lex<'s>(text: &'s str, diagnostics: &mut Vec<Diagnostic>) -> Vec<(
     }
     if bad_characters > MAX_LEX_DIAGNOSTICS {
         diagnostics.push(
-            Diagnostic::error("E0001", format!("{} more runs of unexpected characters", bad_characters - MAX_LEX_DIAGNOSTICS))
-                .with_primary(Span::new(text.len(), text.len()), "end of file")
-                .with_help("is this a .coda source file?"),
+            Diagnostic::error(
+                "E0001",
+                format!("{} more runs of unexpected characters", bad_characters - MAX_LEX_DIAGNOSTICS),
+            )
+            .with_primary(Span::new(text.len(), text.len()), "end of file")
+            .with_help("is this a .coda source file?"),
         );
     }
     tokens

@@ -34,11 +34,7 @@ pub fn parse(source: &SourceFile) -> Parsed {
     let tokens = lexer::lex(&source.text, &mut diagnostics);
     let mut recovered = Vec::new();
     let mut notes = Vec::new();
-    let result = grammar::FileParser::new().parse(
-        &mut recovered,
-        &mut notes,
-        tokens.into_iter().map(Ok::<_, ()>),
-    );
+    let result = grammar::FileParser::new().parse(&mut recovered, &mut notes, tokens.into_iter().map(Ok::<_, ()>));
     let text_len = source.text.len();
     diagnostics.extend(recovered.into_iter().map(|r| error::from_lalrpop(r.error, text_len)));
     diagnostics.extend(notes);

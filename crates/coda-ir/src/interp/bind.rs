@@ -27,13 +27,12 @@ pub fn bind_shape(shape: &Shape, dims: &DimBindings) -> Result<(usize, usize), E
 
 /// The value of `dim` (any sign) under `dims`.
 pub(super) fn eval_dim(dim: &Dim, dims: &DimBindings) -> Result<i64, EvalError> {
-    dim.eval(&|name| dims.get(name).copied())
-        .map_err(|e| match e {
-            DimError::Unbound(name) => EvalError::UnboundDim { name },
-            DimError::Overflow | DimError::Inexact(..) | DimError::TooComplex => EvalError::DimOverflow {
-                dim: dim.to_string(),
-            },
-        })
+    dim.eval(&|name| dims.get(name).copied()).map_err(|e| match e {
+        DimError::Unbound(name) => EvalError::UnboundDim { name },
+        DimError::Overflow | DimError::Inexact(..) | DimError::TooComplex => {
+            EvalError::DimOverflow { dim: dim.to_string() }
+        }
+    })
 }
 
 /// The value of `dim`, which must be positive.
@@ -41,15 +40,9 @@ fn bind_extent(dim: &Dim, dims: &DimBindings) -> Result<usize, EvalError> {
     let value = eval_dim(dim, dims)?;
     if value <= 0 {
         let bindings = describe_bindings(&dim.symbols(), dims);
-        return Err(EvalError::NonPositiveDim {
-            dim: dim.to_string(),
-            value,
-            bindings,
-        });
+        return Err(EvalError::NonPositiveDim { dim: dim.to_string(), value, bindings });
     }
-    usize::try_from(value).map_err(|_| EvalError::DimOverflow {
-        dim: dim.to_string(),
-    })
+    usize::try_from(value).map_err(|_| EvalError::DimOverflow { dim: dim.to_string() })
 }
 
 /// `[128, 4096] (M = 128)`: the shape with bound axes evaluated, followed
@@ -63,20 +56,12 @@ pub(super) fn describe_shape(shape: &Shape, dims: &DimBindings) -> String {
     symbols.extend(shape.cols.symbols());
     symbols.sort();
     symbols.dedup();
-    format!(
-        "[{}, {}]{}",
-        axis(&shape.rows),
-        axis(&shape.cols),
-        describe_bindings(&symbols, dims)
-    )
+    format!("[{}, {}]{}", axis(&shape.rows), axis(&shape.cols), describe_bindings(&symbols, dims))
 }
 
 /// ` (M = 128, N = 64)` for the bound names among `symbols`, or empty.
 fn describe_bindings(symbols: &[String], dims: &DimBindings) -> String {
-    let bound: Vec<String> = symbols
-        .iter()
-        .filter_map(|s| dims.get(s).map(|v| format!("{s} = {v}")))
-        .collect();
+    let bound: Vec<String> = symbols.iter().filter_map(|s| dims.get(s).map(|v| format!("{s} = {v}"))).collect();
     if bound.is_empty() {
         String::new()
     } else {
@@ -87,32 +72,21 @@ fn describe_bindings(symbols: &[String], dims: &DimBindings) -> String {
 /// The user's bindings plus the block's named constants. Fails when a
 /// binding contradicts a constant or a symbolic dim is bound to a value
 /// that is not positive.
-pub(super) fn resolve_bindings(
-    block: &Block,
-    dims: &DimBindings,
-) -> Result<DimBindings, EvalError> {
+pub(super) fn resolve_bindings(block: &Block, dims: &DimBindings) -> Result<DimBindings, EvalError> {
     let mut resolved = dims.clone();
     for def in &block.dims {
         let bound = dims.get(&def.name).copied();
         match (def.value, bound) {
             (Some(constant), Some(bound)) if constant != bound => {
                 let name = def.name.clone();
-                return Err(EvalError::ConflictingDim {
-                    name,
-                    constant,
-                    bound,
-                });
+                return Err(EvalError::ConflictingDim { name, constant, bound });
             }
             (Some(constant), _) => {
                 resolved.insert(def.name.clone(), constant);
             }
             (None, Some(value)) if value <= 0 => {
                 let (dim, bindings) = (def.name.clone(), String::new());
-                return Err(EvalError::NonPositiveDim {
-                    dim,
-                    value,
-                    bindings,
-                });
+                return Err(EvalError::NonPositiveDim { dim, value, bindings });
             }
             (None, _) => {}
         }

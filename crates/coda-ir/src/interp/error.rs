@@ -21,9 +21,7 @@ pub enum EvalError {
         bindings: String,
     },
     /// A binding contradicts a named constant of the block.
-    #[error(
-        "dimension `{name}` is the constant {constant} in this block but was bound to {bound}"
-    )]
+    #[error("dimension `{name}` is the constant {constant} in this block but was bound to {bound}")]
     ConflictingDim {
         /// The dimension.
         name: String,

@@ -51,9 +51,7 @@ pub(super) fn eval_with_limit(
         dims,
         inputs,
         round: options.round_to_storage,
-        values: std::iter::repeat_with(|| None)
-            .take(block.insts.len())
-            .collect(),
+        values: std::iter::repeat_with(|| None).take(block.insts.len()).collect(),
         last_use: last_uses(block),
         live_bytes: 0,
         limit,
@@ -125,11 +123,7 @@ struct Machine<'a> {
 impl<'a> Machine<'a> {
     /// Evaluates one instruction, then frees the values it read for the last time.
     fn step(&mut self, value: Value, inst: &Inst) -> Result<(), EvalError> {
-        let ty = self
-            .block
-            .types
-            .get(value.index())
-            .ok_or_else(|| self.malformed(format!("{value} has no type")))?;
+        let ty = self.block.types.get(value.index()).ok_or_else(|| self.malformed(format!("{value} has no type")))?;
         let (rows, cols) = bind_shape(&ty.shape, &self.dims)?;
         let slot = match inst {
             Inst::Param(index) => self.param(value, *index, (rows, cols))?,
@@ -157,18 +151,10 @@ impl<'a> Machine<'a> {
         self.reserve(elements, 0, value)?;
         let data = self.compute(value, inst, rows, cols)?;
         if data.len() as u128 != elements {
-            let message = format!(
-                "{value} computed {} elements for [{rows}, {cols}]",
-                data.len()
-            );
+            let message = format!("{value} computed {} elements for [{rows}, {cols}]", data.len());
             return Err(self.malformed(message));
         }
-        Ok(HostTensor {
-            dtype,
-            rows,
-            cols,
-            data,
-        })
+        Ok(HostTensor { dtype, rows, cols, data })
     }
 
     /// Counts `elements` (plus `scratch` temporary ones) against the memory limit.
@@ -192,11 +178,7 @@ impl<'a> Machine<'a> {
             if self.last_use.get(candidate.index()) != Some(&now) {
                 continue;
             }
-            if let Some(freed) = self
-                .values
-                .get_mut(candidate.index())
-                .and_then(Option::take)
-            {
+            if let Some(freed) = self.values.get_mut(candidate.index()).and_then(Option::take) {
                 self.live_bytes = self.live_bytes.saturating_sub(freed.owned_bytes());
             }
         }
@@ -211,10 +193,7 @@ impl<'a> Machine<'a> {
     }
 
     fn malformed(&self, message: String) -> EvalError {
-        EvalError::Malformed {
-            block: self.block.name.clone(),
-            message,
-        }
+        EvalError::Malformed { block: self.block.name.clone(), message }
     }
 
     /// A computed operand.
@@ -226,10 +205,7 @@ impl<'a> Machine<'a> {
     }
 
     /// Operands that must all have the same shape.
-    fn same_shape<const N: usize>(
-        &self,
-        values: [Value; N],
-    ) -> Result<[&HostTensor; N], EvalError> {
+    fn same_shape<const N: usize>(&self, values: [Value; N]) -> Result<[&HostTensor; N], EvalError> {
         let mut tensors = Vec::with_capacity(N);
         for value in values {
             tensors.push(self.operand(value)?);
@@ -237,41 +213,27 @@ impl<'a> Machine<'a> {
         if tensors.windows(2).any(|w| w[0].shape() != w[1].shape()) {
             return Err(self.malformed(format!("operands {values:?} differ in shape")));
         }
-        tensors
-            .try_into()
-            .map_err(|_| self.malformed("operand count".into()))
+        tensors.try_into().map_err(|_| self.malformed("operand count".into()))
     }
 
     /// The data of one instruction's value, of shape `[rows, cols]`.
-    fn compute(
-        &mut self,
-        value: Value,
-        inst: &Inst,
-        rows: usize,
-        cols: usize,
-    ) -> Result<Vec<f64>, EvalError> {
+    fn compute(&mut self, value: Value, inst: &Inst, rows: usize, cols: usize) -> Result<Vec<f64>, EvalError> {
         match inst {
             Inst::Const(c) => Ok(vec![*c]),
             Inst::DimValue(dim) => Ok(vec![eval_dim(dim, &self.dims)? as f64]),
             Inst::Unary { op, arg } => self.map(*arg, |x| Ok(ops::unary(*op, x))),
-            Inst::Cast { to, arg } => self
-                .map(*arg, |x| cast(x, *to, self.round))
-                .map_err(|e| with_context(e, &self.describe(value))),
+            Inst::Cast { to, arg } => {
+                self.map(*arg, |x| cast(x, *to, self.round)).map_err(|e| with_context(e, &self.describe(value)))
+            }
             Inst::Binary { op, lhs, rhs } => {
                 let [a, b] = self.same_shape([*lhs, *rhs])?;
                 let pairs = a.data.iter().zip(&b.data);
                 Ok(pairs.map(|(&x, &y)| ops::binary(*op, x, y)).collect())
             }
-            Inst::Select {
-                cond,
-                on_true,
-                on_false,
-            } => {
+            Inst::Select { cond, on_true, on_false } => {
                 let [c, t, f] = self.same_shape([*cond, *on_true, *on_false])?;
                 let triples = c.data.iter().zip(&t.data).zip(&f.data);
-                Ok(triples
-                    .map(|((&c, &t), &f)| if c != 0.0 { t } else { f })
-                    .collect())
+                Ok(triples.map(|((&c, &t), &f)| if c != 0.0 { t } else { f }).collect())
             }
             Inst::MatMul { .. } => self.matmul(value, inst, rows as u128 * cols as u128),
             _ => self.compute_layout(value, inst, rows, cols),
@@ -279,37 +241,22 @@ impl<'a> Machine<'a> {
     }
 
     /// `f` applied to every element of `arg`.
-    fn map(
-        &self,
-        arg: Value,
-        f: impl Fn(f64) -> Result<f64, EvalError>,
-    ) -> Result<Vec<f64>, EvalError> {
+    fn map(&self, arg: Value, f: impl Fn(f64) -> Result<f64, EvalError>) -> Result<Vec<f64>, EvalError> {
         self.operand(arg)?.data.iter().map(|&x| f(x)).collect()
     }
 
     /// The instructions that move values rather than compute them.
-    fn compute_layout(
-        &self,
-        value: Value,
-        inst: &Inst,
-        rows: usize,
-        cols: usize,
-    ) -> Result<Vec<f64>, EvalError> {
+    fn compute_layout(&self, value: Value, inst: &Inst, rows: usize, cols: usize) -> Result<Vec<f64>, EvalError> {
         let shape_error = |message: String| self.malformed(format!("{value}: {message}"));
         match inst {
             Inst::Transpose { arg } => Ok(layout::transpose(self.operand(*arg)?)),
-            Inst::Broadcast { arg, .. } => {
-                layout::broadcast(self.operand(*arg)?, rows, cols).map_err(shape_error)
-            }
+            Inst::Broadcast { arg, .. } => layout::broadcast(self.operand(*arg)?, rows, cols).map_err(shape_error),
             Inst::Reduce { op, axis, arg } => Ok(ops::reduce(*op, *axis, self.operand(*arg)?)),
-            Inst::SliceCols {
-                arg, start, step, ..
-            } => self.slice(value, *arg, eval_dim(start, &self.dims)?, cols, *step),
+            Inst::SliceCols { arg, start, step, .. } => {
+                self.slice(value, *arg, eval_dim(start, &self.dims)?, cols, *step)
+            }
             Inst::ConcatCols { parts } => {
-                let parts = parts
-                    .iter()
-                    .map(|p| self.operand(*p))
-                    .collect::<Result<Vec<_>, _>>()?;
+                let parts = parts.iter().map(|p| self.operand(*p)).collect::<Result<Vec<_>, _>>()?;
                 layout::concat_cols(&parts, rows).map_err(shape_error)
             }
             Inst::Interleave { even, odd } => {
@@ -327,17 +274,10 @@ impl<'a> Machine<'a> {
     /// The param's input: used as it is when it already has the declared
     /// dtype, shape and (when rounding) representable values; else a
     /// normalized copy, rounded to the dtype when rounding.
-    fn param(
-        &mut self,
-        value: Value,
-        index: usize,
-        (rows, cols): (usize, usize),
-    ) -> Result<Slot<'a>, EvalError> {
+    fn param(&mut self, value: Value, index: usize, (rows, cols): (usize, usize)) -> Result<Slot<'a>, EvalError> {
         let block = self.block;
-        let decl = block
-            .params
-            .get(index)
-            .ok_or_else(|| self.malformed(format!("parameter {index} does not exist")))?;
+        let decl =
+            block.params.get(index).ok_or_else(|| self.malformed(format!("parameter {index} does not exist")))?;
         let given = input(self.inputs, decl, &self.dims)?;
         let rounds = self.round && decl.dtype.is_float();
         let exact = given.dtype == decl.dtype && given.shape() == (rows, cols);
@@ -349,30 +289,17 @@ impl<'a> Machine<'a> {
         if rounds {
             round_slice(&mut data, decl.dtype).map_err(|e| with_context(e, &tensor_name(decl)))?;
         }
-        Ok(Slot::Owned(HostTensor {
-            dtype: decl.dtype,
-            rows,
-            cols,
-            data,
-        }))
+        Ok(Slot::Owned(HostTensor { dtype: decl.dtype, rows, cols, data }))
     }
 
     /// A matrix product, its operand copies counted against the memory limit.
     fn matmul(&mut self, value: Value, inst: &Inst, output: u128) -> Result<Vec<f64>, EvalError> {
-        let Inst::MatMul {
-            lhs,
-            rhs,
-            lhs_transposed,
-            rhs_transposed,
-            operand_dtype,
-        } = inst
-        else {
+        let Inst::MatMul { lhs, rhs, lhs_transposed, rhs_transposed, operand_dtype } = inst else {
             return Err(self.malformed(format!("{value} is not a matmul")));
         };
         let (a, b) = (self.operand(*lhs)?, self.operand(*rhs)?);
         // With rounding on, a value of the operand type is already rounded.
-        let round =
-            |t: &HostTensor| (self.round && t.dtype != *operand_dtype).then_some(*operand_dtype);
+        let round = |t: &HostTensor| (self.round && t.dtype != *operand_dtype).then_some(*operand_dtype);
         let mode = MatMulMode {
             lhs_transposed: *lhs_transposed,
             rhs_transposed: *rhs_transposed,
@@ -381,30 +308,13 @@ impl<'a> Machine<'a> {
         };
         let scratch = scratch_elements(a, b, output);
         self.reserve(0, scratch, value)?;
-        matmul(
-            self.operand(*lhs)?,
-            self.operand(*rhs)?,
-            mode,
-            &self.block.name,
-        )
+        matmul(self.operand(*lhs)?, self.operand(*rhs)?, mode, &self.block.name)
     }
 
-    fn slice(
-        &self,
-        value: Value,
-        arg: Value,
-        start: i64,
-        len: usize,
-        step: i64,
-    ) -> Result<Vec<f64>, EvalError> {
+    fn slice(&self, value: Value, arg: Value, start: i64, len: usize, step: i64) -> Result<Vec<f64>, EvalError> {
         let arg = self.operand(arg)?;
-        let out_of_range = || EvalError::SliceOutOfRange {
-            what: self.describe(value),
-            start,
-            len,
-            step,
-            cols: arg.cols,
-        };
+        let out_of_range =
+            || EvalError::SliceOutOfRange { what: self.describe(value), start, len, step, cols: arg.cols };
         let columns = layout::slice_columns(start, len, step, arg.cols).ok_or_else(out_of_range)?;
         layout::gather_cols(arg, &columns).map_err(|m| self.malformed(m))
     }
@@ -412,22 +322,13 @@ impl<'a> Machine<'a> {
     fn take(&self, arg: Value, index: Value) -> Result<Vec<f64>, EvalError> {
         let (arg, index) = (self.operand(arg)?, self.operand(index)?);
         if index.shape() != (arg.rows, 1) {
-            let message = format!(
-                "take index {:?} for a table {:?}",
-                index.shape(),
-                arg.shape()
-            );
+            let message = format!("take index {:?} for a table {:?}", index.shape(), arg.shape());
             return Err(self.malformed(message));
         }
         Ok(ops::take_cols(arg, index))
     }
 
-    fn rope_partner(
-        &self,
-        value: Value,
-        spec: &RopeSpec,
-        arg: Value,
-    ) -> Result<Vec<f64>, EvalError> {
+    fn rope_partner(&self, value: Value, spec: &RopeSpec, arg: Value) -> Result<Vec<f64>, EvalError> {
         let what = self.describe(value);
         let arg = self.operand(arg)?;
         let partners = bind_rope(spec, &self.dims, &what)?.partners(arg.cols, &what)?;
@@ -439,11 +340,7 @@ impl<'a> Machine<'a> {
         let mut results = BTreeMap::new();
         let block = self.block;
         for (k, output) in block.outputs.iter().enumerate() {
-            let reused = block
-                .outputs
-                .iter()
-                .skip(k + 1)
-                .any(|o| o.value == output.value);
+            let reused = block.outputs.iter().skip(k + 1).any(|o| o.value == output.value);
             let tensor = self.store(output, reused)?;
             results.insert(output.tensor.name.clone(), tensor);
         }
@@ -456,19 +353,10 @@ impl<'a> Machine<'a> {
         let (rows, cols) = bind_shape(&decl.shape, &self.dims)?;
         let shape = self.operand(output.value)?.shape();
         if shape != (rows, cols) {
-            let message = format!(
-                "output `{}` stores {shape:?} into [{rows}, {cols}]",
-                decl.name
-            );
+            let message = format!("output `{}` stores {shape:?} into [{rows}, {cols}]", decl.name);
             return Err(self.malformed(message));
         }
-        let taken = if reused {
-            None
-        } else {
-            self.values
-                .get_mut(output.value.index())
-                .and_then(Option::take)
-        };
+        let taken = if reused { None } else { self.values.get_mut(output.value.index()).and_then(Option::take) };
         let mut data = match taken {
             Some(Slot::Owned(tensor)) => tensor.data,
             Some(Slot::Borrowed(tensor)) => {
@@ -484,23 +372,14 @@ impl<'a> Machine<'a> {
             self.add_previous(decl, &mut data)?;
         }
         self.finish(decl, &mut data)?;
-        Ok(HostTensor {
-            dtype: decl.dtype,
-            rows,
-            cols,
-            data,
-        })
+        Ok(HostTensor { dtype: decl.dtype, rows, cols, data })
     }
 
     /// Adds the previous content of a `+=` output (rounded like a param).
     fn add_previous(&self, decl: &Tensor, data: &mut [f64]) -> Result<(), EvalError> {
         let previous = input(self.inputs, decl, &self.dims)?;
         for (x, &p) in data.iter_mut().zip(&previous.data) {
-            let p = if self.round && decl.dtype.is_float() {
-                round_to_dtype(p, decl.dtype)
-            } else {
-                Ok(p)
-            };
+            let p = if self.round && decl.dtype.is_float() { round_to_dtype(p, decl.dtype) } else { Ok(p) };
             *x += p.map_err(|e| with_context(e, &tensor_name(decl)))?;
         }
         Ok(())
@@ -532,10 +411,9 @@ fn tensor_name(decl: &Tensor) -> String {
 /// Says where an unsupported-dtype error happened.
 fn with_context(error: EvalError, context: &str) -> EvalError {
     match error {
-        EvalError::Unsupported { what, message } => EvalError::Unsupported {
-            what: format!("{context}: {what}"),
-            message,
-        },
+        EvalError::Unsupported { what, message } => {
+            EvalError::Unsupported { what: format!("{context}: {what}"), message }
+        }
         other => other,
     }
 }

@@ -18,11 +18,7 @@ pub(super) fn check_all_inputs(
     dims: &DimBindings,
     inputs: &BTreeMap<String, HostTensor>,
 ) -> Result<(), EvalError> {
-    let accumulated = block
-        .outputs
-        .iter()
-        .filter(|o| o.accumulate)
-        .map(|o| &o.tensor);
+    let accumulated = block.outputs.iter().filter(|o| o.accumulate).map(|o| &o.tensor);
     for decl in block.params.iter().chain(accumulated) {
         input(inputs, decl, dims)?;
     }
@@ -40,20 +36,12 @@ pub(super) fn input<'a>(
     let name = decl.name.clone();
     let expected = || expected_input(decl, rows, cols, dims);
     let Some(given) = inputs.get(&decl.name) else {
-        return Err(EvalError::MissingInput {
-            name,
-            expected: expected(),
-        });
+        return Err(EvalError::MissingInput { name, expected: expected() });
     };
     let flat = decl.rank < 2 && (given.rows == 1 || given.cols == 1);
-    let fits = given.shape() == (rows, cols)
-        || (flat && given.len() as u128 == rows as u128 * cols as u128);
+    let fits = given.shape() == (rows, cols) || (flat && given.len() as u128 == rows as u128 * cols as u128);
     if !given.is_consistent() || !fits {
-        return Err(EvalError::InputShape {
-            name,
-            expected: expected(),
-            got: describe_given(given),
-        });
+        return Err(EvalError::InputShape { name, expected: expected(), got: describe_given(given) });
     }
     if decl.dtype == DType::I32 {
         given.check_integers(&format!("input `{}`", decl.name))?;
@@ -65,10 +53,7 @@ pub(super) fn input<'a>(
 fn expected_input(decl: &Tensor, rows: usize, cols: usize, dims: &DimBindings) -> String {
     let shape = describe_shape(&decl.shape, dims);
     if decl.rank < 2 {
-        format!(
-            "a vector of {} elements, {shape}",
-            rows.saturating_mul(cols)
-        )
+        format!("a vector of {} elements, {shape}", rows.saturating_mul(cols))
     } else {
         shape
     }
@@ -79,11 +64,6 @@ fn describe_given(given: &HostTensor) -> String {
     if given.is_consistent() {
         format!("[{}, {}]", given.rows, given.cols)
     } else {
-        format!(
-            "[{}, {}] with {} elements of data",
-            given.rows,
-            given.cols,
-            given.len()
-        )
+        format!("[{}, {}] with {} elements of data", given.rows, given.cols, given.len())
     }
 }

@@ -11,13 +11,7 @@ use super::tensor::HostTensor;
 pub(super) fn transpose(arg: &HostTensor) -> Vec<f64> {
     let mut out = Vec::with_capacity(arg.data.len());
     for c in 0..arg.cols {
-        out.extend(
-            arg.data
-                .iter()
-                .skip(c)
-                .step_by(arg.cols.max(1))
-                .take(arg.rows),
-        );
+        out.extend(arg.data.iter().skip(c).step_by(arg.cols.max(1)).take(arg.rows));
     }
     out
 }
@@ -26,16 +20,11 @@ pub(super) fn transpose(arg: &HostTensor) -> Vec<f64> {
 pub(super) fn broadcast(arg: &HostTensor, rows: usize, cols: usize) -> Result<Vec<f64>, String> {
     let fits = |from: usize, to: usize| from == to || from == 1;
     if !fits(arg.rows, rows) || !fits(arg.cols, cols) {
-        return Err(format!(
-            "cannot broadcast [{}, {}] to [{rows}, {cols}]",
-            arg.rows, arg.cols
-        ));
+        return Err(format!("cannot broadcast [{}, {}] to [{rows}, {cols}]", arg.rows, arg.cols));
     }
     let mut out = Vec::with_capacity(rows.saturating_mul(cols));
     for r in 0..rows {
-        let source = arg
-            .row(if arg.rows == 1 { 0 } else { r })
-            .unwrap_or_default();
+        let source = arg.row(if arg.rows == 1 { 0 } else { r }).unwrap_or_default();
         match source {
             [single] if cols != 1 => out.extend(std::iter::repeat_n(*single, cols)),
             _ => out.extend_from_slice(source),
@@ -52,29 +41,18 @@ pub(super) fn slice_columns(start: i64, len: usize, step: i64, cols: usize) -> O
         return None;
     }
     // start >= 0 and every column is below `cols`, so the casts are exact.
-    Some(
-        (0..len)
-            .map(|k| start as usize + k * step as usize)
-            .collect(),
-    )
+    Some((0..len).map(|k| start as usize + k * step as usize).collect())
 }
 
 /// `out[:, n] = arg[:, columns[n]]`; fails on a column outside `arg`.
 pub(super) fn gather_cols(arg: &HostTensor, columns: &[usize]) -> Result<Vec<f64>, String> {
     if let Some(bad) = columns.iter().find(|&&c| c >= arg.cols) {
-        return Err(format!(
-            "column {bad} of a tensor with {} columns",
-            arg.cols
-        ));
+        return Err(format!("column {bad} of a tensor with {} columns", arg.cols));
     }
     let mut out = Vec::with_capacity(arg.rows.saturating_mul(columns.len()));
     for r in 0..arg.rows {
         let row = arg.row(r).unwrap_or_default();
-        out.extend(
-            columns
-                .iter()
-                .map(|&c| row.get(c).copied().unwrap_or(f64::NAN)),
-        );
+        out.extend(columns.iter().map(|&c| row.get(c).copied().unwrap_or(f64::NAN)));
     }
     Ok(out)
 }
@@ -82,10 +60,7 @@ pub(super) fn gather_cols(arg: &HostTensor, columns: &[usize]) -> Result<Vec<f64
 /// The parts side by side; all must have `rows` rows.
 pub(super) fn concat_cols(parts: &[&HostTensor], rows: usize) -> Result<Vec<f64>, String> {
     if let Some(bad) = parts.iter().find(|p| p.rows != rows) {
-        return Err(format!(
-            "concatenating a part of {} rows into {rows} rows",
-            bad.rows
-        ));
+        return Err(format!("concatenating a part of {} rows into {rows} rows", bad.rows));
     }
     let width: usize = parts.iter().map(|p| p.cols).sum();
     let mut out = Vec::with_capacity(rows.saturating_mul(width));

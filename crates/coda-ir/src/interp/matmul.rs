@@ -50,12 +50,7 @@ pub(super) struct MatMulMode {
 }
 
 /// `op(lhs) @ op(rhs)`, `[M, N]`; `block` names the block in errors.
-pub(super) fn matmul(
-    lhs: &HostTensor,
-    rhs: &HostTensor,
-    mode: MatMulMode,
-    block: &str,
-) -> Result<Vec<f64>, EvalError> {
+pub(super) fn matmul(lhs: &HostTensor, rhs: &HostTensor, mode: MatMulMode, block: &str) -> Result<Vec<f64>, EvalError> {
     // The left operand as [M, K]; the right one as [N, K], i.e. op(rhs) transposed.
     let a = operand(lhs, mode.lhs_transposed, mode.round_lhs)?;
     let b = operand(rhs, !mode.rhs_transposed, mode.round_rhs)?;
@@ -66,11 +61,7 @@ pub(super) fn matmul(
 }
 
 /// `t` (or its transpose) as `[outer, k]`, rounded if asked.
-fn operand(
-    t: &HostTensor,
-    transposed: bool,
-    round_to: Option<DType>,
-) -> Result<Operand<'_>, EvalError> {
+fn operand(t: &HostTensor, transposed: bool, round_to: Option<DType>) -> Result<Operand<'_>, EvalError> {
     let (mut data, outer, k) = if transposed {
         (Cow::Owned(transpose(t)), t.cols, t.rows)
     } else {
@@ -102,12 +93,7 @@ fn product(a: &Operand<'_>, b: &Operand<'_>) -> Vec<f64> {
     fill_chunks(&mut transposed, chunk_len, |index, chunk| {
         columns_into(a, b, index.saturating_mul(cols_per_chunk), chunk);
     });
-    let transposed = HostTensor {
-        dtype: DType::F32,
-        rows: n,
-        cols: m,
-        data: transposed,
-    };
+    let transposed = HostTensor { dtype: DType::F32, rows: n, cols: m, data: transposed };
     transpose(&transposed)
 }
 
@@ -150,9 +136,7 @@ fn columns_into(a: &Operand<'_>, b: &Operand<'_>, first: usize, chunk: &mut [f64
 /// Columns `ks` of row `i` of an operand.
 fn row_part<'o>(t: &'o Operand<'_>, i: usize, ks: &Range<usize>) -> &'o [f64] {
     let start = i.saturating_mul(t.k);
-    t.data
-        .get(start + ks.start..start + ks.end)
-        .unwrap_or_default()
+    t.data.get(start + ks.start..start + ks.end).unwrap_or_default()
 }
 
 /// `sums[d] += x . y[d]` for four rows, each in increasing `k` exactly as

@@ -119,8 +119,8 @@ mod ops;
 mod parallel;
 mod random;
 mod rope;
-mod rows;
 mod round;
+mod rows;
 mod tensor;
 
 #[cfg(test)]
@@ -130,8 +130,8 @@ pub use bind::{bind_shape, DimBindings, MAX_ELEMENTS};
 pub use error::EvalError;
 pub use eval::{eval, EvalOptions, MEMORY_LIMIT_BYTES};
 pub use random::random_inputs;
-pub use rows::{eval_rows, row_local_dim};
 pub use round::round_to_dtype;
+pub use rows::{eval_rows, row_local_dim};
 pub use tensor::HostTensor;
 
 #[cfg(doc)]

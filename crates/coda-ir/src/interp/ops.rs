@@ -121,21 +121,10 @@ fn truth(holds: bool) -> f64 {
 pub(super) fn reduce(op: ReduceOp, axis: Axis, arg: &HostTensor) -> Vec<f64> {
     let (rows, cols) = (arg.rows, arg.cols);
     match axis {
-        Axis::Cols => arg
-            .data
-            .chunks(cols.max(1))
-            .map(|row| reduce_lane(op, row))
-            .collect(),
+        Axis::Cols => arg.data.chunks(cols.max(1)).map(|row| reduce_lane(op, row)).collect(),
         Axis::Rows => (0..cols)
             .map(|c| {
-                let lane: Vec<f64> = arg
-                    .data
-                    .iter()
-                    .skip(c)
-                    .step_by(cols.max(1))
-                    .take(rows)
-                    .copied()
-                    .collect();
+                let lane: Vec<f64> = arg.data.iter().skip(c).step_by(cols.max(1)).take(rows).copied().collect();
                 reduce_lane(op, &lane)
             })
             .collect(),

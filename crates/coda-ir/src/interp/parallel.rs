@@ -6,11 +6,7 @@ use std::sync::{Mutex, PoisonError};
 /// Calls `fill(i, chunk)` for every `chunk_len`-element chunk `i` of `out`,
 /// spread over the available cores. A worker that cannot be started (or
 /// fails) has its chunks filled on the calling thread.
-pub(super) fn fill_chunks(
-    out: &mut [f64],
-    chunk_len: usize,
-    fill: impl Fn(usize, &mut [f64]) + Sync,
-) {
+pub(super) fn fill_chunks(out: &mut [f64], chunk_len: usize, fill: impl Fn(usize, &mut [f64]) + Sync) {
     let chunks: Vec<Mutex<&mut [f64]>> = out.chunks_mut(chunk_len.max(1)).map(Mutex::new).collect();
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
     let threads = cores.min(chunks.len()).max(1);

@@ -48,11 +48,7 @@ const BLOCK: usize = 1 << 16;
 /// correctly rounded IEEE one, so the numbers are the same on every
 /// platform). Blocks are generated on several threads; the result
 /// does not depend on how many.
-pub fn random_inputs(
-    block: &Block,
-    dims: &DimBindings,
-    seed: u64,
-) -> Result<BTreeMap<String, HostTensor>, EvalError> {
+pub fn random_inputs(block: &Block, dims: &DimBindings, seed: u64) -> Result<BTreeMap<String, HostTensor>, EvalError> {
     let dims = resolve_bindings(block, dims)?;
     check_memory(block, &dims)?;
     let mut inputs = BTreeMap::new();
@@ -64,26 +60,16 @@ pub fn random_inputs(
         let decl = &output.tensor;
         let distribution = match decl.dtype {
             DType::I32 | DType::Bool => integers(decl.dtype),
-            _ => Distribution::Normal {
-                mean: 0.0,
-                std: 1.0,
-            },
+            _ => Distribution::Normal { mean: 0.0, std: 1.0 },
         };
-        inputs.insert(
-            decl.name.clone(),
-            random_tensor(decl, &dims, seed, distribution)?,
-        );
+        inputs.insert(decl.name.clone(), random_tensor(decl, &dims, seed, distribution)?);
     }
     Ok(inputs)
 }
 
 /// Fails when the tensors together would exceed the memory limit.
 fn check_memory(block: &Block, dims: &DimBindings) -> Result<(), EvalError> {
-    let accumulated = block
-        .outputs
-        .iter()
-        .filter(|o| o.accumulate)
-        .map(|o| &o.tensor);
+    let accumulated = block.outputs.iter().filter(|o| o.accumulate).map(|o| &o.tensor);
     let mut elements: u128 = 0;
     for decl in block.params.iter().chain(accumulated) {
         let (rows, cols) = bind_shape(&decl.shape, dims)?;
@@ -110,9 +96,7 @@ enum Distribution {
 }
 
 fn integers(dtype: DType) -> Distribution {
-    Distribution::Integers {
-        below: if dtype == DType::Bool { 2 } else { 1024 },
-    }
+    Distribution::Integers { below: if dtype == DType::Bool { 2 } else { 1024 } }
 }
 
 /// The distribution of a param, as listed in the module docs.
@@ -122,21 +106,12 @@ fn param_distribution(decl: &Tensor, dims: &DimBindings) -> Result<Distribution,
     }
     let symbolic = !decl.shape.rows.symbols().is_empty() || !decl.shape.cols.symbols().is_empty();
     Ok(if symbolic {
-        Distribution::Normal {
-            mean: 0.0,
-            std: 1.0,
-        }
+        Distribution::Normal { mean: 0.0, std: 1.0 }
     } else if decl.rank == 2 {
         let (_, cols) = bind_shape(&decl.shape, dims)?;
-        Distribution::Normal {
-            mean: 0.0,
-            std: 1.0 / (cols as f64).sqrt(),
-        }
+        Distribution::Normal { mean: 0.0, std: 1.0 / (cols as f64).sqrt() }
     } else {
-        Distribution::Normal {
-            mean: 1.0,
-            std: 0.1,
-        }
+        Distribution::Normal { mean: 1.0, std: 0.1 }
     })
 }
 
@@ -166,12 +141,7 @@ fn random_tensor(
             *slot = draw(&mut stream, distribution, decl.dtype);
         }
     });
-    Ok(HostTensor {
-        dtype: decl.dtype,
-        rows,
-        cols,
-        data,
-    })
+    Ok(HostTensor { dtype: decl.dtype, rows, cols, data })
 }
 
 /// One value, rounded to `dtype` and, for floats, not zero.
@@ -195,12 +165,7 @@ fn draw(stream: &mut Stream, distribution: Distribution, dtype: DType) -> f64 {
 /// The key of tensor `name` under `seed`: the first SplitMix64 output from
 /// `seed`, xor the FNV-1a hash of the name.
 fn tensor_key(seed: u64, name: &str) -> u64 {
-    Stream {
-        state: seed,
-        spare: None,
-    }
-    .next_u64()
-        ^ fnv1a(name)
+    Stream { state: seed, spare: None }.next_u64() ^ fnv1a(name)
 }
 
 /// A SplitMix64 stream with a spare normal.
@@ -213,14 +178,8 @@ impl Stream {
     /// The stream of block `index` of the tensor with `key`: SplitMix64
     /// started at `key ^ splitmix64_first_output(index)`.
     fn for_block(key: u64, index: usize) -> Stream {
-        let mut mixer = Stream {
-            state: index as u64,
-            spare: None,
-        };
-        Stream {
-            state: key ^ mixer.next_u64(),
-            spare: None,
-        }
+        let mut mixer = Stream { state: index as u64, spare: None };
+        Stream { state: key ^ mixer.next_u64(), spare: None }
     }
 
     /// SplitMix64.
@@ -256,7 +215,5 @@ impl Stream {
 
 /// The 64-bit FNV-1a hash of `text`.
 fn fnv1a(text: &str) -> u64 {
-    text.bytes().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
-        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
-    })
+    text.bytes().fold(0xcbf2_9ce4_8422_2325, |hash, byte| (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3))
 }

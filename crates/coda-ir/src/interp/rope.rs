@@ -26,20 +26,10 @@ pub(super) struct RopeColumn {
 }
 
 /// Evaluates the spec's dims; the head dim must be positive and even.
-pub(super) fn bind_rope(
-    spec: &RopeSpec,
-    dims: &DimBindings,
-    what: &str,
-) -> Result<Rope, EvalError> {
+pub(super) fn bind_rope(spec: &RopeSpec, dims: &DimBindings, what: &str) -> Result<Rope, EvalError> {
     if spec.head_dim <= 0 || spec.head_dim % 2 != 0 {
-        let message = format!(
-            "rope head_dim {} is not a positive even number",
-            spec.head_dim
-        );
-        return Err(EvalError::BadRope {
-            what: what.to_string(),
-            message,
-        });
+        let message = format!("rope head_dim {} is not a positive even number", spec.head_dim);
+        return Err(EvalError::BadRope { what: what.to_string(), message });
     }
     Ok(Rope {
         head_dim: spec.head_dim,
@@ -54,11 +44,7 @@ impl Rope {
     /// Frequency, sign and partner of column `n`.
     pub(super) fn column(&self, n: i64) -> RopeColumn {
         if n < self.start || n >= self.end {
-            return RopeColumn {
-                freq: 0.0,
-                sign: 0.0,
-                partner: n,
-            };
+            return RopeColumn { freq: 0.0, sign: 0.0, partner: n };
         }
         let j = (n - self.start) % self.head_dim;
         let half = self.head_dim / 2;
@@ -93,20 +79,14 @@ impl Rope {
         (0..cols)
             .map(|n| {
                 let partner = self.column(n as i64).partner;
-                usize::try_from(partner)
-                    .ok()
-                    .filter(|&p| p < cols)
-                    .ok_or_else(|| {
-                        let message = format!(
-                            "rope pairs column {n} with column {partner}, outside 0..{cols} \
+                usize::try_from(partner).ok().filter(|&p| p < cols).ok_or_else(|| {
+                    let message = format!(
+                        "rope pairs column {n} with column {partner}, outside 0..{cols} \
                          (rotated range {}..{}, head_dim {})",
-                            self.start, self.end, self.head_dim
-                        );
-                        EvalError::BadRope {
-                            what: what.to_string(),
-                            message,
-                        }
-                    })
+                        self.start, self.end, self.head_dim
+                    );
+                    EvalError::BadRope { what: what.to_string(), message }
+                })
             })
             .collect()
     }

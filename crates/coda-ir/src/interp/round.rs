@@ -14,18 +14,10 @@ struct Format {
 }
 
 /// bfloat16: 8 exponent bits, 7 mantissa bits.
-const BF16: Format = Format {
-    mant_bits: 7,
-    emin: -126,
-    max_finite: 3.389_531_389_251_535_5e38,
-};
+const BF16: Format = Format { mant_bits: 7, emin: -126, max_finite: 3.389_531_389_251_535_5e38 };
 
 /// IEEE binary16: 5 exponent bits, 10 mantissa bits.
-const F16: Format = Format {
-    mant_bits: 10,
-    emin: -14,
-    max_finite: 65504.0,
-};
+const F16: Format = Format { mant_bits: 10, emin: -14, max_finite: 65504.0 };
 
 /// `x` rounded to `dtype` as a store or cast with rounding on would: floats
 /// to nearest even (overflowing to infinity), `i32` toward zero with

@@ -26,19 +26,9 @@ impl HostTensor {
     pub fn new(dtype: DType, rows: usize, cols: usize, data: Vec<f64>) -> Result<Self, EvalError> {
         let expected = rows as u128 * cols as u128;
         if data.len() as u128 != expected {
-            return Err(EvalError::DataLength {
-                rows,
-                cols,
-                expected,
-                len: data.len(),
-            });
+            return Err(EvalError::DataLength { rows, cols, expected, len: data.len() });
         }
-        let tensor = HostTensor {
-            dtype,
-            rows,
-            cols,
-            data,
-        };
+        let tensor = HostTensor { dtype, rows, cols, data };
         if dtype == DType::I32 {
             tensor.check_integers("an i32 tensor")?;
         }
@@ -63,12 +53,7 @@ impl HostTensor {
 
     /// A `[1, 1]` tensor.
     pub fn scalar(dtype: DType, value: f64) -> Self {
-        HostTensor {
-            dtype,
-            rows: 1,
-            cols: 1,
-            data: vec![value],
-        }
+        HostTensor { dtype, rows: 1, cols: 1, data: vec![value] }
     }
 
     /// `(rows, cols)`.
@@ -96,9 +81,7 @@ impl HostTensor {
         if r >= self.rows || c >= self.cols {
             return None;
         }
-        self.data
-            .get(r.checked_mul(self.cols)?.checked_add(c)?)
-            .copied()
+        self.data.get(r.checked_mul(self.cols)?.checked_add(c)?).copied()
     }
 
     /// Row `r`, if in range.

@@ -20,10 +20,7 @@ fn binary_at(op: BinaryOp, a: &[f64], b: &[f64]) -> TestResult<Vec<f64>> {
     let (x, y) = (bl.f32_param("a", 1, n)?, bl.f32_param("b", 1, n)?);
     let z = bl.push(Inst::Binary { op, lhs: x, rhs: y })?;
     bl.output("z", DType::F32, z, false);
-    let given = inputs(vec![
-        ("a", host(DType::F32, 1, a.len(), a)?),
-        ("b", host(DType::F32, 1, b.len(), b)?),
-    ]);
+    let given = inputs(vec![("a", host(DType::F32, 1, a.len(), a)?), ("b", host(DType::F32, 1, b.len(), b)?)]);
     out(&run(&bl.block, &bind(&[]), &given, false)?, "z")
 }
 
@@ -39,26 +36,14 @@ fn plain_unary_functions() -> TestResult {
         (UnaryOp::Log, &[1.0, e, 0.0, -1.0], &[0.0, 1.0, -INF, NAN]),
         (UnaryOp::Sqrt, &[4.0, 2.0], &[2.0, std::f64::consts::SQRT_2]),
         (UnaryOp::Rsqrt, &[4.0, 0.25, 0.0], &[0.5, 2.0, INF]),
-        (
-            UnaryOp::Tanh,
-            &[0.5, -INF],
-            &[0.462_117_157_260_009_74, -1.0],
-        ),
+        (UnaryOp::Tanh, &[0.5, -INF], &[0.462_117_157_260_009_74, -1.0]),
         (UnaryOp::Abs, &[-3.0, 2.5], &[3.0, 2.5]),
-        (
-            UnaryOp::Sin,
-            &[std::f64::consts::FRAC_PI_2, 0.0],
-            &[1.0, 0.0],
-        ),
+        (UnaryOp::Sin, &[std::f64::consts::FRAC_PI_2, 0.0], &[1.0, 0.0]),
     ];
     for (op, xs, expected) in cases {
         assert_close(&unary_at(op, xs)?, expected, 1e-15);
     }
-    assert_close(
-        &unary_at(UnaryOp::Cos, &[0.0, std::f64::consts::PI])?,
-        &[1.0, -1.0],
-        1e-15,
-    );
+    assert_close(&unary_at(UnaryOp::Cos, &[0.0, std::f64::consts::PI])?, &[1.0, -1.0], 1e-15);
     Ok(())
 }
 
@@ -72,11 +57,7 @@ fn sigmoid_is_stable_at_both_ends() -> TestResult {
 
 #[test]
 fn relu_keeps_nan() -> TestResult {
-    assert_close(
-        &unary_at(UnaryOp::Relu, &[-2.0, 3.0, 0.0, NAN, -INF])?,
-        &[0.0, 3.0, 0.0, NAN, 0.0],
-        0.0,
-    );
+    assert_close(&unary_at(UnaryOp::Relu, &[-2.0, 3.0, 0.0, NAN, -INF])?, &[0.0, 3.0, 0.0, NAN, 0.0], 0.0);
     Ok(())
 }
 
@@ -106,10 +87,7 @@ fn gelu_tanh_is_the_tanh_formula_and_differs_from_erf() -> TestResult {
     assert_close(&got, &xs.map(formula), 1e-15);
     let erf_form = unary_at(UnaryOp::GeluErf, &[1.0])?;
     let gap = got.first().copied().unwrap_or(NAN) - erf_form.first().copied().unwrap_or(NAN);
-    assert!(
-        (gap + 1.5e-4).abs() < 2e-5,
-        "gelu_tanh(1) - gelu(1) = {gap:e}"
-    );
+    assert!((gap + 1.5e-4).abs() < 2e-5, "gelu_tanh(1) - gelu(1) = {gap:e}");
     Ok(())
 }
 
@@ -120,15 +98,7 @@ fn silu_and_softplus() -> TestResult {
     let xs = [0.0, 1.0, 30.0, 1000.0, -30.0, -1000.0, NAN];
     // log1p(y) = y - y^2/2 + ... for the tiny y = e^-30.
     let tiny = (-30f64).exp();
-    let expected = [
-        std::f64::consts::LN_2,
-        1.313_261_687_518_222_8,
-        30.0,
-        1000.0,
-        tiny - tiny * tiny / 2.0,
-        0.0,
-        NAN,
-    ];
+    let expected = [std::f64::consts::LN_2, 1.313_261_687_518_222_8, 30.0, 1000.0, tiny - tiny * tiny / 2.0, 0.0, NAN];
     assert_close(&unary_at(UnaryOp::Softplus, &xs)?, &expected, 1e-15);
     Ok(())
 }
@@ -171,25 +141,14 @@ fn select_picks_where_the_condition_holds() -> TestResult {
     let mut b = Builder::new();
     let x = b.f32_param("x", 1, 3)?;
     let y = b.f32_param("y", 1, 3)?;
-    let cond = b.push(Inst::Binary {
-        op: BinaryOp::Gt,
-        lhs: x,
-        rhs: y,
-    })?;
-    let z = b.push(Inst::Select {
-        cond,
-        on_true: x,
-        on_false: y,
-    })?;
+    let cond = b.push(Inst::Binary { op: BinaryOp::Gt, lhs: x, rhs: y })?;
+    let z = b.push(Inst::Select { cond, on_true: x, on_false: y })?;
     b.output("z", DType::F32, z, false);
     let given = inputs(vec![
         ("x", host(DType::F32, 1, 3, &[1.0, 5.0, NAN])?),
         ("y", host(DType::F32, 1, 3, &[2.0, 4.0, 7.0])?),
     ]);
-    assert_bits(
-        &out(&run(&b.block, &bind(&[]), &given, false)?, "z")?,
-        &[2.0, 5.0, 7.0],
-    );
+    assert_bits(&out(&run(&b.block, &bind(&[]), &given, false)?, "z")?, &[2.0, 5.0, 7.0]);
     Ok(())
 }
 
@@ -211,11 +170,7 @@ fn casts_to_integers_and_bools_always_convert() -> TestResult {
     for round in [false, true] {
         assert_close(&cast_at(DType::I32, &xs, round)?, &ints, 0.0);
         assert_close(&cast_at(DType::Bool, &xs, round)?, &bools, 0.0);
-        assert_close(
-            &cast_at(DType::Bool, &[0.0, -0.0], round)?,
-            &[0.0, 0.0],
-            0.0,
-        );
+        assert_close(&cast_at(DType::Bool, &[0.0, -0.0], round)?, &[0.0, 0.0], 0.0);
     }
     Ok(())
 }
@@ -224,14 +179,8 @@ fn casts_to_integers_and_bools_always_convert() -> TestResult {
 fn float_casts_round_only_when_asked() -> TestResult {
     let x = 1.0 + 2f64.powi(-9);
     assert_bits(&cast_at(DType::BF16, &[x, 0.1], false)?, &[x, 0.1]);
-    assert_bits(
-        &cast_at(DType::BF16, &[x, 0.1], true)?,
-        &[1.0, 0.100_097_656_25],
-    );
-    assert_bits(
-        &cast_at(DType::F16, &[x, 0.1], true)?,
-        &[x, 0.099_975_585_937_5],
-    );
+    assert_bits(&cast_at(DType::BF16, &[x, 0.1], true)?, &[1.0, 0.100_097_656_25]);
+    assert_bits(&cast_at(DType::F16, &[x, 0.1], true)?, &[x, 0.099_975_585_937_5]);
     assert_bits(&cast_at(DType::F32, &[0.1], true)?, &[f64::from(0.1f32)]);
     Ok(())
 }
@@ -239,9 +188,7 @@ fn float_casts_round_only_when_asked() -> TestResult {
 #[test]
 fn fp8_casts_are_identities_until_rounding_is_asked() -> TestResult {
     assert_eq!(cast_at(DType::E4M3, &[0.3], false)?, [0.3]);
-    let e = cast_at(DType::E4M3, &[0.3], true)
-        .err()
-        .ok_or("rounded to fp8")?;
+    let e = cast_at(DType::E4M3, &[0.3], true).err().ok_or("rounded to fp8")?;
     assert!(e.to_string().starts_with("%1: rounding to e4m3"), "{e}");
     Ok(())
 }

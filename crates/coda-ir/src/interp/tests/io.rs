@@ -9,15 +9,9 @@ use crate::interp::{bind_shape, MAX_ELEMENTS};
 /// `y = exp(x)` with `x: f32[M, 4]`.
 fn exp_block() -> TestResult<Builder> {
     let mut b = Builder::new();
-    b.block.dims.push(DimDef {
-        name: "M".into(),
-        value: None,
-    });
+    b.block.dims.push(DimDef { name: "M".into(), value: None });
     let x = b.param("x", DType::F32, (sym("M"), c(4)), 2)?;
-    let y = b.push(Inst::Unary {
-        op: UnaryOp::Exp,
-        arg: x,
-    })?;
+    let y = b.push(Inst::Unary { op: UnaryOp::Exp, arg: x })?;
     b.output("y", DType::F32, y, false);
     Ok(b)
 }
@@ -42,45 +36,21 @@ fn a_wrong_shape_names_tensor_and_both_shapes() -> TestResult {
     let b = exp_block()?;
     let given = inputs(vec![("x", host(DType::F32, 3, 5, &[0.0; 15])?)]);
     let e = error_of(run(&b.block, &bind(&[("M", 3)]), &given, false))?;
-    assert_eq!(
-        e.to_string(),
-        "input `x`: expected [3, 4] (M = 3), got [3, 5]"
-    );
+    assert_eq!(e.to_string(), "input `x`: expected [3, 4] (M = 3), got [3, 5]");
     // A rank-2 input may not be given transposed.
     let given = inputs(vec![("x", host(DType::F32, 4, 3, &[0.0; 12])?)]);
-    assert!(matches!(
-        run(&b.block, &bind(&[("M", 3)]), &given, false),
-        Err(EvalError::InputShape { .. })
-    ));
+    assert!(matches!(run(&b.block, &bind(&[("M", 3)]), &given, false), Err(EvalError::InputShape { .. })));
     Ok(())
 }
 
 #[test]
 fn inconsistent_tensors_are_errors_not_panics() -> TestResult {
     let b = exp_block()?;
-    let bad = HostTensor {
-        dtype: DType::F32,
-        rows: 3,
-        cols: 4,
-        data: vec![1.0; 5],
-    };
-    let e = error_of(run(
-        &b.block,
-        &bind(&[("M", 3)]),
-        &inputs(vec![("x", bad)]),
-        false,
-    ))?;
-    assert_eq!(
-        e.to_string(),
-        "input `x`: expected [3, 4] (M = 3), got [3, 4] with 5 elements of data"
-    );
-    let e = HostTensor::new(DType::F32, 2, 2, vec![0.0; 3])
-        .err()
-        .ok_or("accepted")?;
-    assert_eq!(
-        e.to_string(),
-        "tensor data holds 3 elements but the shape [2, 2] needs 4"
-    );
+    let bad = HostTensor { dtype: DType::F32, rows: 3, cols: 4, data: vec![1.0; 5] };
+    let e = error_of(run(&b.block, &bind(&[("M", 3)]), &inputs(vec![("x", bad)]), false))?;
+    assert_eq!(e.to_string(), "input `x`: expected [3, 4] (M = 3), got [3, 4] with 5 elements of data");
+    let e = HostTensor::new(DType::F32, 2, 2, vec![0.0; 3]).err().ok_or("accepted")?;
+    assert_eq!(e.to_string(), "tensor data holds 3 elements but the shape [2, 2] needs 4");
     Ok(())
 }
 
@@ -89,39 +59,14 @@ fn dims_must_be_bound_positive_and_consistent() -> TestResult {
     let mut b = exp_block()?;
     let given = inputs(vec![("x", host(DType::F32, 1, 4, &[0.0; 4])?)]);
     let e = error_of(run(&b.block, &bind(&[]), &given, false))?;
-    assert!(
-        matches!(&e, EvalError::UnboundDim { name } if name == "M"),
-        "{e}"
-    );
+    assert!(matches!(&e, EvalError::UnboundDim { name } if name == "M"), "{e}");
     let e = error_of(run(&b.block, &bind(&[("M", 0)]), &given, false))?;
-    assert!(
-        matches!(e, EvalError::NonPositiveDim { value: 0, .. }),
-        "{e}"
-    );
-    b.block.dims.push(DimDef {
-        name: "D".into(),
-        value: Some(8),
-    });
+    assert!(matches!(e, EvalError::NonPositiveDim { value: 0, .. }), "{e}");
+    b.block.dims.push(DimDef { name: "D".into(), value: Some(8) });
     let e = error_of(run(&b.block, &bind(&[("M", 1), ("D", 4)]), &given, false))?;
-    assert!(
-        matches!(
-            e,
-            EvalError::ConflictingDim {
-                constant: 8,
-                bound: 4,
-                ..
-            }
-        ),
-        "{e}"
-    );
+    assert!(matches!(e, EvalError::ConflictingDim { constant: 8, bound: 4, .. }), "{e}");
     // Bindings for dims the block does not use are ignored.
-    assert!(run(
-        &b.block,
-        &bind(&[("M", 1), ("D", 8), ("Z", -1)]),
-        &given,
-        false
-    )
-    .is_ok());
+    assert!(run(&b.block, &bind(&[("M", 1), ("D", 8), ("Z", -1)]), &given, false).is_ok());
     Ok(())
 }
 
@@ -129,32 +74,17 @@ fn dims_must_be_bound_positive_and_consistent() -> TestResult {
 fn bind_shape_evaluates_and_limits() -> TestResult {
     let shape = Shape::new(sym("M").mul(&c(2))?, sym("N").sub(&c(1))?);
     assert_eq!(bind_shape(&shape, &bind(&[("M", 3), ("N", 5)]))?, (6, 4));
-    let e = bind_shape(&shape, &bind(&[("M", 3), ("N", 1)]))
-        .err()
-        .ok_or("accepted")?;
-    assert_eq!(
-        e.to_string(),
-        "dimension `N - 1` evaluates to 0 (N = 1); dimensions must be positive"
-    );
-    let big = bind_shape(&shape, &bind(&[("M", 1 << 20), ("N", 4097)]))
-        .err()
-        .ok_or("accepted")?;
-    assert!(
-        matches!(big, EvalError::TooLarge { elements, .. } if elements > MAX_ELEMENTS),
-        "{big}"
-    );
+    let e = bind_shape(&shape, &bind(&[("M", 3), ("N", 1)])).err().ok_or("accepted")?;
+    assert_eq!(e.to_string(), "dimension `N - 1` evaluates to 0 (N = 1); dimensions must be positive");
+    let big = bind_shape(&shape, &bind(&[("M", 1 << 20), ("N", 4097)])).err().ok_or("accepted")?;
+    assert!(matches!(big, EvalError::TooLarge { elements, .. } if elements > MAX_ELEMENTS), "{big}");
     Ok(())
 }
 
 #[test]
 fn a_too_large_input_fails_before_allocating() -> TestResult {
     let b = exp_block()?;
-    let e = error_of(run(
-        &b.block,
-        &bind(&[("M", 1 << 40)]),
-        &inputs(vec![]),
-        false,
-    ))?;
+    let e = error_of(run(&b.block, &bind(&[("M", 1 << 40)]), &inputs(vec![]), false))?;
     assert!(matches!(e, EvalError::TooLarge { .. }), "{e}");
     Ok(())
 }
@@ -164,55 +94,27 @@ fn memory_limit_counts_live_values_only() -> TestResult {
     // x -> exp -> neg -> abs: two [1, 1000] values live at a time.
     let mut b = Builder::new();
     let x = b.f32_param("x", 1, 1000)?;
-    let e = b.push(Inst::Unary {
-        op: UnaryOp::Exp,
-        arg: x,
-    })?;
-    let n = b.push(Inst::Unary {
-        op: UnaryOp::Neg,
-        arg: e,
-    })?;
-    let a = b.push(Inst::Unary {
-        op: UnaryOp::Abs,
-        arg: n,
-    })?;
+    let e = b.push(Inst::Unary { op: UnaryOp::Exp, arg: x })?;
+    let n = b.push(Inst::Unary { op: UnaryOp::Neg, arg: e })?;
+    let a = b.push(Inst::Unary { op: UnaryOp::Abs, arg: n })?;
     b.output("y", DType::F32, a, false);
     let given = inputs(vec![("x", host(DType::F32, 1, 1000, &[0.5; 1000])?)]);
     let opts = EvalOptions::default();
     assert!(eval_with_limit(&b.block, &bind(&[]), &given, &opts, 2 * 8000).is_ok());
-    let e = eval_with_limit(&b.block, &bind(&[]), &given, &opts, 8000 + 7999)
-        .err()
-        .ok_or("ran")?;
-    assert!(
-        matches!(
-            e,
-            EvalError::OutOfMemory {
-                needed: 16000,
-                limit: 15999,
-                ..
-            }
-        ),
-        "{e}"
-    );
+    let e = eval_with_limit(&b.block, &bind(&[]), &given, &opts, 8000 + 7999).err().ok_or("ran")?;
+    assert!(matches!(e, EvalError::OutOfMemory { needed: 16000, limit: 15999, .. }), "{e}");
     Ok(())
 }
 
 #[test]
 fn flat_vectors_are_accepted_either_way() -> TestResult {
     let mut b = Builder::new();
-    b.block.dims.push(DimDef {
-        name: "M".into(),
-        value: None,
-    });
+    b.block.dims.push(DimDef { name: "M".into(), value: None });
     let g = b.param("g", DType::F32, (c(1), c(3)), 1)?;
     let r = b.param("r", DType::F32, (sym("M"), c(1)), 1)?;
     let s = b.param("s", DType::F32, (c(1), c(1)), 0)?;
     b.output("g2", DType::F32, g, false);
-    let r2 = b.push(Inst::Binary {
-        op: crate::inst::BinaryOp::Mul,
-        lhs: r,
-        rhs: r,
-    })?;
+    let r2 = b.push(Inst::Binary { op: crate::inst::BinaryOp::Mul, lhs: r, rhs: r })?;
     b.output_with(tensor("r2", DType::F32, (sym("M"), c(1)), 1), r2, false);
     b.output("s2", DType::F32, s, false);
     let given = inputs(vec![
@@ -222,15 +124,9 @@ fn flat_vectors_are_accepted_either_way() -> TestResult {
     ]);
     let results = run(&b.block, &bind(&[("M", 2)]), &given, false)?;
     let g2 = results.get("g2").ok_or("g2")?;
-    assert_eq!(
-        (g2.shape(), g2.data.as_slice()),
-        ((1, 3), [1.0, 2.0, 3.0].as_slice())
-    );
+    assert_eq!((g2.shape(), g2.data.as_slice()), ((1, 3), [1.0, 2.0, 3.0].as_slice()));
     let r2 = results.get("r2").ok_or("r2")?;
-    assert_eq!(
-        (r2.shape(), r2.data.as_slice()),
-        ((2, 1), [9.0, 16.0].as_slice())
-    );
+    assert_eq!((r2.shape(), r2.data.as_slice()), ((2, 1), [9.0, 16.0].as_slice()));
     assert_eq!(out(&results, "s2")?, [7.0]);
     Ok(())
 }
@@ -239,33 +135,14 @@ fn flat_vectors_are_accepted_either_way() -> TestResult {
 fn integer_inputs_must_be_integers() -> TestResult {
     let mut b = Builder::new();
     let i = b.param("i", DType::I32, (c(1), c(2)), 1)?;
-    let f = b.push(Inst::Cast {
-        to: DType::F32,
-        arg: i,
-    })?;
+    let f = b.push(Inst::Cast { to: DType::F32, arg: i })?;
     b.output("f", DType::F32, f, false);
-    let not_int = HostTensor {
-        dtype: DType::F32,
-        rows: 1,
-        cols: 2,
-        data: vec![1.0, 1.5],
-    };
-    let e = error_of(run(
-        &b.block,
-        &bind(&[]),
-        &inputs(vec![("i", not_int)]),
-        false,
-    ))?;
-    assert_eq!(
-        e.to_string(),
-        "input `i`: element 1 is 1.5, which is not an i32 integer"
-    );
+    let not_int = HostTensor { dtype: DType::F32, rows: 1, cols: 2, data: vec![1.0, 1.5] };
+    let e = error_of(run(&b.block, &bind(&[]), &inputs(vec![("i", not_int)]), false))?;
+    assert_eq!(e.to_string(), "input `i`: element 1 is 1.5, which is not an i32 integer");
     assert!(HostTensor::new(DType::I32, 1, 1, vec![3e9]).is_err());
     let ok = inputs(vec![("i", host(DType::I32, 1, 2, &[-4.0, 7.0])?)]);
-    assert_eq!(
-        out(&run(&b.block, &bind(&[]), &ok, false)?, "f")?,
-        [-4.0, 7.0]
-    );
+    assert_eq!(out(&run(&b.block, &bind(&[]), &ok, false)?, "f")?, [-4.0, 7.0]);
     Ok(())
 }
 
@@ -294,35 +171,19 @@ fn accumulate_adds_the_previous_content() -> TestResult {
 #[test]
 fn dim_values_and_constants() -> TestResult {
     let mut b = Builder::new();
-    b.block.dims.push(DimDef {
-        name: "N".into(),
-        value: None,
-    });
+    b.block.dims.push(DimDef { name: "N".into(), value: None });
     let d = b.push(Inst::DimValue(sym("N").mul(&c(3))?))?;
     let k = b.push(Inst::Const(-0.25))?;
-    let s = b.push(Inst::Binary {
-        op: crate::inst::BinaryOp::Add,
-        lhs: d,
-        rhs: k,
-    })?;
+    let s = b.push(Inst::Binary { op: crate::inst::BinaryOp::Add, lhs: d, rhs: k })?;
     b.output("s", DType::F32, s, false);
-    assert_eq!(
-        out(
-            &run(&b.block, &bind(&[("N", 7)]), &inputs(vec![]), false)?,
-            "s"
-        )?,
-        [20.75]
-    );
+    assert_eq!(out(&run(&b.block, &bind(&[("N", 7)]), &inputs(vec![]), false)?, "s")?, [20.75]);
     Ok(())
 }
 
 #[test]
 fn host_tensor_accessors_do_not_panic() -> TestResult {
     let t = HostTensor::from_fn(DType::F32, 2, 3, |r, c| (10 * r + c) as f64)?;
-    assert_eq!(
-        (t.get(1, 2), t.try_get(2, 0), t.len(), t.is_empty()),
-        (12.0, None, 6, false)
-    );
+    assert_eq!((t.get(1, 2), t.try_get(2, 0), t.len(), t.is_empty()), (12.0, None, 6, false));
     assert!(t.get(0, 3).is_nan());
     assert_eq!(t.row(1), Some([10.0, 11.0, 12.0].as_slice()));
     assert_eq!(t.row(2), None);

@@ -28,19 +28,11 @@ struct Builder {
 
 impl Builder {
     fn new() -> Builder {
-        Builder {
-            block: Block::new("test", BlockKind::Block, Span::default()),
-        }
+        Builder { block: Block::new("test", BlockKind::Block, Span::default()) }
     }
 
     /// Declares a param and reads it.
-    fn param(
-        &mut self,
-        name: &str,
-        dtype: DType,
-        shape: (Dim, Dim),
-        rank: u8,
-    ) -> TestResult<Value> {
+    fn param(&mut self, name: &str, dtype: DType, shape: (Dim, Dim), rank: u8) -> TestResult<Value> {
         let index = self.block.params.len();
         self.block.params.push(tensor(name, dtype, shape, rank));
         self.push(Inst::Param(index))
@@ -58,31 +50,16 @@ impl Builder {
     /// Stores `value` into a rank-2 output of its shape.
     fn output(&mut self, name: &str, dtype: DType, value: Value, accumulate: bool) {
         let shape = self.block.ty(value).shape.clone();
-        self.output_with(
-            tensor(name, dtype, (shape.rows, shape.cols), 2),
-            value,
-            accumulate,
-        );
+        self.output_with(tensor(name, dtype, (shape.rows, shape.cols), 2), value, accumulate);
     }
 
     fn output_with(&mut self, tensor: Tensor, value: Value, accumulate: bool) {
-        self.block.outputs.push(Output {
-            tensor,
-            value,
-            accumulate,
-            span: Span::default(),
-        });
+        self.block.outputs.push(Output { tensor, value, accumulate, span: Span::default() });
     }
 }
 
 fn tensor(name: &str, dtype: DType, (rows, cols): (Dim, Dim), rank: u8) -> Tensor {
-    Tensor {
-        name: name.into(),
-        dtype,
-        shape: Shape::new(rows, cols),
-        rank,
-        span: Span::default(),
-    }
+    Tensor { name: name.into(), dtype, shape: Shape::new(rows, cols), rank, span: Span::default() }
 }
 
 fn c(value: i64) -> Dim {
@@ -111,23 +88,12 @@ fn run(
     inputs: &BTreeMap<String, HostTensor>,
     round: bool,
 ) -> Result<BTreeMap<String, HostTensor>, EvalError> {
-    eval(
-        block,
-        dims,
-        inputs,
-        &EvalOptions {
-            round_to_storage: round,
-        },
-    )
+    eval(block, dims, inputs, &EvalOptions { round_to_storage: round })
 }
 
 /// The data of output `name`.
 fn out(results: &BTreeMap<String, HostTensor>, name: &str) -> TestResult<Vec<f64>> {
-    Ok(results
-        .get(name)
-        .ok_or_else(|| format!("no output `{name}`"))?
-        .data
-        .clone())
+    Ok(results.get(name).ok_or_else(|| format!("no output `{name}`"))?.data.clone())
 }
 
 /// Equal within `rel` relative error (NaN equals NaN, infinities exactly).
@@ -143,16 +109,9 @@ fn close(actual: f64, expected: f64, rel: f64) -> bool {
 
 #[track_caller]
 fn assert_close(actual: &[f64], expected: &[f64], rel: f64) {
-    assert_eq!(
-        actual.len(),
-        expected.len(),
-        "lengths of {actual:?} and {expected:?}"
-    );
+    assert_eq!(actual.len(), expected.len(), "lengths of {actual:?} and {expected:?}");
     for (i, (&a, &e)) in actual.iter().zip(expected).enumerate() {
-        assert!(
-            close(a, e, rel),
-            "element {i}: got {a:e}, expected {e:e} (all: {actual:?})"
-        );
+        assert!(close(a, e, rel), "element {i}: got {a:e}, expected {e:e} (all: {actual:?})");
     }
 }
 
@@ -160,9 +119,5 @@ fn assert_close(actual: &[f64], expected: &[f64], rel: f64) {
 #[track_caller]
 fn assert_bits(actual: &[f64], expected: &[f64]) {
     let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-    assert_eq!(
-        bits(actual),
-        bits(expected),
-        "got {actual:?}, expected {expected:?}"
-    );
+    assert_eq!(bits(actual), bits(expected), "got {actual:?}, expected {expected:?}");
 }

@@ -55,30 +55,16 @@ fn agrees_with_the_half_crate_on_f32_inputs() -> TestResult {
         if x.is_nan() {
             continue;
         }
-        let (bf, h) = (
-            f64::from(half::bf16::from_f32(x)),
-            f64::from(half::f16::from_f32(x)),
-        );
-        assert_eq!(
-            r(f64::from(x), DType::BF16)?.to_bits(),
-            bf.to_bits(),
-            "bf16 of {x:e}"
-        );
-        assert_eq!(
-            r(f64::from(x), DType::F16)?.to_bits(),
-            h.to_bits(),
-            "f16 of {x:e}"
-        );
+        let (bf, h) = (f64::from(half::bf16::from_f32(x)), f64::from(half::f16::from_f32(x)));
+        assert_eq!(r(f64::from(x), DType::BF16)?.to_bits(), bf.to_bits(), "bf16 of {x:e}");
+        assert_eq!(r(f64::from(x), DType::F16)?.to_bits(), h.to_bits(), "f16 of {x:e}");
     }
     Ok(())
 }
 
 #[test]
 fn fp8_rounding_is_unsupported() {
-    assert!(matches!(
-        round_to_dtype(1.0, DType::E4M3),
-        Err(EvalError::Unsupported { .. })
-    ));
+    assert!(matches!(round_to_dtype(1.0, DType::E4M3), Err(EvalError::Unsupported { .. })));
 }
 
 #[test]
@@ -86,26 +72,14 @@ fn params_round_on_read_only_when_asked() -> TestResult {
     let mut b = Builder::new();
     let x = b.param("x", DType::BF16, (c(1), c(2)), 1)?;
     let w = b.param("w", DType::F16, (c(1), c(2)), 1)?;
-    let s = b.push(Inst::Binary {
-        op: crate::inst::BinaryOp::Add,
-        lhs: x,
-        rhs: w,
-    })?;
+    let s = b.push(Inst::Binary { op: crate::inst::BinaryOp::Add, lhs: x, rhs: w })?;
     b.output("s", DType::F32, s, false);
     let t = 2f64.powi(-12);
-    let given = inputs(vec![
-        ("x", host(DType::F32, 1, 2, &[1.0 + t, 0.1])?),
-        ("w", host(DType::F32, 1, 2, &[t, 0.1])?),
-    ]);
-    assert_eq!(
-        out(&run(&b.block, &bind(&[]), &given, false)?, "s")?,
-        [1.0 + 2.0 * t, 0.2]
-    );
+    let given =
+        inputs(vec![("x", host(DType::F32, 1, 2, &[1.0 + t, 0.1])?), ("w", host(DType::F32, 1, 2, &[t, 0.1])?)]);
+    assert_eq!(out(&run(&b.block, &bind(&[]), &given, false)?, "s")?, [1.0 + 2.0 * t, 0.2]);
     let rounded = [1.0 + t, 0.100_097_656_25 + 0.099_975_585_937_5];
-    assert_eq!(
-        out(&run(&b.block, &bind(&[]), &given, true)?, "s")?,
-        rounded.map(|v| f64::from(v as f32))
-    );
+    assert_eq!(out(&run(&b.block, &bind(&[]), &given, true)?, "s")?, rounded.map(|v| f64::from(v as f32)));
     Ok(())
 }
 
@@ -114,30 +88,18 @@ fn inputs_labelled_with_the_dtype_are_still_rounded() -> TestResult {
     // A reader may label unrounded f32 data as bf16: rounding must still happen.
     let mut b = Builder::new();
     let x = b.param("x", DType::BF16, (c(1), c(2)), 2)?;
-    let y = b.push(Inst::Unary {
-        op: crate::inst::UnaryOp::Neg,
-        arg: x,
-    })?;
+    let y = b.push(Inst::Unary { op: crate::inst::UnaryOp::Neg, arg: x })?;
     b.output("y", DType::F32, y, false);
     let v = 1.0 + 2f64.powi(-9);
     let given = inputs(vec![("x", host(DType::BF16, 1, 2, &[v, 1.5])?)]);
-    assert_eq!(
-        out(&run(&b.block, &bind(&[]), &given, true)?, "y")?,
-        [-1.0, -1.5]
-    );
-    assert_eq!(
-        out(&run(&b.block, &bind(&[]), &given, false)?, "y")?,
-        [-v, -1.5]
-    );
+    assert_eq!(out(&run(&b.block, &bind(&[]), &given, true)?, "y")?, [-1.0, -1.5]);
+    assert_eq!(out(&run(&b.block, &bind(&[]), &given, false)?, "y")?, [-v, -1.5]);
     // A param stored straight to an output is copied, not moved out of the inputs.
     let mut b = Builder::new();
     let x = b.param("x", DType::BF16, (c(1), c(2)), 2)?;
     b.output("same", DType::BF16, x, false);
     let exact = inputs(vec![("x", host(DType::BF16, 1, 2, &[1.0, 1.5])?)]);
-    assert_eq!(
-        out(&run(&b.block, &bind(&[]), &exact, true)?, "same")?,
-        [1.0, 1.5]
-    );
+    assert_eq!(out(&run(&b.block, &bind(&[]), &exact, true)?, "same")?, [1.0, 1.5]);
     assert_eq!(exact.get("x").map(|t| t.data.clone()), Some(vec![1.0, 1.5]));
     Ok(())
 }
