@@ -1,8 +1,10 @@
 //! The single integration-test binary of codac: file-driven snapshot cases,
-//! the examples, interpreter checks against independent formulas, robustness
+//! the examples, CUDA code generation (snapshots and NVRTC compiles),
+//! interpreter checks against independent formulas, robustness
 //! against hostile input, and tidy checks on the source tree.
 
 mod cases;
+mod cuda;
 mod examples;
 mod interp;
 mod robustness;

@@ -1,1 +1,123 @@
-//! placeholder
+//! Code generation for codac: from a verified block to CUDA sources.
+//!
+//! 1. [`plan`] partitions the block greedily into GEMM kernels (one per
+//!    matmul, with an epilogue), row kernels and column-reduction kernels;
+//! 2. [`kir`] builds each kernel's node DAG, stores and partial buffers
+//!    (the epilogue IR);
+//! 3. [`emit`] writes one self-contained `.cu` file per kernel (the CUDA
+//!    template headers embedded verbatim) and a [`Manifest`] entry telling a
+//!    host how to allocate buffers and launch the kernels for any binding of
+//!    the run-time dims ([`symexpr`] evaluates its sizes).
+//!
+//! [`emulate`] runs the kernel IR on the CPU, for tests without a GPU.
+//! Nothing here needs CUDA; compiling the sources with NVRTC and running
+//! them is `coda-runtime`'s job. See `docs/codegen.md`.
+
+pub mod config;
+mod emit;
+pub mod emulate;
+pub mod error;
+pub mod kir;
+pub mod manifest;
+mod plan;
+pub mod symexpr;
+
+pub use emit::{HEADERS, PRELUDE};
+pub use error::CodegenError;
+pub use manifest::{BlockManifest, Manifest};
+
+use coda_diagnostics::SourceFile;
+use coda_ir::{Block, BlockKind, Module};
+
+/// One generated `.cu` file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KernelSource {
+    /// The `extern "C"` entry point.
+    pub name: String,
+    /// The file name (`<block>_<kernel>.cu`).
+    pub file_name: String,
+    /// The whole self-contained source.
+    pub source: String,
+}
+
+/// Options of code generation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CodegenOptions {
+    /// The target architecture recorded in the manifest (`sm_90a`, `sm_80`);
+    /// the generated code itself is the same for every sm_80+ target.
+    pub arch: String,
+}
+
+impl Default for CodegenOptions {
+    fn default() -> Self {
+        CodegenOptions { arch: "sm_90a".into() }
+    }
+}
+
+/// The kernels of one block.
+#[derive(Debug, Clone)]
+pub struct CompiledBlock {
+    /// Sources in launch order.
+    pub kernels: Vec<KernelSource>,
+    /// Buffers and launches.
+    pub manifest: BlockManifest,
+    /// The kernel IR the sources were emitted from.
+    pub ir: kir::BlockIr,
+}
+
+/// Partitions and emits one verified block.
+pub fn compile_block(block: &Block, source: &SourceFile) -> Result<CompiledBlock, CodegenError> {
+    let plan = plan::partition(block);
+    if block.kind == BlockKind::Kernel {
+        check_kernel_form(block, &plan, source)?;
+    }
+    let ir = kir::build::build(block, &plan)?;
+    let (kernels, manifest) = emit::emit_block(&ir, block, source)?;
+    Ok(CompiledBlock { kernels, manifest, ir })
+}
+
+/// Compiles every block of a module.
+pub fn compile_module(
+    module: &Module,
+    source: &SourceFile,
+    options: &CodegenOptions,
+) -> Result<(Vec<KernelSource>, Manifest), CodegenError> {
+    let mut kernels = Vec::new();
+    let mut blocks = Vec::new();
+    for block in &module.blocks {
+        let compiled = compile_block(block, source)?;
+        kernels.extend(compiled.kernels);
+        blocks.push(compiled.manifest);
+    }
+    let manifest = Manifest { schema: 1, source: source.name.clone(), arch: options.arch.clone(), blocks };
+    Ok((kernels, manifest))
+}
+
+/// In an explicit `kernel`, everything must be computed by the GEMM's
+/// epilogue (finishing partials into outputs is allowed).
+fn check_kernel_form(block: &Block, plan: &plan::Plan, source: &SourceFile) -> Result<(), CodegenError> {
+    for (index, home) in plan.homes.iter().enumerate() {
+        if !matches!(home, plan::Home::Row(_) | plan::Home::Col(_)) {
+            continue;
+        }
+        let value = coda_ir::Value::from_index(index);
+        let what = match block.names.get(index).cloned().flatten() {
+            Some(name) => format!("`{name}` ({value})"),
+            None => {
+                let printed = coda_ir::print::print_value(block, value);
+                let op = printed.split_whitespace().next().unwrap_or("value").to_string();
+                format!("this `{op}`")
+            }
+        };
+        let reason = plan.why_not_epilogue[index]
+            .clone()
+            .unwrap_or_else(|| "it needs a whole row or column (or a transpose)".into());
+        return Err(CodegenError::NotEpilogue {
+            block: block.name.clone(),
+            location: source.location(block.insts.span(value)),
+            what,
+            reason,
+        });
+    }
+    Ok(())
+}

@@ -12,9 +12,7 @@
 
 use std::process::ExitCode;
 
-use coda_runtime::{
-    bench, convert, CompileOptions, Compiler, DType, Device, LaunchConfig, ParamBlock, RuntimeError,
-};
+use coda_runtime::{bench, convert, CompileOptions, Compiler, DType, Device, LaunchConfig, ParamBlock, RuntimeError};
 
 const SCALE_SRC: &str = r#"
 #include <cuda_bf16.h>
@@ -71,16 +69,10 @@ fn run() -> Result<(), RuntimeError> {
         k.cubin.len(),
         k.compile_ms,
         k.cache_hit,
-        if k.has_warnings() {
-            format!("\n{}", k.log)
-        } else {
-            String::new()
-        }
+        if k.has_warnings() { format!("\n{}", k.log) } else { String::new() }
     );
     let n: usize = 100_003;
-    let xs: Vec<f32> = (0..n)
-        .map(|i| ((i % 2001) as f32 - 1000.0) * 0.37)
-        .collect();
+    let xs: Vec<f32> = (0..n).map(|i| ((i % 2001) as f32 - 1000.0) * 0.37).collect();
     let x_bytes = convert::f32_to_bf16_bytes(&xs);
     let x = dev.upload(&x_bytes)?;
     let mut y = dev.alloc(n * 2)?;
@@ -89,10 +81,7 @@ fn run() -> Result<(), RuntimeError> {
     let yt = y.as_tensor(DType::Bf16, &[n])?;
     xt.expect("x", DType::Bf16, &[n])?;
     let mut p = ParamBlock::new();
-    p.push_ptr(xt.ptr)
-        .push_ptr(yt.ptr)
-        .push_i64(n as i64)
-        .push_f32(2.0);
+    p.push_ptr(xt.ptr).push_ptr(yt.ptr).push_i64(n as i64).push_f32(2.0);
     let module = dev.load(&k)?;
     let scale = module.function("scale_bf16")?;
     let threads = 256u32;
@@ -103,10 +92,7 @@ fn run() -> Result<(), RuntimeError> {
     let want = convert::bf16_bytes_to_f32(&x_bytes)?;
     for (i, (g, w)) in got.iter().zip(&want).enumerate() {
         if g.to_bits() != (2.0 * w).to_bits() {
-            return Err(fail(format!(
-                "scale_bf16: y[{i}] = {g}, expected {}",
-                2.0 * w
-            )));
+            return Err(fail(format!("scale_bf16: y[{i}] = {g}, expected {}", 2.0 * w)));
         }
     }
     println!("scale_bf16: {n} elements OK");
@@ -115,9 +101,7 @@ fn run() -> Result<(), RuntimeError> {
     let mut wrong = ParamBlock::new();
     wrong.push_ptr(xt.ptr).push_ptr(yt.ptr);
     if scale.launch(dev.stream(), &cfg, &[&wrong]).is_ok() {
-        return Err(fail(
-            "a 16-byte struct for a 32-byte parameter was accepted".into(),
-        ));
+        return Err(fail("a 16-byte struct for a 32-byte parameter was accepted".into()));
     }
 
     // Same source again: served from the cache.
@@ -136,36 +120,22 @@ fn run() -> Result<(), RuntimeError> {
         let mut yb = dev.alloc(len * 4)?;
         yb.poison_nan(DType::F32)?;
         let mut p2 = ParamBlock::new();
-        p2.push_ptr(xb.ptr())
-            .push_ptr(yb.ptr())
-            .push_i32(len as i32);
+        p2.push_ptr(xb.ptr()).push_ptr(yb.ptr()).push_i32(len as i32);
         let cfg2 = LaunchConfig::linear(1, 256).with_smem((len * 4) as u32);
         f.launch(dev.stream(), &cfg2, &[&p2])?;
         dev.synchronize()?;
         let out = convert::bytes_to_f32(DType::F32, &yb.download()?)?;
-        if out
-            .iter()
-            .enumerate()
-            .any(|(i, v)| *v != (len - 1 - i) as f32)
-        {
+        if out.iter().enumerate().any(|(i, v)| *v != (len - 1 - i) as f32) {
             return Err(fail("smem_reverse produced wrong output".into()));
         }
         println!("smem_reverse with {} B dynamic smem OK", len * 4);
     } else {
-        println!(
-            "smem_reverse skipped: device allows only {} B",
-            info.max_shared_memory_per_block_optin
-        );
+        println!("smem_reverse skipped: device allows only {} B", info.max_shared_memory_per_block_optin);
     }
 
     // --- timing ---
-    let stats = bench(&dev, dev.stream(), 3, 20, || {
-        scale.launch(dev.stream(), &cfg, &[&p])
-    })?;
-    println!(
-        "scale_bf16 timing: min {:.4} ms, median {:.4} ms",
-        stats.min_ms, stats.median_ms
-    );
+    let stats = bench(&dev, dev.stream(), 3, 20, || scale.launch(dev.stream(), &cfg, &[&p]))?;
+    println!("scale_bf16 timing: min {:.4} ms, median {:.4} ms", stats.min_ms, stats.median_ms);
     Ok(())
 }
 

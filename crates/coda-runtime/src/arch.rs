@@ -40,11 +40,7 @@ impl Arch {
 
     /// Builds an arch from its parts.
     pub const fn new(major: u32, minor: u32, suffix: ArchSuffix) -> Arch {
-        Arch {
-            major,
-            minor,
-            suffix,
-        }
+        Arch { major, minor, suffix }
     }
 
     /// The arch to compile for on a device of compute capability
@@ -52,11 +48,7 @@ impl Arch {
     /// suffix from Hopper on (9.0 → `sm_90a`, 10.0 → `sm_100a`) so that
     /// wgmma / TMA style instructions are available; 8.x → `sm_8x`.
     pub fn from_compute_capability(major: u32, minor: u32) -> Arch {
-        let suffix = if major >= 9 {
-            ArchSuffix::A
-        } else {
-            ArchSuffix::None
-        };
+        let suffix = if major >= 9 { ArchSuffix::A } else { ArchSuffix::None };
         Arch::new(major, minor, suffix)
     }
 
@@ -97,10 +89,7 @@ impl FromStr for Arch {
     /// compute-capability forms `9.0` / `8.6` (mapped like
     /// [`Arch::from_compute_capability`]).
     fn from_str(s: &str) -> Result<Arch, RuntimeError> {
-        let err = |reason: &str| RuntimeError::InvalidArch {
-            input: s.to_string(),
-            reason: reason.to_string(),
-        };
+        let err = |reason: &str| RuntimeError::InvalidArch { input: s.to_string(), reason: reason.to_string() };
         let t = s.trim().to_ascii_lowercase();
         if let Some((maj, min)) = t.split_once('.') {
             let major: u32 = maj.parse().map_err(|_| err("bad major version"))?;
@@ -110,10 +99,8 @@ impl FromStr for Arch {
             }
             return Ok(Arch::from_compute_capability(major, minor));
         }
-        let rest = t
-            .strip_prefix("sm_")
-            .or_else(|| t.strip_prefix("compute_"))
-            .ok_or_else(|| err("must start with `sm_`"))?;
+        let rest =
+            t.strip_prefix("sm_").or_else(|| t.strip_prefix("compute_")).ok_or_else(|| err("must start with `sm_`"))?;
         let (digits, suffix) = match rest.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
             None => (rest, ArchSuffix::None),
             Some((i, _)) => {
@@ -182,9 +169,7 @@ mod tests {
 
     #[test]
     fn rejects_garbage() {
-        for s in [
-            "", "sm", "sm_", "sm_9", "sm_9000", "sm_90b", "sm_90ab", "gfx90a", "sm_20", "x.y",
-        ] {
+        for s in ["", "sm", "sm_", "sm_9", "sm_9000", "sm_90b", "sm_90ab", "gfx90a", "sm_20", "x.y"] {
             let e = s.parse::<Arch>();
             assert!(e.is_err(), "{s} should not parse");
         }

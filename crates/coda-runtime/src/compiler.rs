@@ -29,11 +29,7 @@ impl Compiler {
     /// Loads NVRTC (preferring the toolkit's library) and wraps `cache`.
     pub fn new(toolkit: Toolkit, cache: KernelCache) -> Result<Compiler> {
         let nvrtc = loader::load_nvrtc(&toolkit)?;
-        Ok(Compiler {
-            toolkit,
-            cache,
-            nvrtc,
-        })
+        Ok(Compiler { toolkit, cache, nvrtc })
     }
 
     /// A compiler from the environment: [`Toolkit::discover`] and
@@ -115,9 +111,7 @@ impl Compiler {
     pub fn compile(&self, source: &str, opts: &CompileOptions) -> Result<CompiledKernel> {
         let start = Instant::now();
         let key = self.cache_key(source, opts);
-        let (artifacts, lookup) = self
-            .cache
-            .get_or_compile(&key, || self.compile_uncached(&key, source, opts))?;
+        let (artifacts, lookup) = self.cache.get_or_compile(&key, || self.compile_uncached(&key, source, opts))?;
         Ok(CompiledKernel {
             cubin: artifacts.cubin.clone(),
             ptx: artifacts.ptx.clone(),
@@ -129,13 +123,7 @@ impl Compiler {
         })
     }
 
-    fn rejected(
-        &self,
-        key: &CacheKey,
-        source: &str,
-        options: &[String],
-        log: String,
-    ) -> RuntimeError {
+    fn rejected(&self, key: &CacheKey, source: &str, options: &[String], log: String) -> RuntimeError {
         match self.cache.dump_failed_source(key, source, options) {
             Ok(dumped_source) => RuntimeError::Nvrtc { log, dumped_source },
             Err(e) => RuntimeError::Nvrtc {
@@ -145,25 +133,13 @@ impl Compiler {
         }
     }
 
-    fn compile_uncached(
-        &self,
-        key: &CacheKey,
-        source: &str,
-        opts: &CompileOptions,
-    ) -> Result<Artifacts> {
-        let name = if opts.file_name_hint.is_empty() {
-            "codac_kernel.cu"
-        } else {
-            opts.file_name_hint.as_str()
-        };
+    fn compile_uncached(&self, key: &CacheKey, source: &str, opts: &CompileOptions) -> Result<Artifacts> {
+        let name = if opts.file_name_hint.is_empty() { "codac_kernel.cu" } else { opts.file_name_hint.as_str() };
         let options = self.nvrtc_options(opts);
-        let (cubin, mut ptx, log) =
-            match nvrtc::compile_raw(source, name, &options, true, opts.emit_ptx)? {
-                RawOutcome::Ok { cubin, ptx, log } => (cubin.unwrap_or_default(), ptx, log),
-                RawOutcome::Rejected { log } => {
-                    return Err(self.rejected(key, source, &options, log))
-                }
-            };
+        let (cubin, mut ptx, log) = match nvrtc::compile_raw(source, name, &options, true, opts.emit_ptx)? {
+            RawOutcome::Ok { cubin, ptx, log } => (cubin.unwrap_or_default(), ptx, log),
+            RawOutcome::Rejected { log } => return Err(self.rejected(key, source, &options, log)),
+        };
         if cubin.is_empty() {
             return Err(RuntimeError::NvrtcApi {
                 call: "nvrtcGetCUBIN",
@@ -176,9 +152,7 @@ impl Compiler {
             let ptx_options = self.options_for_target(opts, &arch_flag);
             match nvrtc::compile_raw(source, name, &ptx_options, false, true)? {
                 RawOutcome::Ok { ptx: p, .. } => ptx = p,
-                RawOutcome::Rejected { log } => {
-                    return Err(self.rejected(key, source, &ptx_options, log))
-                }
+                RawOutcome::Rejected { log } => return Err(self.rejected(key, source, &ptx_options, log)),
             }
         }
         Ok(Artifacts { cubin, ptx, log })

@@ -27,22 +27,10 @@ pub fn f32_to_bytes(dtype: DType, values: &[f32]) -> Vec<u8> {
 pub fn bytes_to_f32(dtype: DType, bytes: &[u8]) -> Result<Vec<f32>> {
     check_len(dtype, bytes.len())?;
     let out = match dtype {
-        DType::Bf16 => bytes
-            .chunks_exact(2)
-            .map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f32())
-            .collect(),
-        DType::F16 => bytes
-            .chunks_exact(2)
-            .map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32())
-            .collect(),
-        DType::F32 => bytes
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect(),
-        DType::I32 => bytes
-            .chunks_exact(4)
-            .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f32)
-            .collect(),
+        DType::Bf16 => bytes.chunks_exact(2).map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
+        DType::F16 => bytes.chunks_exact(2).map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
+        DType::F32 => bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
+        DType::I32 => bytes.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f32).collect(),
     };
     Ok(out)
 }
@@ -55,10 +43,7 @@ pub fn i32_to_bytes(values: &[i32]) -> Vec<u8> {
 /// Decodes little-endian `i32` bytes.
 pub fn bytes_to_i32(bytes: &[u8]) -> Result<Vec<i32>> {
     check_len(DType::I32, bytes.len())?;
-    Ok(bytes
-        .chunks_exact(4)
-        .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect())
+    Ok(bytes.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
 }
 
 /// Shorthand for `f32_to_bytes(DType::Bf16, values)`.
@@ -124,10 +109,7 @@ mod tests {
         assert_eq!(f32_to_f16_bytes(&[1.0]), vec![0x00, 0x3c]);
         assert_eq!(bf16_bytes_to_f32(&[0x80, 0x3f])?, vec![1.0]);
         assert_eq!(f16_bytes_to_f32(&[0x00, 0x3c])?, vec![1.0]);
-        assert_eq!(
-            bytes_to_i32(&i32_to_bytes(&[-7, 1 << 20]))?,
-            vec![-7, 1 << 20]
-        );
+        assert_eq!(bytes_to_i32(&i32_to_bytes(&[-7, 1 << 20]))?, vec![-7, 1 << 20]);
         assert!(bytes_to_f32(DType::F32, &[0, 1, 2]).is_err());
         Ok(())
     }

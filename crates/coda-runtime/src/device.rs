@@ -101,9 +101,7 @@ impl Device {
             return Err(RuntimeError::NoSuchDevice { ordinal, count });
         }
         let ctx = CudaContext::new(ordinal).cuda("cuDevicePrimaryCtxRetain")?;
-        let stream = Stream {
-            inner: ctx.new_stream().cuda("cuStreamCreate")?,
-        };
+        let stream = Stream { inner: ctx.new_stream().cuda("cuStreamCreate")? };
         let (major, minor) = ctx.compute_capability().cuda("cuDeviceGetAttribute")?;
         let (major, minor) = (major.max(0) as u32, minor.max(0) as u32);
         let sms = attribute(
@@ -126,12 +124,7 @@ impl Device {
             max_shared_memory_per_block_optin: smem.max(0) as usize,
             driver_version: driver.version,
         };
-        Ok(Device {
-            ctx,
-            stream,
-            info,
-            modules: Mutex::new(HashMap::new()),
-        })
+        Ok(Device { ctx, stream, info, modules: Mutex::new(HashMap::new()) })
     }
 
     /// Static facts about the device.
@@ -166,9 +159,7 @@ impl Device {
 
     /// Creates another non-blocking stream.
     pub fn new_stream(&self) -> Result<Stream> {
-        Ok(Stream {
-            inner: self.ctx.new_stream().cuda("cuStreamCreate")?,
-        })
+        Ok(Stream { inner: self.ctx.new_stream().cuda("cuStreamCreate")? })
     }
 
     /// Blocks until all work on the device (all streams of the context) has

@@ -25,9 +25,7 @@ pub enum RuntimeError {
     },
 
     /// The CUDA driver is older than the CUDA version this crate is built for.
-    #[error(
-        "CUDA driver too old: it supports CUDA {found}, but codac needs CUDA {required} or newer"
-    )]
+    #[error("CUDA driver too old: it supports CUDA {found}, but codac needs CUDA {required} or newer")]
     DriverTooOld {
         /// Driver's CUDA version as `major.minor`.
         found: String,
@@ -127,27 +125,17 @@ impl RuntimeError {
             .error_string()
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_else(|_| "no description".to_string());
-        RuntimeError::Cuda {
-            op,
-            name: format!("{:?}", err.0),
-            description,
-        }
+        RuntimeError::Cuda { op, name: format!("{:?}", err.0), description }
     }
 
     /// Builds a [`RuntimeError::NvrtcApi`] from a cudarc NVRTC error.
     pub(crate) fn nvrtc_api(call: &'static str, err: NvrtcError) -> Self {
-        RuntimeError::NvrtcApi {
-            call,
-            code: format!("{:?}", err.0),
-        }
+        RuntimeError::NvrtcApi { call, code: format!("{:?}", err.0) }
     }
 
     /// Builds a [`RuntimeError::Io`].
     pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
-        RuntimeError::Io {
-            path: path.into(),
-            source,
-        }
+        RuntimeError::Io { path: path.into(), source }
     }
 
     /// True when the error means "there is no usable GPU here" (no driver,
@@ -156,9 +144,7 @@ impl RuntimeError {
     pub fn is_no_gpu(&self) -> bool {
         match self {
             RuntimeError::NoDriver { .. } | RuntimeError::NoSuchDevice { .. } => true,
-            RuntimeError::Cuda { name, .. } => {
-                name == "CUDA_ERROR_NO_DEVICE" || name == "CUDA_ERROR_INVALID_DEVICE"
-            }
+            RuntimeError::Cuda { name, .. } => name == "CUDA_ERROR_NO_DEVICE" || name == "CUDA_ERROR_INVALID_DEVICE",
             _ => false,
         }
     }

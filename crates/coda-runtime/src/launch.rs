@@ -45,11 +45,7 @@ pub struct LaunchConfig {
 impl LaunchConfig {
     /// A 1-D launch of `blocks` blocks of `threads` threads.
     pub fn linear(blocks: u32, threads: u32) -> Self {
-        LaunchConfig {
-            grid: (blocks, 1, 1),
-            block: (threads, 1, 1),
-            smem_bytes: 0,
-        }
+        LaunchConfig { grid: (blocks, 1, 1), block: (threads, 1, 1), smem_bytes: 0 }
     }
 
     /// Sets the dynamic shared memory.
@@ -116,9 +112,7 @@ impl Module {
     /// The kernel called `name` (an `extern "C"` name, or a mangled one).
     pub fn function(&self, name: &str) -> Result<Kernel> {
         if name.is_empty() || name.contains('\0') {
-            return Err(RuntimeError::InvalidInput(format!(
-                "invalid kernel name {name:?}"
-            )));
+            return Err(RuntimeError::InvalidInput(format!("invalid kernel name {name:?}")));
         }
         if let Some(k) = lock(&self.functions).get(name) {
             return Ok(k.clone());
@@ -134,10 +128,7 @@ impl Module {
             max_smem_optin: self.max_smem_optin,
             smem_limit: Arc::new(AtomicU32::new(DEFAULT_MAX_DYNAMIC_SMEM)),
         };
-        Ok(lock(&self.functions)
-            .entry(name.to_string())
-            .or_insert(kernel)
-            .clone())
+        Ok(lock(&self.functions).entry(name.to_string()).or_insert(kernel).clone())
     }
 }
 
@@ -219,12 +210,7 @@ impl Kernel {
     /// Launches the kernel on `stream` with one by-value struct argument per
     /// [`ParamBlock`], in order. Asynchronous: errors of the kernel itself
     /// show up at the next synchronisation.
-    pub fn launch(
-        &self,
-        stream: &Stream,
-        cfg: &LaunchConfig,
-        params: &[&ParamBlock],
-    ) -> Result<()> {
+    pub fn launch(&self, stream: &Stream, cfg: &LaunchConfig, params: &[&ParamBlock]) -> Result<()> {
         let (g, b) = (cfg.grid, cfg.block);
         if [g.0, g.1, g.2, b.0, b.1, b.2].contains(&0) {
             return Err(RuntimeError::InvalidInput(format!(
@@ -262,10 +248,7 @@ impl Kernel {
                 words
             })
             .collect();
-        let mut ptrs: Vec<*mut c_void> = storage
-            .iter_mut()
-            .map(|w| w.as_mut_ptr().cast::<c_void>())
-            .collect();
+        let mut ptrs: Vec<*mut c_void> = storage.iter_mut().map(|w| w.as_mut_ptr().cast::<c_void>()).collect();
         // SAFETY: the function belongs to a loaded module of this context
         // (current); `ptrs` holds exactly one pointer per kernel parameter
         // (count and sizes checked against the driver above), each to
@@ -273,14 +256,7 @@ impl Kernel {
         // alive until cuLaunchKernel returns (it copies them). Device
         // pointers inside are the caller's responsibility (module docs).
         unsafe {
-            result::launch_kernel(
-                self.func.cu_function(),
-                g,
-                b,
-                cfg.smem_bytes,
-                stream.inner.cu_stream(),
-                &mut ptrs,
-            )
+            result::launch_kernel(self.func.cu_function(), g, b, cfg.smem_bytes, stream.inner.cu_stream(), &mut ptrs)
         }
         .cuda("cuLaunchKernel")
     }

@@ -14,6 +14,8 @@
 //!   memory and non-owning tensor descriptions.
 //! * [`ParamBlock`], [`Module`], [`Kernel`], [`LaunchConfig`] — launches.
 //! * [`timing`] — CUDA-event timing; [`convert`] — host dtype conversions.
+//! * [`exec`] — running the kernels of a block compiled by `coda-cuda`
+//!   from its manifest.
 //!
 //! # Environment
 //!
@@ -31,6 +33,7 @@ mod compiler;
 pub mod convert;
 mod device;
 mod error;
+pub mod exec;
 mod launch;
 pub mod loader;
 mod memory;

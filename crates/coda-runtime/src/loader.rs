@@ -99,10 +99,7 @@ fn symbol_address(lib: &Library, symbol: &str) -> Option<usize> {
 }
 
 fn preloaded_symbol_address(symbol: &str) -> Option<usize> {
-    lock(&PRELOADED)
-        .iter()
-        .rev()
-        .find_map(|lib| symbol_address(lib, symbol))
+    lock(&PRELOADED).iter().rev().find_map(|lib| symbol_address(lib, symbol))
 }
 
 /// `nvrtcVersion()` called through the library we preloaded ourselves.
@@ -142,10 +139,7 @@ fn loader_search(lib: &str) -> String {
             names.push(n);
         }
     }
-    format!(
-        "the loader's search (LD_LIBRARY_PATH, ld.so cache) for {}",
-        names.join(" / ")
-    )
+    format!("the loader's search (LD_LIBRARY_PATH, ld.so cache) for {}", names.join(" / "))
 }
 
 /// Makes sure cudarc can load NVRTC — preferring `toolkit.nvrtc_library` —
@@ -167,48 +161,30 @@ pub fn load_nvrtc(toolkit: &Toolkit) -> Result<NvrtcLibrary> {
             Err(e) => tried.push(format!("{} ({e})", path.display())),
         }
     } else {
-        tried.extend(
-            toolkit
-                .searched_lib_dirs
-                .iter()
-                .map(|p| format!("{}/libnvrtc.so*", p.display())),
-        );
+        tried.extend(toolkit.searched_lib_dirs.iter().map(|p| format!("{}/libnvrtc.so*", p.display())));
     }
     // SAFETY: `is_culib_present` only dlopen()s cudarc's candidate names and
     // closes them again; it does not panic.
     let present = unsafe { cudarc::nvrtc::sys::is_culib_present() };
     if !present {
         tried.push(loader_search("nvrtc"));
-        return Err(RuntimeError::NoNvrtc {
-            tried: tried.join(", "),
-        });
+        return Err(RuntimeError::NoNvrtc { tried: tried.join(", ") });
     }
     // SAFETY: `is_culib_present()` just succeeded, so `culib()` finds a
     // library and does not reach its panic path.
     let cudarc_lib = unsafe { cudarc::nvrtc::sys::culib() };
     let Some(cudarc_addr) = symbol_address(cudarc_lib, "nvrtcVersion") else {
         return Err(RuntimeError::NoNvrtc {
-            tried: format!(
-                "{} (a library was found but it has no nvrtcVersion symbol)",
-                tried.join(", ")
-            ),
+            tried: format!("{} (a library was found but it has no nvrtcVersion symbol)", tried.join(", ")),
         });
     };
-    let same_as_requested = requested
-        .as_ref()
-        .map(|_| preloaded_symbol_address("nvrtcVersion") == Some(cudarc_addr));
+    let same_as_requested = requested.as_ref().map(|_| preloaded_symbol_address("nvrtcVersion") == Some(cudarc_addr));
     let (mut major, mut minor) = (0, 0);
     // SAFETY: the symbol exists (checked above) and both out-pointers are
     // valid for writes.
     let status = unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) };
-    status
-        .result()
-        .map_err(|e| RuntimeError::nvrtc_api("nvrtcVersion", e))?;
-    let info = NvrtcLibrary {
-        requested,
-        same_as_requested,
-        version: (major, minor),
-    };
+    status.result().map_err(|e| RuntimeError::nvrtc_api("nvrtcVersion", e))?;
+    let info = NvrtcLibrary { requested, same_as_requested, version: (major, minor) };
     Ok(NVRTC.get_or_init(|| info).clone())
 }
 
@@ -236,25 +212,17 @@ pub fn load_driver() -> Result<DriverLibrary> {
         }
     }
     if !present {
-        return Err(RuntimeError::NoDriver {
-            tried: tried.join(", "),
-        });
+        return Err(RuntimeError::NoDriver { tried: tried.join(", ") });
     }
     let mut version = 0;
     // SAFETY: the driver library is present (checked above), so cudarc's
     // symbol loader finds it; `version` is valid for writes.
     let status = unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut version) };
-    status
-        .result()
-        .map_err(|e| RuntimeError::cuda("cuDriverGetVersion", e))?;
+    status.result().map_err(|e| RuntimeError::cuda("cuDriverGetVersion", e))?;
     if version < MIN_DRIVER_VERSION {
         return Err(RuntimeError::DriverTooOld {
             found: format!("{}.{}", version / 1000, (version % 1000) / 10),
-            required: format!(
-                "{}.{}",
-                MIN_DRIVER_VERSION / 1000,
-                (MIN_DRIVER_VERSION % 1000) / 10
-            ),
+            required: format!("{}.{}", MIN_DRIVER_VERSION / 1000, (MIN_DRIVER_VERSION % 1000) / 10),
         });
     }
     let info = DriverLibrary { version };

@@ -36,12 +36,7 @@ impl DeviceBuffer {
             // owned by the returned value and freed exactly once in Drop.
             unsafe { result::malloc_sync(bytes) }.cuda("cuMemAlloc")?
         };
-        Ok(DeviceBuffer {
-            ptr,
-            bytes,
-            ctx: device.ctx.clone(),
-            stream: device.stream().inner.clone(),
-        })
+        Ok(DeviceBuffer { ptr, bytes, ctx: device.ctx.clone(), stream: device.stream().inner.clone() })
     }
 
     /// Allocates and uploads `data`.
@@ -123,8 +118,7 @@ impl DeviceBuffer {
         let stream = self.begin()?;
         // SAFETY: `out` has `self.bytes` bytes and stays alive (and is not
         // read) until `finish()` waits for the copy.
-        unsafe { result::memcpy_dtoh_async(&mut out, self.ptr, stream) }
-            .cuda("cuMemcpyDtoHAsync")?;
+        unsafe { result::memcpy_dtoh_async(&mut out, self.ptr, stream) }.cuda("cuMemcpyDtoHAsync")?;
         self.finish()?;
         Ok(out)
     }
@@ -136,8 +130,7 @@ impl DeviceBuffer {
         }
         let stream = self.begin()?;
         // SAFETY: `self.ptr` is a live allocation of `self.bytes` bytes.
-        unsafe { result::memset_d8_async(self.ptr, value, self.bytes, stream) }
-            .cuda("cuMemsetD8Async")?;
+        unsafe { result::memset_d8_async(self.ptr, value, self.bytes, stream) }.cuda("cuMemsetD8Async")?;
         self.finish()
     }
 

@@ -96,11 +96,7 @@ impl CompiledKernel {
 /// Result of one raw NVRTC run.
 pub(crate) enum RawOutcome {
     /// Compiled; CUBIN / PTX as requested, plus the log.
-    Ok {
-        cubin: Option<Vec<u8>>,
-        ptx: Option<String>,
-        log: String,
-    },
+    Ok { cubin: Option<Vec<u8>>, ptx: Option<String>, log: String },
     /// NVRTC rejected the program; the log says why.
     Rejected { log: String },
 }
@@ -133,9 +129,7 @@ fn read_output(
     let mut buf = vec![0u8; size];
     if size > 0 {
         // SAFETY: `buf` has exactly the `size` bytes NVRTC asked for.
-        unsafe { data_fn(prog.0, buf.as_mut_ptr().cast()) }
-            .result()
-            .nvrtc(call)?;
+        unsafe { data_fn(prog.0, buf.as_mut_ptr().cast()) }.result().nvrtc(call)?;
     }
     Ok(buf)
 }
@@ -160,27 +154,17 @@ pub(crate) fn compile_raw(
 ) -> Result<RawOutcome> {
     let c_src = cstring("kernel source", source)?;
     let c_name = cstring("file name hint", name)?;
-    let c_opts = options
-        .iter()
-        .map(|o| cstring("NVRTC option", o))
-        .collect::<Result<Vec<_>>>()?;
+    let c_opts = options.iter().map(|o| cstring("NVRTC option", o)).collect::<Result<Vec<_>>>()?;
     let opt_ptrs: Vec<*const c_char> = c_opts.iter().map(|o| o.as_ptr()).collect();
-    let n_opts = c_int::try_from(opt_ptrs.len())
-        .map_err(|_| RuntimeError::InvalidInput("too many NVRTC options".into()))?;
+    let n_opts =
+        c_int::try_from(opt_ptrs.len()).map_err(|_| RuntimeError::InvalidInput("too many NVRTC options".into()))?;
 
     let mut raw = std::ptr::null_mut();
     // SAFETY: `raw` is valid for writes; source and name are NUL-terminated
     // and outlive the program (dropped at the end of this function, after
     // `Program`); no headers are passed (count 0, null arrays).
     unsafe {
-        sys::nvrtcCreateProgram(
-            &mut raw,
-            c_src.as_ptr(),
-            c_name.as_ptr(),
-            0,
-            std::ptr::null(),
-            std::ptr::null(),
-        )
+        sys::nvrtcCreateProgram(&mut raw, c_src.as_ptr(), c_name.as_ptr(), 0, std::ptr::null(), std::ptr::null())
     }
     .result()
     .nvrtc("nvrtcCreateProgram")?;
@@ -189,32 +173,16 @@ pub(crate) fn compile_raw(
     // SAFETY: `prog.0` is live; `opt_ptrs` holds `n_opts` pointers to
     // NUL-terminated strings kept alive by `c_opts`.
     let status = unsafe { sys::nvrtcCompileProgram(prog.0, n_opts, opt_ptrs.as_ptr()) };
-    let log = to_text(read_output(
-        &prog,
-        sys::nvrtcGetProgramLogSize,
-        sys::nvrtcGetProgramLog,
-        "nvrtcGetProgramLog",
-    )?);
+    let log = to_text(read_output(&prog, sys::nvrtcGetProgramLogSize, sys::nvrtcGetProgramLog, "nvrtcGetProgramLog")?);
     match status {
         sys::nvrtcResult::NVRTC_SUCCESS => {}
-        sys::nvrtcResult::NVRTC_ERROR_COMPILATION
-        | sys::nvrtcResult::NVRTC_ERROR_INVALID_OPTION => {
+        sys::nvrtcResult::NVRTC_ERROR_COMPILATION | sys::nvrtcResult::NVRTC_ERROR_INVALID_OPTION => {
             return Ok(RawOutcome::Rejected { log });
         }
-        other => {
-            return Err(RuntimeError::nvrtc_api(
-                "nvrtcCompileProgram",
-                NvrtcError(other),
-            ))
-        }
+        other => return Err(RuntimeError::nvrtc_api("nvrtcCompileProgram", NvrtcError(other))),
     }
     let cubin = if want_cubin {
-        Some(read_output(
-            &prog,
-            sys::nvrtcGetCUBINSize,
-            sys::nvrtcGetCUBIN,
-            "nvrtcGetCUBIN",
-        )?)
+        Some(read_output(&prog, sys::nvrtcGetCUBINSize, sys::nvrtcGetCUBIN, "nvrtcGetCUBIN")?)
     } else {
         None
     };
@@ -235,8 +203,6 @@ pub(crate) fn version() -> Result<(i32, i32)> {
     let (mut major, mut minor) = (0, 0);
     // SAFETY: callers load NVRTC first, so cudarc's symbol lookup succeeds;
     // both out-pointers are valid.
-    unsafe { sys::nvrtcVersion(&mut major, &mut minor) }
-        .result()
-        .nvrtc("nvrtcVersion")?;
+    unsafe { sys::nvrtcVersion(&mut major, &mut minor) }.result().nvrtc("nvrtcVersion")?;
     Ok((major, minor))
 }

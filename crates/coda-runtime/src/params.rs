@@ -98,11 +98,7 @@ pub fn layout(fields: &[FieldKind]) -> StructLayout {
         end = off + f.size();
         align = align.max(f.align());
     }
-    StructLayout {
-        offsets,
-        size: round_up(end, align),
-        align,
-    }
+    StructLayout { offsets, size: round_up(end, align), align }
 }
 
 /// Builder for the bytes of one by-value struct argument.
@@ -197,11 +193,7 @@ impl ParamBlock {
 
     /// The layout of the pushed fields; equal to [`layout`] of [`Self::fields`].
     pub fn layout(&self) -> StructLayout {
-        StructLayout {
-            offsets: self.offsets.clone(),
-            size: self.size(),
-            align: self.align(),
-        }
+        StructLayout { offsets: self.offsets.clone(), size: self.size(), align: self.align() }
     }
 }
 
@@ -212,11 +204,7 @@ mod tests {
     #[test]
     fn ptr_i32_i32_i64_f32() {
         let mut p = ParamBlock::new();
-        p.push_ptr(0x1122_3344_5566_7788)
-            .push_i32(-1)
-            .push_i32(2)
-            .push_i64(3)
-            .push_f32(1.5);
+        p.push_ptr(0x1122_3344_5566_7788).push_i32(-1).push_i32(2).push_i64(3).push_f32(1.5);
         assert_eq!(p.offsets(), &[0, 8, 12, 16, 24]);
         assert_eq!(p.size(), 32);
         assert_eq!(p.align(), 8);

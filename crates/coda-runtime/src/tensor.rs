@@ -73,9 +73,9 @@ impl FromStr for DType {
             "f16" | "fp16" | "half" | "float16" => Ok(DType::F16),
             "f32" | "fp32" | "float" | "float32" => Ok(DType::F32),
             "i32" | "int32" | "int" => Ok(DType::I32),
-            other => Err(RuntimeError::InvalidInput(format!(
-                "unknown dtype `{other}` (expected bf16, f16, f32 or i32)"
-            ))),
+            other => {
+                Err(RuntimeError::InvalidInput(format!("unknown dtype `{other}` (expected bf16, f16, f32 or i32)")))
+            }
         }
     }
 }
@@ -121,23 +121,13 @@ impl TensorArg {
                 strides.len()
             )));
         }
-        Ok(TensorArg {
-            dtype,
-            shape,
-            strides,
-            ptr,
-        })
+        Ok(TensorArg { dtype, shape, strides, ptr })
     }
 
     /// A row-major contiguous tensor.
     pub fn contiguous(dtype: DType, shape: Vec<usize>, ptr: u64) -> Self {
         let strides = contiguous_strides(&shape);
-        TensorArg {
-            dtype,
-            shape,
-            strides,
-            ptr,
-        }
+        TensorArg { dtype, shape, strides, ptr }
     }
 
     /// Number of elements.
@@ -154,10 +144,7 @@ impl TensorArg {
     /// (dimensions of extent 1 may have any stride).
     pub fn is_contiguous(&self) -> bool {
         let expected = contiguous_strides(&self.shape);
-        self.shape
-            .iter()
-            .zip(self.strides.iter().zip(expected.iter()))
-            .all(|(&d, (&s, &e))| d <= 1 || s == e)
+        self.shape.iter().zip(self.strides.iter().zip(expected.iter())).all(|(&d, (&s, &e))| d <= 1 || s == e)
     }
 
     /// Bytes spanned from the lowest to one past the highest addressed
@@ -166,12 +153,8 @@ impl TensorArg {
         if self.numel() == 0 {
             return 0;
         }
-        let last: usize = self
-            .shape
-            .iter()
-            .zip(&self.strides)
-            .map(|(&d, &s)| (d - 1).saturating_mul(s.unsigned_abs()))
-            .sum();
+        let last: usize =
+            self.shape.iter().zip(&self.strides).map(|(&d, &s)| (d - 1).saturating_mul(s.unsigned_abs())).sum();
         (last + 1) * self.dtype.size_bytes()
     }
 
@@ -181,24 +164,14 @@ impl TensorArg {
     }
 
     fn arg_err(name: &str, message: String) -> RuntimeError {
-        RuntimeError::Argument {
-            name: name.to_string(),
-            message,
-        }
+        RuntimeError::Argument { name: name.to_string(), message }
     }
 
     /// Checks dtype and shape:
     /// ``argument `x`: expected bf16[128, 4096], got f32[128, 4096]``.
     pub fn expect(&self, name: &str, dtype: DType, shape: &[usize]) -> Result<()> {
         if self.dtype != dtype || self.shape != shape {
-            return Err(Self::arg_err(
-                name,
-                format!(
-                    "expected {}, got {}",
-                    describe(dtype, shape),
-                    self.describe()
-                ),
-            ));
+            return Err(Self::arg_err(name, format!("expected {}, got {}", describe(dtype, shape), self.describe())));
         }
         Ok(())
     }
@@ -206,10 +179,7 @@ impl TensorArg {
     /// Checks the dtype only.
     pub fn expect_dtype(&self, name: &str, dtype: DType) -> Result<()> {
         if self.dtype != dtype {
-            return Err(Self::arg_err(
-                name,
-                format!("expected dtype {dtype}, got {}", self.describe()),
-            ));
+            return Err(Self::arg_err(name, format!("expected dtype {dtype}, got {}", self.describe())));
         }
         Ok(())
     }
@@ -236,10 +206,7 @@ impl TensorArg {
             return Err(Self::arg_err(name, "null device pointer".to_string()));
         }
         if align > 1 && self.ptr % align != 0 {
-            return Err(Self::arg_err(
-                name,
-                format!("device pointer {:#x} is not {align}-byte aligned", self.ptr),
-            ));
+            return Err(Self::arg_err(name, format!("device pointer {:#x} is not {align}-byte aligned", self.ptr)));
         }
         Ok(())
     }
@@ -253,22 +220,10 @@ mod tests {
     fn expect_reports_dtype_and_shape() {
         let t = TensorArg::contiguous(DType::F32, vec![128, 4096], 0x1000);
         assert!(t.expect("x", DType::F32, &[128, 4096]).is_ok());
-        let msg = t
-            .expect("x", DType::Bf16, &[128, 4096])
-            .err()
-            .map(|e| e.to_string());
-        assert_eq!(
-            msg.as_deref(),
-            Some("argument `x`: expected bf16[128, 4096], got f32[128, 4096]")
-        );
-        let msg = t
-            .expect("w", DType::F32, &[4096, 128])
-            .err()
-            .map(|e| e.to_string());
-        assert_eq!(
-            msg.as_deref(),
-            Some("argument `w`: expected f32[4096, 128], got f32[128, 4096]")
-        );
+        let msg = t.expect("x", DType::Bf16, &[128, 4096]).err().map(|e| e.to_string());
+        assert_eq!(msg.as_deref(), Some("argument `x`: expected bf16[128, 4096], got f32[128, 4096]"));
+        let msg = t.expect("w", DType::F32, &[4096, 128]).err().map(|e| e.to_string());
+        assert_eq!(msg.as_deref(), Some("argument `w`: expected f32[4096, 128], got f32[128, 4096]"));
     }
 
     #[test]

@@ -16,16 +16,8 @@ pub struct EventTimer {
 impl EventTimer {
     /// Creates the two events on `device`.
     pub fn new(device: &Device) -> Result<EventTimer> {
-        let make = || {
-            device
-                .ctx
-                .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
-                .cuda("cuEventCreate")
-        };
-        Ok(EventTimer {
-            start: make()?,
-            end: make()?,
-        })
+        let make = || device.ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).cuda("cuEventCreate");
+        Ok(EventTimer { start: make()?, end: make()? })
     }
 
     /// Records the start event on `stream`.
@@ -66,17 +58,8 @@ impl BenchStats {
         let mut sorted = samples_ms.clone();
         sorted.sort_by(|a, b| a.total_cmp(b));
         let n = sorted.len();
-        let median_ms = if n % 2 == 1 {
-            sorted[n / 2]
-        } else {
-            (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
-        };
-        Ok(BenchStats {
-            min_ms: sorted[0],
-            median_ms,
-            mean_ms: sorted.iter().sum::<f32>() / n as f32,
-            samples_ms,
-        })
+        let median_ms = if n % 2 == 1 { sorted[n / 2] } else { (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0 };
+        Ok(BenchStats { min_ms: sorted[0], median_ms, mean_ms: sorted.iter().sum::<f32>() / n as f32, samples_ms })
     }
 }
 

@@ -46,11 +46,7 @@ pub struct Toolkit {
 impl Toolkit {
     /// Discovers the toolkit from the process environment.
     pub fn discover() -> Toolkit {
-        Self::discover_with(
-            |name| std::env::var_os(name),
-            DEFAULT_ROOTS,
-            SYSTEM_LIB_DIRS,
-        )
+        Self::discover_with(|name| std::env::var_os(name), DEFAULT_ROOTS, SYSTEM_LIB_DIRS)
     }
 
     /// Discovers the toolkit using `env` to read environment variables,
@@ -88,40 +84,24 @@ impl Toolkit {
                 break;
             }
         }
-        Toolkit {
-            root,
-            include_dirs,
-            nvrtc_library,
-            searched_roots,
-            searched_lib_dirs,
-        }
+        Toolkit { root, include_dirs, nvrtc_library, searched_roots, searched_lib_dirs }
     }
 
     /// A toolkit rooted at `root`, without consulting the environment or
     /// system directories.
     pub fn at(root: impl Into<PathBuf>) -> Toolkit {
         let root = root.into();
-        Self::discover_with(
-            |name| (name == "CUDA_HOME").then(|| root.clone().into_os_string()),
-            &[],
-            &[],
-        )
+        Self::discover_with(|name| (name == "CUDA_HOME").then(|| root.clone().into_os_string()), &[], &[])
     }
 
     /// Looks for a header in the include directories.
     pub fn find_header(&self, name: &str) -> Option<PathBuf> {
-        self.include_dirs
-            .iter()
-            .map(|d| d.join(name))
-            .find(|p| p.is_file())
+        self.include_dirs.iter().map(|d| d.join(name)).find(|p| p.is_file())
     }
 }
 
 /// Root candidates in priority order: `$CUDA_HOME`, `$CUDA_PATH`, then the defaults.
-fn root_candidates(
-    env: &impl Fn(&str) -> Option<OsString>,
-    default_roots: &[&str],
-) -> Vec<PathBuf> {
+fn root_candidates(env: &impl Fn(&str) -> Option<OsString>, default_roots: &[&str]) -> Vec<PathBuf> {
     let mut out = Vec::new();
     for var in ["CUDA_HOME", "CUDA_PATH"] {
         if let Some(v) = env(var).filter(|v| !v.is_empty()) {
@@ -158,10 +138,7 @@ pub(crate) fn nvrtc_file_names() -> Vec<String> {
     }
     #[cfg(not(windows))]
     {
-        vec![
-            "libnvrtc.so".into(),
-            format!("libnvrtc.so.{}", crate::loader::CUDA_MAJOR),
-        ]
+        vec!["libnvrtc.so".into(), format!("libnvrtc.so.{}", crate::loader::CUDA_MAJOR)]
     }
 }
 
@@ -177,9 +154,7 @@ fn find_nvrtc_in(dir: &Path) -> Option<PathBuf> {
         .ok()?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("libnvrtc.so.") && p.is_file())
+            p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("libnvrtc.so.") && p.is_file())
         })
         .collect();
     others.sort();
@@ -199,12 +174,7 @@ mod tests {
     }
 
     fn env_of(pairs: Vec<(&'static str, PathBuf)>) -> impl Fn(&str) -> Option<OsString> {
-        move |name| {
-            pairs
-                .iter()
-                .find(|(k, _)| *k == name)
-                .map(|(_, v)| v.clone().into_os_string())
-        }
+        move |name| pairs.iter().find(|(k, _)| *k == name).map(|(_, v)| v.clone().into_os_string())
     }
 
     type TestResult = Result<(), Box<dyn std::error::Error>>;
@@ -219,15 +189,9 @@ mod tests {
         touch(&root.join("lib/libnvrtc-builtins.so.13.0"));
         let tk = Toolkit::discover_with(env_of(vec![("CUDA_HOME", root.clone())]), &[], &[]);
         assert_eq!(tk.root.as_deref(), Some(root.as_path()));
-        assert_eq!(
-            tk.include_dirs,
-            vec![root.join("include"), root.join("include/cccl")]
-        );
+        assert_eq!(tk.include_dirs, vec![root.join("include"), root.join("include/cccl")]);
         assert_eq!(tk.nvrtc_library, Some(root.join("lib/libnvrtc.so.13")));
-        assert_eq!(
-            tk.find_header("cuda_bf16.h"),
-            Some(root.join("include/cuda_bf16.h"))
-        );
+        assert_eq!(tk.find_header("cuda_bf16.h"), Some(root.join("include/cuda_bf16.h")));
         Ok(())
     }
 
@@ -239,22 +203,14 @@ mod tests {
         touch(&b.join("include/cuda.h"));
         touch(&b.join("lib64/libnvrtc.so"));
         // CUDA_HOME points to a directory that does not exist: skip to CUDA_PATH.
-        let tk = Toolkit::discover_with(
-            env_of(vec![("CUDA_HOME", a.clone()), ("CUDA_PATH", b.clone())]),
-            &[],
-            &[],
-        );
+        let tk = Toolkit::discover_with(env_of(vec![("CUDA_HOME", a.clone()), ("CUDA_PATH", b.clone())]), &[], &[]);
         assert_eq!(tk.root.as_deref(), Some(b.as_path()));
         assert_eq!(tk.include_dirs, vec![b.join("include")]);
         assert_eq!(tk.nvrtc_library, Some(b.join("lib64/libnvrtc.so")));
         assert_eq!(tk.searched_roots, vec![a.clone(), b.clone()]);
 
         touch(&a.join("include/cuda.h"));
-        let tk = Toolkit::discover_with(
-            env_of(vec![("CUDA_HOME", a.clone()), ("CUDA_PATH", b.clone())]),
-            &[],
-            &[],
-        );
+        let tk = Toolkit::discover_with(env_of(vec![("CUDA_HOME", a.clone()), ("CUDA_PATH", b.clone())]), &[], &[]);
         assert_eq!(tk.root.as_deref(), Some(a.as_path()));
         assert_eq!(tk.nvrtc_library, None);
         assert_eq!(tk.searched_lib_dirs, vec![a.join("lib"), a.join("lib64")]);

@@ -2,9 +2,7 @@
 //! they print "skipped: no GPU" to stderr and check that the failure was a
 //! typed error rather than a panic.
 
-use coda_runtime::{
-    convert, CompileOptions, Compiler, DType, Device, LaunchConfig, ParamBlock, RuntimeError,
-};
+use coda_runtime::{convert, CompileOptions, Compiler, DType, Device, LaunchConfig, ParamBlock, RuntimeError};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 

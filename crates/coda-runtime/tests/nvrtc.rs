@@ -42,11 +42,7 @@ fn compiles_bf16_kernel_for_sm80_and_sm90a_and_caches() -> TestResult {
         return Ok(());
     };
     let (major, _) = c.nvrtc_version();
-    assert!(
-        major >= 12,
-        "unexpected NVRTC version {:?}",
-        c.nvrtc_version()
-    );
+    assert!(major >= 12, "unexpected NVRTC version {:?}", c.nvrtc_version());
     eprintln!("NVRTC {:?} from {:?}", c.nvrtc_version(), c.nvrtc_library());
 
     for arch in ["sm_80", "sm_90a"] {
@@ -62,14 +58,8 @@ fn compiles_bf16_kernel_for_sm80_and_sm90a_and_caches() -> TestResult {
         assert_eq!(again.cubin, k.cubin);
     }
     // A second compiler on the same directory hits the disk cache.
-    let c2 = Compiler::new(
-        Toolkit::discover(),
-        KernelCache::new(Some(tmp.path().into())),
-    )?;
-    let k = c2.compile(
-        BF16_KERNEL,
-        &CompileOptions::new(Arch::SM_90A).file_name("twice.cu"),
-    )?;
+    let c2 = Compiler::new(Toolkit::discover(), KernelCache::new(Some(tmp.path().into())))?;
+    let k = c2.compile(BF16_KERNEL, &CompileOptions::new(Arch::SM_90A).file_name("twice.cu"))?;
     assert!(k.cache_hit);
     assert_eq!(c2.cache().stats().disk_hits, 1);
     Ok(())
@@ -81,34 +71,18 @@ fn ptx_fast_math_and_options() -> TestResult {
     let Some(c) = compiler(tmp.path())? else {
         return Ok(());
     };
-    let opts = CompileOptions::new(Arch::SM_90A)
-        .emit_ptx(true)
-        .fast_math(true);
+    let opts = CompileOptions::new(Arch::SM_90A).emit_ptx(true).fast_math(true);
     let o = c.nvrtc_options(&opts);
-    for flag in [
-        "-arch=sm_90a",
-        "-std=c++17",
-        "-default-device",
-        "-lineinfo",
-        "--use_fast_math",
-    ] {
+    for flag in ["-arch=sm_90a", "-std=c++17", "-default-device", "-lineinfo", "--use_fast_math"] {
         assert!(o.iter().any(|x| x == flag), "{flag} missing from {o:?}");
     }
-    assert!(!c
-        .nvrtc_options(&CompileOptions::new(Arch::SM_80))
-        .contains(&"--use_fast_math".to_string()));
+    assert!(!c.nvrtc_options(&CompileOptions::new(Arch::SM_80)).contains(&"--use_fast_math".to_string()));
     let k = c.compile(BF16_KERNEL, &opts)?;
     let ptx = k.ptx.as_deref().unwrap_or("");
-    assert!(
-        ptx.contains(".version") && ptx.contains("twice"),
-        "no PTX: {ptx:.200}"
-    );
+    assert!(ptx.contains(".version") && ptx.contains("twice"), "no PTX: {ptx:.200}");
     assert!(is_elf(&k.cubin));
     // Different options, different key.
-    assert_ne!(
-        c.cache_key(BF16_KERNEL, &opts),
-        c.cache_key(BF16_KERNEL, &opts.clone().fast_math(false))
-    );
+    assert_ne!(c.cache_key(BF16_KERNEL, &opts), c.cache_key(BF16_KERNEL, &opts.clone().fast_math(false)));
     Ok(())
 }
 
@@ -132,10 +106,7 @@ fn rejection_dumps_the_source() -> TestResult {
         return Ok(());
     };
     let src = "extern \"C\" __global__ void k() { this is not cuda; }";
-    match c.compile(
-        src,
-        &CompileOptions::new(Arch::SM_80).file_name("broken.cu"),
-    ) {
+    match c.compile(src, &CompileOptions::new(Arch::SM_80).file_name("broken.cu")) {
         Err(RuntimeError::Nvrtc { log, dumped_source }) => {
             assert!(log.contains("error"), "log: {log}");
             assert!(dumped_source.starts_with(tmp.path()));
@@ -145,14 +116,8 @@ fn rejection_dumps_the_source() -> TestResult {
     }
     // A bad option is a rejection too, not a panic.
     let bad = CompileOptions::new(Arch::SM_80).flag("--no-such-option");
-    assert!(matches!(
-        c.compile("__global__ void k() {}", &bad),
-        Err(RuntimeError::Nvrtc { .. })
-    ));
+    assert!(matches!(c.compile("__global__ void k() {}", &bad), Err(RuntimeError::Nvrtc { .. })));
     // Interior NUL bytes are refused cleanly.
-    assert!(matches!(
-        c.compile("a\0b", &CompileOptions::new(Arch::SM_80)),
-        Err(RuntimeError::InvalidInput(_))
-    ));
+    assert!(matches!(c.compile("a\0b", &CompileOptions::new(Arch::SM_80)), Err(RuntimeError::InvalidInput(_))));
     Ok(())
 }

@@ -2,7 +2,8 @@
 //!
 //! [`check`] runs the front end (parse, name and shape checking, lowering to
 //! the block IR, verification) on one source text; [`explain`] describes the
-//! result as text or JSON; [`eval`] runs the reference interpreter. Errors in
+//! result as text or JSON; [`eval`] runs the reference interpreter;
+//! [`compile()`] generates the CUDA kernels and their manifest. Errors in
 //! the user's program are [`Diagnostic`]s inside [`Checked`]; a
 //! [`InternalError`] means codac itself is wrong.
 //!
@@ -10,11 +11,14 @@
 
 #![deny(missing_docs)]
 
+mod compile;
 mod explain;
 
+pub use coda_cuda as cuda;
 pub use coda_diagnostics::{has_errors, render, render_to_string, ColorChoice, Diagnostic, Severity, SourceFile, Span};
 pub use coda_ir as ir;
 pub use coda_ir::interp::{eval, random_inputs, DimBindings, EvalError, EvalOptions, HostTensor};
+pub use compile::{compile, CompileError, CompileOptions, Compiled};
 pub use explain::{explain_json, explain_text};
 
 /// A bug in codac, as opposed to an error in the user's program.
@@ -23,6 +27,9 @@ pub enum InternalError {
     /// The IR broke an invariant after lowering.
     #[error(transparent)]
     Verify(#[from] coda_ir::verify::VerifyError),
+    /// The lowering built an ill-typed instruction.
+    #[error("the lowering built an ill-typed instruction: {0}")]
+    Lowering(String),
 }
 
 /// The result of checking one source text.
@@ -60,7 +67,16 @@ pub fn check(file_name: &str, text: &str) -> Result<Checked, InternalError> {
     if syntax_ok {
         diagnostics.extend(lowered.diagnostics);
     }
-    let module = if syntax_ok { lowered.module } else { ir::Module { file_name: file_name.to_string(), blocks: Vec::new() } };
+    let module =
+        if syntax_ok { lowered.module } else { ir::Module { file_name: file_name.to_string(), blocks: Vec::new() } };
+    if let Some(bug) = diagnostics.iter().find(|d| d.code == "E9000") {
+        let detail = bug.labels.first().map(|l| l.message.clone()).unwrap_or_default();
+        return Err(InternalError::Lowering(format!(
+            "{} ({})",
+            detail,
+            source.location(bug.labels.first().map(|l| l.span).unwrap_or_default())
+        )));
+    }
     for block in &module.blocks {
         coda_ir::verify::verify(block)?;
     }

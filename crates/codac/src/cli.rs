@@ -30,11 +30,25 @@ pub(crate) enum Command {
     #[command(after_help = "Example:\n  codac check examples/llama3_block.coda")]
     Check(FileArg),
     /// Show the checked IR of every block (or, with --json, a stable machine-readable form).
-    #[command(after_help = "Examples:\n  codac explain examples/llama3_block.coda\n  codac explain examples/lm_head_ce.coda --json")]
+    #[command(
+        after_help = "Examples:\n  codac explain examples/llama3_block.coda\n  codac explain examples/lm_head_ce.coda --json"
+    )]
     Explain(ExplainArgs),
     /// Evaluate blocks with the exact CPU reference interpreter.
-    #[command(after_help = "Examples:\n  codac eval examples/llama3_block.coda --dims M=128 --random\n  codac eval examples/gpt2_block.coda --dims M=64 --random --seed 7 --out out/\n  codac eval block.coda --dims M=256 --inputs inputs/ --bf16-rounding")]
+    #[command(
+        after_help = "Examples:\n  codac eval examples/llama3_block.coda --dims M=128 --random\n  codac eval examples/gpt2_block.coda --dims M=64 --random --seed 7 --out out/\n  codac eval block.coda --dims M=256 --inputs inputs/ --bf16-rounding"
+    )]
     Eval(EvalArgs),
+    /// Generate CUDA: one .cu file per kernel plus manifest.json (PTX / CUBIN through NVRTC, no GPU needed).
+    #[command(
+        after_help = "Examples:\n  codac compile examples/llama3_block.coda -o out/llama3\n  codac compile examples/lm_head_ce.coda -o out/lm --arch sm_80 --emit cu,ptx,cubin"
+    )]
+    Compile(CompileArgs),
+    /// Compile, run on the GPU, and optionally check against the interpreter and time each kernel.
+    #[command(
+        after_help = "Examples:\n  codac run examples/llama3_block.coda --dims M=4096 --random --check --time\n  codac run block.coda --dims M=256 --inputs inputs/ --out outputs/"
+    )]
+    Run(RunArgs),
 }
 
 #[derive(Debug, Args)]
@@ -75,6 +89,54 @@ pub(crate) struct EvalArgs {
     #[arg(long)]
     pub(crate) bf16_rounding: bool,
     /// Evaluate only this block (default: every block in the file).
+    #[arg(long)]
+    pub(crate) block: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct CompileArgs {
+    /// The .coda file.
+    pub(crate) file: PathBuf,
+    /// Output directory (created if needed).
+    #[arg(short = 'o', long = "out", value_name = "DIR")]
+    pub(crate) out: PathBuf,
+    /// Target architecture.
+    #[arg(long, default_value = "sm_90a")]
+    pub(crate) arch: String,
+    /// What to write besides manifest.json: any of cu, ptx, cubin.
+    #[arg(long, value_delimiter = ',', default_value = "cu")]
+    pub(crate) emit: Vec<String>,
+    /// Compile only this block (default: every block in the file).
+    #[arg(long)]
+    pub(crate) block: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct RunArgs {
+    /// The .coda file.
+    pub(crate) file: PathBuf,
+    /// Run-time dimensions, e.g. `M=4096`; may be repeated.
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub(crate) dims: Vec<String>,
+    /// Generate deterministic random inputs (as `codac eval --random`).
+    #[arg(long, conflicts_with = "inputs", required_unless_present = "inputs")]
+    pub(crate) random: bool,
+    /// Seed for --random.
+    #[arg(long, default_value_t = 0, requires = "random")]
+    pub(crate) seed: u64,
+    /// Read inputs from DIR/NAME.npy, one file per block input.
+    #[arg(long, value_name = "DIR")]
+    pub(crate) inputs: Option<PathBuf>,
+    /// Poison outputs with NaN, then compare every output with the interpreter (rounding on).
+    #[arg(long)]
+    pub(crate) check: bool,
+    /// Write the GPU outputs to DIR/NAME.npy.
+    #[arg(long, value_name = "DIR")]
+    pub(crate) out: Option<PathBuf>,
+    /// Time each kernel: median of 20 runs after warm-up, with CUDA events.
+    #[arg(long)]
+    pub(crate) time: bool,
+    /// Run only this block (default: every block in the file).
     #[arg(long)]
     pub(crate) block: Option<String>,
 }

@@ -1,4 +1,5 @@
-//! The subcommands: `check`, `explain` and `eval`.
+//! The subcommands `check`, `explain` and `eval`, and the dispatch to
+//! `compile` and `run`.
 
 use crate::cli::{Cli, ColorArg, Command, EvalArgs};
 use crate::npy;
@@ -48,11 +49,13 @@ pub(crate) fn run(cli: Cli) -> Result<Outcome> {
             Ok(Outcome::Success)
         }
         Command::Eval(args) => eval(&args, color),
+        Command::Compile(args) => crate::compile_cmd::compile(&args, color),
+        Command::Run(args) => crate::run_cmd::run(&args, color),
     }
 }
 
 /// Reads, checks and prints the diagnostics of a file.
-fn load(path: &Path, color: ColorChoice) -> Result<Checked> {
+pub(crate) fn load(path: &Path, color: ColorChoice) -> Result<Checked> {
     let bytes = std::fs::read(path).with_context(|| format!("cannot read `{}`", path.display()))?;
     let checked = coda::check_bytes(&path.display().to_string(), &bytes)?;
     let shown = checked.diagnostics.len().min(MAX_DIAGNOSTICS);
@@ -62,7 +65,11 @@ fn load(path: &Path, color: ColorChoice) -> Result<Checked> {
         eprintln!("... and {} more diagnostics", checked.diagnostics.len() - shown);
     }
     if errors > 0 {
-        eprintln!("error: {} could not be compiled: {errors} error{}", checked.source.name, if errors == 1 { "" } else { "s" });
+        eprintln!(
+            "error: {} could not be compiled: {errors} error{}",
+            checked.source.name,
+            if errors == 1 { "" } else { "s" }
+        );
     }
     Ok(checked)
 }
@@ -120,7 +127,7 @@ fn eval(args: &EvalArgs, color: ColorChoice) -> Result<Outcome> {
 }
 
 /// Every symbolic dim must be bound, and every binding must name one.
-fn check_dims_known(block: &coda::ir::Block, dims: &DimBindings) -> Result<()> {
+pub(crate) fn check_dims_known(block: &coda::ir::Block, dims: &DimBindings) -> Result<()> {
     let symbolic: Vec<&str> = block.symbolic_dims().collect();
     for name in dims.keys() {
         if !symbolic.contains(&name.as_str()) {
@@ -143,7 +150,8 @@ fn check_dims_known(block: &coda::ir::Block, dims: &DimBindings) -> Result<()> {
 fn summary(tensor: &coda::ir::Tensor, value: &HostTensor) -> String {
     let n = value.data.len().max(1) as f64;
     let mean = value.data.iter().sum::<f64>() / n;
-    let max_abs = value.data.iter().fold(0.0f64, |m, x| if x.is_nan() || m.is_nan() { f64::NAN } else { m.max(x.abs()) });
+    let max_abs =
+        value.data.iter().fold(0.0f64, |m, x| if x.is_nan() || m.is_nan() { f64::NAN } else { m.max(x.abs()) });
     let shape = npy::shape_of(tensor, value);
     let shape: Vec<String> = shape.iter().map(ToString::to_string).collect();
     format!("{}: {}[{}]  mean {:.6e}  max|x| {:.6e}", tensor.name, tensor.dtype, shape.join(", "), mean, max_abs)

@@ -7,7 +7,9 @@
 
 mod cli;
 mod commands;
+mod compile_cmd;
 mod npy;
+mod run_cmd;
 
 use clap::Parser;
 
@@ -18,7 +20,15 @@ const EXIT_INTERNAL: i32 = 2;
 
 fn main() {
     install_panic_hook();
-    let args = cli::Cli::parse();
+    // Usage errors are user errors (exit 1); exit 2 is reserved for bugs.
+    let args = match cli::Cli::try_parse() {
+        Ok(args) => args,
+        Err(err) => {
+            let code = if err.use_stderr() { EXIT_USER } else { 0 };
+            let _ = err.print();
+            std::process::exit(code);
+        }
+    };
     let code = match commands::run(args) {
         Ok(commands::Outcome::Success) => 0,
         Ok(commands::Outcome::UserError) => EXIT_USER,

@@ -96,10 +96,7 @@ pub(crate) fn decode(key: &CacheKey, bytes: &[u8]) -> Result<Artifacts, Corrupt>
         return Err(Corrupt::WrongKey);
     }
     let lens = [u64_at(bytes, 48), u64_at(bytes, 56), u64_at(bytes, 64)];
-    let total = lens
-        .iter()
-        .try_fold(0u64, |acc, &l| acc.checked_add(l))
-        .ok_or(Corrupt::BadLength)?;
+    let total = lens.iter().try_fold(0u64, |acc, &l| acc.checked_add(l)).ok_or(Corrupt::BadLength)?;
     let payload = &bytes[HEADER_LEN..];
     if (payload.len() as u64) < total {
         return Err(Corrupt::Truncated);
@@ -160,10 +157,7 @@ mod tests {
         assert_eq!(decode(&key, &longer), Err(Corrupt::BadLength));
         let other = CacheKey::from_parts(&[b"other"]);
         assert_eq!(decode(&other, &bytes), Err(Corrupt::WrongKey));
-        let no_ptx = Artifacts {
-            ptx: None,
-            ..sample()
-        };
+        let no_ptx = Artifacts { ptx: None, ..sample() };
         assert_eq!(decode(&key, &encode(&key, &no_ptx)), Ok(no_ptx));
     }
 }

@@ -133,15 +133,8 @@ static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).map_err(|e| RuntimeError::io(dir, e))?;
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(
-        ".{name}.{}.{}.tmp",
-        std::process::id(),
-        TMP_COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.{}.{}.tmp", std::process::id(), TMP_COUNTER.fetch_add(1, Ordering::Relaxed)));
     let write = || -> std::io::Result<()> {
         let mut f = std::fs::File::create(&tmp)?;
         f.write_all(bytes)?;
@@ -157,11 +150,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
 impl KernelCache {
     /// A cache storing entries under `dir` (memory only when `None`).
     pub fn new(dir: Option<PathBuf>) -> KernelCache {
-        KernelCache {
-            dir,
-            memory: Mutex::new(HashMap::new()),
-            stats: Mutex::new(CacheStats::default()),
-        }
+        KernelCache { dir, memory: Mutex::new(HashMap::new()), stats: Mutex::new(CacheStats::default()) }
     }
 
     /// A cache in [`default_cache_dir`].
@@ -176,9 +165,7 @@ impl KernelCache {
 
     /// Where the entry for `key` lives on disk.
     pub fn entry_path(&self, key: &CacheKey) -> Option<PathBuf> {
-        self.dir
-            .as_ref()
-            .map(|d| d.join("kernels").join(format!("{}.ckb", key.hex())))
+        self.dir.as_ref().map(|d| d.join("kernels").join(format!("{}.ckb", key.hex())))
     }
 
     /// A snapshot of the counters.
@@ -235,12 +222,7 @@ impl KernelCache {
     /// `<key>.options.txt`) under `<dir>/failed/`, or under the system
     /// temporary directory when there is no usable cache directory. Returns
     /// the source's path, or the error of the last attempt.
-    pub fn dump_failed_source(
-        &self,
-        key: &CacheKey,
-        source: &str,
-        options: &[String],
-    ) -> Result<PathBuf> {
+    pub fn dump_failed_source(&self, key: &CacheKey, source: &str, options: &[String]) -> Result<PathBuf> {
         let mut dirs: Vec<PathBuf> = self.dir.iter().map(|d| d.join("failed")).collect();
         dirs.push(std::env::temp_dir().join("codac-failed"));
         let mut last_err = None;
@@ -255,9 +237,7 @@ impl KernelCache {
                 Err(e) => last_err = Some(e),
             }
         }
-        Err(last_err.unwrap_or_else(|| {
-            RuntimeError::InvalidInput("no directory to dump the source to".into())
-        }))
+        Err(last_err.unwrap_or_else(|| RuntimeError::InvalidInput("no directory to dump the source to".into())))
     }
 }
 

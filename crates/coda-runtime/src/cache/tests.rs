@@ -9,11 +9,7 @@ use super::*;
 type TestResult = std::result::Result<(), Box<dyn std::error::Error>>;
 
 fn artifacts(tag: u8) -> Artifacts {
-    Artifacts {
-        cubin: vec![tag; 4096],
-        ptx: None,
-        log: String::new(),
-    }
+    Artifacts { cubin: vec![tag; 4096], ptx: None, log: String::new() }
 }
 
 /// A compile closure that counts how often it ran.
@@ -54,9 +50,7 @@ fn corrupt_and_truncated_entries_are_recompiled_and_overwritten() -> TestResult 
     let key = CacheKey::from_parts(&[b"kernel"]);
     let n = Cell::new(0);
     KernelCache::new(Some(tmp.path().to_path_buf())).get_or_compile(&key, counting(&n, 7))?;
-    let path = KernelCache::new(Some(tmp.path().to_path_buf()))
-        .entry_path(&key)
-        .ok_or("no entry path")?;
+    let path = KernelCache::new(Some(tmp.path().to_path_buf())).entry_path(&key).ok_or("no entry path")?;
     let good = std::fs::read(&path)?;
 
     // Flip one byte in the cubin payload.
@@ -141,33 +135,15 @@ fn keys_depend_on_every_part_and_boundaries() {
 #[test]
 fn cache_dir_resolution_order() {
     let env = |pairs: Vec<(&'static str, &'static str)>| {
-        move |k: &str| {
-            pairs
-                .iter()
-                .find(|(n, _)| *n == k)
-                .map(|(_, v)| OsString::from(v))
-        }
+        move |k: &str| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| OsString::from(v))
     };
-    let all = vec![
-        ("CODAC_CACHE_DIR", "/c"),
-        ("XDG_CACHE_HOME", "/x"),
-        ("HOME", "/h"),
-    ];
+    let all = vec![("CODAC_CACHE_DIR", "/c"), ("XDG_CACHE_HOME", "/x"), ("HOME", "/h")];
     assert_eq!(cache_dir_from(env(all)), Some(PathBuf::from("/c")));
     let no_codac = vec![("XDG_CACHE_HOME", "/x"), ("HOME", "/h")];
-    assert_eq!(
-        cache_dir_from(env(no_codac)),
-        Some(PathBuf::from("/x/codac"))
-    );
+    assert_eq!(cache_dir_from(env(no_codac)), Some(PathBuf::from("/x/codac")));
     let relative_xdg = vec![("XDG_CACHE_HOME", "rel"), ("HOME", "/h")];
-    assert_eq!(
-        cache_dir_from(env(relative_xdg)),
-        Some(PathBuf::from("/h/.cache/codac"))
-    );
+    assert_eq!(cache_dir_from(env(relative_xdg)), Some(PathBuf::from("/h/.cache/codac")));
     let empty_codac = vec![("CODAC_CACHE_DIR", ""), ("HOME", "/h")];
-    assert_eq!(
-        cache_dir_from(env(empty_codac)),
-        Some(PathBuf::from("/h/.cache/codac"))
-    );
+    assert_eq!(cache_dir_from(env(empty_codac)), Some(PathBuf::from("/h/.cache/codac")));
     assert_eq!(cache_dir_from(env(vec![])), None);
 }

@@ -1,0 +1,519 @@
+//! The statement writer shared by every kind of kernel: evaluates a
+//! non-register node at an index `(m, k)` into a `const float` local,
+//! emitting the statements it needs (one `// file:line:col` comment per
+//! statement) and memoizing per scope.
+//!
+//! Indices are C expressions (usually local names). A node is evaluated at
+//! the indices of its space: `(0, 0)` for a scalar, `(m, 0)` per row,
+//! `(0, k)` per column, `(m, k)` per element; index transforms (slices,
+//! interleave, concatenation, rotary partners, transposes, picks) evaluate
+//! their operand at other indices. Values evaluated in an outer scope (for
+//! example per-row values before a column loop) are reused inside it.
+
+use super::names::Namer;
+use super::params::ParamTable;
+use crate::error::CodegenError;
+use crate::kir::{BlockIr, Kernel, NodeId, Op, PartialKind, Space};
+use coda_diagnostics::SourceFile;
+use coda_ir::{BinaryOp, Block, DType, Dim, ReduceOp, RopeSpec, RopeStyle, RopeTable, UnaryOp, Value};
+use std::collections::HashMap;
+
+/// Memo key: node and normalized indices.
+type Key = (NodeId, String, String);
+
+/// Writes the body of one kernel.
+pub(crate) struct Emitter<'a> {
+    pub(crate) ir: &'a BlockIr,
+    pub(crate) kernel: &'a Kernel,
+    pub(crate) block: &'a Block,
+    pub(crate) source: &'a SourceFile,
+    pub(crate) params: ParamTable,
+    pub(crate) fields: Namer,
+    pub(crate) locals: Namer,
+    lines: Vec<String>,
+    indent: usize,
+    scopes: Vec<HashMap<Key, String>>,
+    /// Threads per row that may run a cooperative (block-wide) reduction
+    /// at the current point; 1 where only sequential code is allowed.
+    pub(crate) coop: u32,
+}
+
+impl<'a> Emitter<'a> {
+    pub(crate) fn new(ir: &'a BlockIr, kernel: &'a Kernel, block: &'a Block, source: &'a SourceFile) -> Self {
+        Emitter {
+            ir,
+            kernel,
+            block,
+            source,
+            params: ParamTable::default(),
+            fields: Namer::default(),
+            locals: Namer::default(),
+            lines: Vec::new(),
+            indent: 0,
+            scopes: vec![HashMap::new()],
+            coop: 1,
+        }
+    }
+
+    pub(crate) fn internal(&self, message: impl Into<String>) -> CodegenError {
+        CodegenError::Internal { block: self.block.name.clone(), message: message.into() }
+    }
+
+    /// `file:line:col` of an IR value.
+    pub(crate) fn loc(&self, value: Value) -> String {
+        self.source.location(self.block.insts.span(value))
+    }
+
+    pub(crate) fn line(&mut self, text: impl AsRef<str>) {
+        let pad = "    ".repeat(self.indent);
+        self.lines.push(format!("{pad}{}", text.as_ref()));
+    }
+
+    /// A statement computing IR value `value`, with its source location.
+    pub(crate) fn stmt(&mut self, text: impl AsRef<str>, value: Value) {
+        let loc = self.loc(value);
+        self.line(format!("{}  // {loc}", text.as_ref()));
+    }
+
+    /// Opens `header {` and a memo scope.
+    pub(crate) fn open(&mut self, header: impl AsRef<str>) {
+        self.line(format!("{} {{", header.as_ref()));
+        self.indent += 1;
+        self.scopes.push(HashMap::new());
+    }
+
+    /// Closes the innermost scope.
+    pub(crate) fn close(&mut self) {
+        self.indent = self.indent.saturating_sub(1);
+        self.scopes.pop();
+        self.line("}");
+    }
+
+    /// Opens a memo scope without emitting anything.
+    pub(crate) fn push_scope(&mut self) {
+        self.scopes.push(HashMap::new());
+    }
+
+    /// Closes a scope opened by [`Self::push_scope`].
+    pub(crate) fn pop_scope(&mut self) {
+        self.scopes.pop();
+    }
+
+    pub(crate) fn set_indent(&mut self, indent: usize) {
+        self.indent = indent;
+    }
+
+    /// Appends lines written earlier (already indented).
+    pub(crate) fn extend(&mut self, lines: Vec<String>) {
+        self.lines.extend(lines);
+    }
+
+    pub(crate) fn take_lines(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.lines)
+    }
+
+    /// Records that `node` at `(m, k)` is held by the expression `var`.
+    pub(crate) fn bind(&mut self, node: NodeId, m: &str, k: &str, var: String) {
+        let key = self.key(node, m, k);
+        if let Some(scope) = self.scopes.last_mut() {
+            scope.insert(key, var);
+        }
+    }
+
+    fn key(&self, node: NodeId, m: &str, k: &str) -> Key {
+        let space = self.kernel.nodes.get(node).map_or(Space::Tile, |n| n.space);
+        let (m, k) = normalize(space, m, k);
+        (node, m, k)
+    }
+
+    fn lookup(&self, key: &Key) -> Option<String> {
+        self.scopes.iter().rev().find_map(|s| s.get(key).cloned())
+    }
+
+    /// A fresh local named after IR value `value`.
+    pub(crate) fn local_for(&mut self, value: Value) -> String {
+        let base =
+            self.block.names.get(value.index()).cloned().flatten().unwrap_or_else(|| format!("v{}", value.index()));
+        self.locals.fresh(&base)
+    }
+
+    /// `const int NAME = expr;`, or `expr` itself when it is a name or number.
+    pub(crate) fn index(&mut self, base: &str, expr: String) -> String {
+        if expr.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return expr;
+        }
+        let name = self.locals.fresh(base);
+        self.line(format!("const int {name} = {expr};"));
+        name
+    }
+
+    /// A run-time dim as a `long long` C expression.
+    pub(crate) fn dim_ll(&mut self, d: &Dim) -> String {
+        if let Some(c) = d.as_const() {
+            return format!("{c}LL");
+        }
+        let text = d.to_string();
+        let mut out = String::new();
+        let mut word = String::new();
+        for ch in text.chars().chain(std::iter::once(' ')) {
+            if ch.is_ascii_alphanumeric() || ch == '_' {
+                word.push(ch);
+                continue;
+            }
+            if !word.is_empty() {
+                if word.chars().all(|c| c.is_ascii_digit()) {
+                    out.push_str(&format!("{word}LL"));
+                } else {
+                    out.push_str(&format!("p.{}", self.params.dim(&word)));
+                }
+                word.clear();
+            }
+            if ch != ' ' {
+                out.push(ch);
+            } else {
+                out.push(' ');
+            }
+        }
+        format!("({})", out.trim())
+    }
+
+    /// A run-time dim as an `int` C expression.
+    pub(crate) fn dim_int(&mut self, d: &Dim) -> String {
+        match d.as_const() {
+            Some(c) => c.to_string(),
+            None => format!("(int){}", self.dim_ll(d)),
+        }
+    }
+
+    /// `p.NAME` of a buffer read by this kernel.
+    pub(crate) fn buf(&mut self, id: usize) -> String {
+        let name = self.params.buf(self.ir, &mut self.fields, id);
+        format!("p.{name}")
+    }
+
+    /// `p.NAME` of a buffer written by this kernel.
+    pub(crate) fn buf_w(&mut self, id: usize) -> String {
+        let name = self.params.write(self.ir, &mut self.fields, id);
+        format!("p.{name}")
+    }
+
+    /// The arguments `p.b, p.b_ld` and `p.b_rows, p.b_cols` around `(m, k)`.
+    pub(crate) fn access(&mut self, id: usize, m: &str, k: &str, write: bool) -> String {
+        let b = if write { self.buf_w(id) } else { self.buf(id) };
+        format!("{b}, {b}_ld, {m}, {k}, {b}_rows, {b}_cols")
+    }
+
+    /// Evaluates `node` at `(m, k)`; returns a C expression (a local or a literal).
+    pub(crate) fn eval(&mut self, node: NodeId, m: &str, k: &str) -> Result<String, CodegenError> {
+        let key = self.key(node, m, k);
+        if let Some(var) = self.lookup(&key) {
+            return Ok(var);
+        }
+        let n = self.kernel.nodes.get(node).cloned().ok_or_else(|| self.internal("node out of range"))?;
+        if n.reg.is_some() {
+            return Err(self.internal("register node evaluated outside the epilogue loop"));
+        }
+        let (m, k) = (key.1.clone(), key.2.clone());
+        let expr = match &n.op {
+            Op::Const(c) => return Ok(float_lit(*c)),
+            Op::Dim(d) => return Ok(format!("(float){}", self.dim_ll(d))),
+            Op::Broadcast(a) => return self.eval(*a, &m, &k),
+            Op::Transpose(a) => return self.eval(*a, &k, &m),
+            Op::Slice { arg, start, step } => {
+                let idx = if start.as_const() == Some(0) && *step == 1 {
+                    k.clone()
+                } else {
+                    let s = self.dim_int(start);
+                    self.index("kc", format!("{s} + {k} * {step}"))
+                };
+                return self.eval(*arg, &m, &idx);
+            }
+            Op::RopePartner(spec, a) => {
+                let args = self.rope_args(spec);
+                let idx = self.index("kp", format!("cg::rope_partner({k}, {args})"));
+                return self.eval(*a, &m, &idx);
+            }
+            Op::Load(id) => format!("cg::load({})", self.access(*id, &m, &k, false)),
+            Op::Rope(spec, table) => self.rope_table(spec, *table, &k),
+            Op::FinishRow(kind, bufs) => self.finish_row(*kind, bufs, &m)?,
+            Op::FinishCol(id) => {
+                let b = self.buf(*id);
+                format!("cg::finish_sum<1>({b}, {b}_ld, {k}, {b}_cols, nullptr)")
+            }
+            Op::Unary(op, a) => self.unary(*op, *a, &m, &k)?,
+            Op::Binary(op, a, b) => {
+                let (a, b) = (self.eval(*a, &m, &k)?, self.eval(*b, &m, &k)?);
+                binary(*op, &a, &b)
+            }
+            Op::Select(c, a, b) => {
+                let (c, a, b) = (self.eval(*c, &m, &k)?, self.eval(*a, &m, &k)?, self.eval(*b, &m, &k)?);
+                format!("({c} != 0.0f ? {a} : {b})")
+            }
+            Op::Cast(to, a) => {
+                let a = self.eval(*a, &m, &k)?;
+                self.cast(*to, &a, n.value)?
+            }
+            Op::Concat(parts) => self.concat(parts, &m, &k)?,
+            Op::Interleave(e, o) => {
+                let h = self.index("kh", format!("{k} >> 1"));
+                let (e, o) = (self.eval(*e, &m, &h)?, self.eval(*o, &m, &h)?);
+                format!("(({k} & 1) ? {o} : {e})")
+            }
+            Op::Take { arg, index, width } => {
+                let iv = self.eval(*index, &m, "0")?;
+                let w = self.dim_int(width);
+                let t = self.index("kt", format!("cg::take_index({iv}, {w})"));
+                let v = self.eval(*arg, &m, &t)?;
+                format!("({t} >= 0 ? {v} : 0.0f)")
+            }
+            Op::RowReduce { op, arg, width } => return self.reduce(node, *op, *arg, width, &m, true),
+            Op::ColReduce { op, arg, height } => return self.reduce(node, *op, *arg, height, &k, false),
+            Op::Acc => return Err(self.internal("accumulator outside a GEMM epilogue")),
+        };
+        let name = self.local_for(n.value);
+        self.stmt(format!("const float {name} = {expr};"), n.value);
+        self.bind(node, &m, &k, name.clone());
+        Ok(name)
+    }
+
+    fn rope_args(&mut self, spec: &RopeSpec) -> String {
+        let start = self.dim_int(&spec.start);
+        let end = self.dim_int(&spec.end);
+        let inter = spec.style == RopeStyle::Interleaved;
+        format!("{start}, {end}, {}, {inter}", spec.head_dim)
+    }
+
+    fn rope_table(&mut self, spec: &RopeSpec, table: RopeTable, k: &str) -> String {
+        let args = self.rope_args(spec);
+        match table {
+            RopeTable::Freq => format!("cg::rope_freq({k}, {args}, {})", freq_exponent(spec)),
+            RopeTable::Sign => format!("cg::rope_sign({k}, {args})"),
+        }
+    }
+
+    fn finish_row(&mut self, kind: PartialKind, bufs: &[usize], m: &str) -> Result<String, CodegenError> {
+        let tpr = self.coop;
+        let red = if tpr > 32 { "red" } else { "nullptr" };
+        let first = *bufs.first().ok_or_else(|| self.internal("partial without a buffer"))?;
+        let b = self.buf(first);
+        Ok(match kind {
+            PartialKind::RowSum | PartialKind::RowSumSq | PartialKind::RowPick | PartialKind::ColSum => {
+                format!("cg::finish_sum<{tpr}>({b}, {b}_ld, {m}, {b}_cols, {red})")
+            }
+            PartialKind::RowMax => format!("cg::finish_max<{tpr}>({b}, {b}_ld, {m}, {b}_cols, {red})"),
+            PartialKind::RowLse => {
+                let second = *bufs.get(1).ok_or_else(|| self.internal("lse partial without its sums"))?;
+                let s = self.buf(second);
+                format!("cg::finish_lse<{tpr}>({b}, {s}, {b}_ld, {m}, {b}_cols, {red})")
+            }
+        })
+    }
+
+    fn unary(&mut self, op: UnaryOp, a: NodeId, m: &str, k: &str) -> Result<String, CodegenError> {
+        if matches!(op, UnaryOp::Sin | UnaryOp::Cos) {
+            if let Some((x, spec)) = self.rope_angle(a) {
+                let xv = self.eval(x, m, k)?;
+                let args = self.rope_args(&spec);
+                let freq = format!("cg::rope_freq_d({k}, {args}, {})", freq_exponent(&spec));
+                let f = if op == UnaryOp::Sin { "sin_angle" } else { "cos_angle" };
+                return Ok(format!("cg::{f}({xv}, {freq})"));
+            }
+        }
+        let a = self.eval(a, m, k)?;
+        Ok(match op {
+            UnaryOp::Neg => format!("(-{a})"),
+            UnaryOp::Exp => format!("expf({a})"),
+            UnaryOp::Log => format!("logf({a})"),
+            UnaryOp::Sqrt => format!("sqrtf({a})"),
+            UnaryOp::Rsqrt => format!("cg::rsqrt({a})"),
+            UnaryOp::Tanh => format!("tanhf({a})"),
+            UnaryOp::Sigmoid => format!("cg::sigmoid({a})"),
+            UnaryOp::Relu => format!("cg::relu({a})"),
+            UnaryOp::GeluTanh => format!("cg::gelu_tanh({a})"),
+            UnaryOp::GeluErf => format!("cg::gelu_erf({a})"),
+            UnaryOp::Silu => format!("cg::silu({a})"),
+            UnaryOp::Softplus => format!("cg::softplus({a})"),
+            UnaryOp::Abs => format!("fabsf({a})"),
+            UnaryOp::Sin => format!("sinf({a})"),
+            UnaryOp::Cos => format!("cosf({a})"),
+        })
+    }
+
+    /// `(x, spec)` when `node` is `x * freq` with `freq` a rotary frequency
+    /// table (possibly broadcast): the angle is then formed in double.
+    fn rope_angle(&self, node: NodeId) -> Option<(NodeId, RopeSpec)> {
+        let Op::Binary(BinaryOp::Mul, a, b) = &self.kernel.nodes.get(node)?.op else { return None };
+        let freq_of = |mut id: NodeId| loop {
+            match &self.kernel.nodes.get(id)?.op {
+                Op::Broadcast(x) => id = *x,
+                Op::Rope(spec, RopeTable::Freq) => return Some(spec.clone()),
+                _ => return None,
+            }
+        };
+        match (freq_of(*b), freq_of(*a)) {
+            (Some(spec), _) if self.kernel.nodes.get(*a)?.reg.is_none() => Some((*a, spec)),
+            (_, Some(spec)) if self.kernel.nodes.get(*b)?.reg.is_none() => Some((*b, spec)),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn cast(&self, to: DType, a: &str, value: Value) -> Result<String, CodegenError> {
+        Ok(match to {
+            DType::BF16 => format!("cg::to_bf16({a})"),
+            DType::F16 => format!("cg::to_f16({a})"),
+            DType::F32 => a.to_string(),
+            DType::I32 => format!("cg::to_i32({a})"),
+            DType::Bool => format!("cg::to_bool({a})"),
+            DType::E4M3 | DType::E5M2 => {
+                return Err(CodegenError::Unsupported {
+                    block: self.block.name.clone(),
+                    location: self.loc(value),
+                    what: format!("a cast to {to}"),
+                    reason: "fp8 types are reserved".into(),
+                })
+            }
+        })
+    }
+
+    fn concat(&mut self, parts: &[(NodeId, Dim)], m: &str, k: &str) -> Result<String, CodegenError> {
+        let mut values = Vec::new();
+        for (part, offset) in parts {
+            let off = self.dim_int(offset);
+            let idx = if off == "0" { k.to_string() } else { self.index("kq", format!("{k} - {off}")) };
+            values.push((self.eval(*part, m, &idx)?, off));
+        }
+        let mut expr = values.last().map(|(v, _)| v.clone()).unwrap_or_else(|| "0.0f".into());
+        for i in (0..values.len().saturating_sub(1)).rev() {
+            let next_off = &values[i + 1].1;
+            expr = format!("({k} < {next_off} ? {} : {expr})", values[i].0);
+        }
+        Ok(expr)
+    }
+
+    /// A whole-row (`row == true`, over columns `k`) or whole-column
+    /// reduction at the current row `m` / column `k`.
+    fn reduce(
+        &mut self,
+        node: NodeId,
+        op: ReduceOp,
+        arg: NodeId,
+        extent: &Dim,
+        at: &str,
+        row: bool,
+    ) -> Result<String, CodegenError> {
+        let value = self.kernel.nodes[node].value;
+        let tpr = self.coop;
+        let red = if tpr > 32 { "red" } else { "nullptr" };
+        let name = self.local_for(value);
+        let extent = self.dim_int(extent);
+        match op {
+            ReduceOp::LogSumExp => {
+                self.stmt(format!("float {name}_m = coda::neg_inf(), {name}_s = 0.0f, {name}_bad = 0.0f;"), value)
+            }
+            ReduceOp::Sum => self.stmt(format!("float {name}_acc = 0.0f;"), value),
+            ReduceOp::Max => self.stmt(format!("float {name}_acc = coda::neg_inf();"), value),
+        }
+        let i = self.locals.fresh(if row { "kk" } else { "mm" });
+        self.open(format!("for (int {i} = cg::lane<{tpr}>(); {i} < {extent}; {i} += {tpr})"));
+        let saved = std::mem::replace(&mut self.coop, 1);
+        let x = if row { self.eval(arg, at, &i)? } else { self.eval(arg, &i, at)? };
+        self.coop = saved;
+        match op {
+            ReduceOp::Sum => self.line(format!("{name}_acc += {x};")),
+            ReduceOp::Max => self.line(format!("{name}_acc = cg::maximum({name}_acc, {x});")),
+            ReduceOp::LogSumExp => self.line(format!("cg::lse_push({name}_m, {name}_s, {name}_bad, {x});")),
+        }
+        self.close();
+        let finish = match op {
+            ReduceOp::Sum => format!("const float {name} = cg::block_sum<{tpr}>({name}_acc, {red});"),
+            ReduceOp::Max => format!("const float {name} = cg::block_max<{tpr}>({name}_acc, {red});"),
+            ReduceOp::LogSumExp => {
+                self.line(format!("{name}_bad = cg::block_sum<{tpr}>({name}_bad != 0.0f ? 1.0f : 0.0f, {red});"));
+                self.line(format!("cg::block_lse<{tpr}>({name}_m, {name}_s, {red});"));
+                format!("const float {name} = cg::lse_finish({name}_m, {name}_s, {name}_bad);")
+            }
+        };
+        self.stmt(finish, value);
+        let (m, k) = if row { (at.to_string(), "0".to_string()) } else { ("0".to_string(), at.to_string()) };
+        self.bind(node, &m, &k, name.clone());
+        Ok(name)
+    }
+}
+
+/// Indices normalized to a space.
+fn normalize(space: Space, m: &str, k: &str) -> (String, String) {
+    match space {
+        Space::Scalar => ("0".into(), "0".into()),
+        Space::Row => (m.into(), "0".into()),
+        Space::Col => ("0".into(), k.into()),
+        Space::Tile => (m.into(), k.into()),
+    }
+}
+
+/// A C expression for a binary op on two fp32 values.
+pub(crate) fn binary(op: BinaryOp, a: &str, b: &str) -> String {
+    match op {
+        BinaryOp::Add => format!("({a} + {b})"),
+        BinaryOp::Sub => format!("({a} - {b})"),
+        BinaryOp::Mul => format!("({a} * {b})"),
+        BinaryOp::Div => format!("({a} / {b})"),
+        BinaryOp::Min => format!("cg::minimum({a}, {b})"),
+        BinaryOp::Max => format!("cg::maximum({a}, {b})"),
+        BinaryOp::Lt => format!("cg::truth({a} < {b})"),
+        BinaryOp::Le => format!("cg::truth({a} <= {b})"),
+        BinaryOp::Gt => format!("cg::truth({a} > {b})"),
+        BinaryOp::Ge => format!("cg::truth({a} >= {b})"),
+        BinaryOp::Eq => format!("cg::truth({a} == {b})"),
+        BinaryOp::Ne => format!("cg::truth({a} != {b})"),
+    }
+}
+
+/// An fp32 C literal.
+pub(crate) fn float_lit(c: f64) -> String {
+    if c.is_nan() {
+        return "cg::nan_f()".into();
+    }
+    if c.is_infinite() {
+        return if c > 0.0 { "coda::pos_inf()".into() } else { "coda::neg_inf()".into() };
+    }
+    let f = c as f32;
+    if f.is_infinite() {
+        return if f > 0.0 { "coda::pos_inf()".into() } else { "coda::neg_inf()".into() };
+    }
+    let text = format!("{f:?}");
+    let text = if text.contains(['.', 'e']) { format!("{text}f") } else { format!("{text}.0f") };
+    if f < 0.0 {
+        format!("({text})")
+    } else {
+        text
+    }
+}
+
+/// `-2 log2(base) / head_dim`: a rotary frequency is `2^(pair * this)`.
+fn freq_exponent(spec: &RopeSpec) -> String {
+    double_lit(-2.0 * spec.base.log2() / spec.head_dim as f64)
+}
+
+/// A double C literal.
+pub(crate) fn double_lit(c: f64) -> String {
+    let text = format!("{c:?}");
+    if text.contains(['.', 'e']) {
+        text
+    } else {
+        format!("{text}.0")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn literals() {
+        assert_eq!(float_lit(1e-5), "1e-5f");
+        assert_eq!(float_lit(0.5), "0.5f");
+        assert_eq!(float_lit(-100.0), "(-100.0f)");
+        assert_eq!(float_lit(f64::INFINITY), "coda::pos_inf()");
+        assert_eq!(double_lit(500000.0), "500000.0");
+    }
+}

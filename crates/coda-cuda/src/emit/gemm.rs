@@ -1,0 +1,516 @@
+//! GEMM kernels: the `Epi_<kernel>` functor and the `extern "C"` entry that
+//! instantiates `coda::gemm_sm80`.
+//!
+//! The functor's `apply` evaluates, in order: scalars; per-row values for
+//! the thread's `Frag::RI` rows (loads, finished partials of earlier
+//! kernels); then, for every accumulator pair `(i, j)`, the register values
+//! (two per pair for stride-1 maps, one for pair ops), their stores and
+//! their contributions to partial reductions; finally the row / column
+//! reductions over the CTA tile and the partial stores.
+//!
+//! In 255-register configurations with at most one partial, one full-tile
+//! store (a value on the accumulator's own columns, into a bf16 / f16
+//! buffer of the accumulator's shape) goes through
+//! `coda::store_tile_staged`: its values overwrite `f.acc` (dead once its
+//! pair has been processed) and are written after the loop with coalesced
+//! 16-byte stores through shared memory when the buffer's base is 16-byte
+//! aligned and its leading dimension a multiple of 8 (checked at run time,
+//! uniformly for the CTA); otherwise with bounded pair / element stores.
+
+use super::expr::{binary, Emitter};
+use crate::error::CodegenError;
+use crate::kir::{ColMap, GemmSpec, NodeId, Op, PartialKind, PartialOut, Space};
+use crate::manifest::{FieldSpec, FieldValue, StructSpec};
+use coda_ir::UnaryOp;
+use std::collections::{BTreeSet, HashMap};
+
+/// The functor, the entry point and the `GemmArgs` struct of a GEMM kernel.
+pub(crate) fn emit(em: &mut Emitter<'_>, spec: &GemmSpec, entry: &str) -> Result<(String, StructSpec), CodegenError> {
+    let epi = format!("Epi_{}", em.kernel.name);
+    let mut g =
+        Gemm { regs: HashMap::new(), cols: HashMap::new(), rows: Vec::new(), pairs: HashMap::new(), staged: None };
+    g.staged = staged_store(em, spec);
+    em.set_indent(2);
+    g.scalars(em)?;
+    g.row_values(em)?;
+    g.partial_decls(em)?;
+    g.main_loop(em)?;
+    if let Some(idx) = g.staged {
+        let store = em.kernel.stores[idx].clone();
+        let b = em.buf_w(store.buf);
+        let value = em.kernel.nodes[store.node].value;
+        em.open(format!("if (({b}_ld & 7) == 0 && ((unsigned long long){b} & 15) == 0)"));
+        em.stmt(format!("coda::store_tile_staged(f, t, f.acc, {b}, {b}_ld, smem);"), value);
+        em.close();
+        em.open("else");
+        em.line("#pragma unroll");
+        em.open("for (int i = 0; i < Frag::RI; ++i)");
+        em.line("#pragma unroll");
+        em.open("for (int j = 0; j < Frag::CJ; ++j)");
+        em.stmt(
+            format!("cg::st2({b}, {b}_ld, f.row(i), f.col(j), {b}_rows, {b}_cols, f.acc[i][j][0], f.acc[i][j][1]);"),
+            value,
+        );
+        em.close();
+        em.close();
+        em.close();
+    }
+    g.reductions(em)?;
+    let body = em.take_lines().join("\n");
+    let cfg = format!("coda::{}", spec.config.name());
+    let elem = super::params::c_type(spec.elem);
+    let code = format!(
+        "struct {epi} {{\n    struct Params {{\n{fields}    }};\n    static constexpr int kSmemFloats = 0;\n    \
+         template <class Frag, class Tile>\n    static __device__ void apply(const Params& p, Frag& f, const Tile& t, float* smem) {{\n\
+         {body}\n    }}\n}};\n\n\
+         extern \"C\" __global__ void __launch_bounds__({cfg}::kThreads, {cfg}::kMinBlocks)\n\
+         {entry}(coda::GemmArgs g, {epi}::Params e) {{\n    coda::gemm_sm80<{cfg}, {la}, {lb}, {elem}, {epi}>(g, e);\n}}\n",
+        fields = em.params.c_fields("        "),
+        la = spec.a.layout.tag(),
+        lb = spec.b.layout.tag(),
+    );
+    Ok((code, gemm_args(em, spec)))
+}
+
+/// The `GemmArgs` fields.
+fn gemm_args(em: &Emitter<'_>, spec: &GemmSpec) -> StructSpec {
+    let a = em.ir.buffers[spec.a.buf].name.clone();
+    let b = em.ir.buffers[spec.b.buf].name.clone();
+    let f = |name: &str, kind: &str, value: FieldValue| FieldSpec { name: name.into(), kind: kind.into(), value };
+    StructSpec::new(
+        "GemmArgs",
+        vec![
+            f("a", "ptr", FieldValue::Ptr(a.clone())),
+            f("b", "ptr", FieldValue::Ptr(b.clone())),
+            f("m", "i32", FieldValue::Expr(spec.m.to_string())),
+            f("n", "i32", FieldValue::Expr(spec.n.to_string())),
+            f("k", "i32", FieldValue::Expr(spec.k.to_string())),
+            f("lda", "i64", FieldValue::Ld(a)),
+            f("ldb", "i64", FieldValue::Ld(b)),
+        ],
+    )
+}
+
+struct Gemm {
+    /// Slot values of register nodes in the current `(i, j)` body.
+    regs: HashMap<NodeId, Vec<String>>,
+    /// Own-column index locals in the current body, by (offset, stride, slot).
+    cols: HashMap<(i64, i64, usize), String>,
+    /// Per-row values: node and array name.
+    rows: Vec<(NodeId, String)>,
+    /// Pair loads in the current body, by (node, map offset).
+    pairs: HashMap<(NodeId, i64), String>,
+    /// The store written through `store_tile_staged`, by index.
+    staged: Option<usize>,
+}
+
+/// The store to stage through shared memory, if any (see the module docs):
+/// only in 255-register configurations with at most one partial, where the
+/// extra address arithmetic does not spill.
+fn staged_store(em: &Emitter<'_>, spec: &GemmSpec) -> Option<usize> {
+    let roomy = matches!(spec.config, crate::config::TileConfig::Cfg128x128w4 | crate::config::TileConfig::Cfg128x256);
+    if !roomy || em.kernel.partials.len() > 1 {
+        return None;
+    }
+    let fits = |s: &crate::kir::Store| {
+        let node = &em.kernel.nodes[s.node];
+        let buf = &em.ir.buffers[s.buf];
+        let identity = node.reg.as_ref().is_some_and(|m| m.offset == 0 && m.stride == 1 && m.len == spec.n);
+        let rows = buf.rows == crate::symexpr::SymExpr::from(&spec.m);
+        identity && rows && !s.accumulate
+    };
+    (0..em.kernel.stores.len())
+        .find(|i| fits(&em.kernel.stores[*i]) && em.ir.buffers[em.kernel.stores[*i].buf].dtype.is_half())
+}
+
+impl Gemm {
+    fn scalars(&mut self, em: &mut Emitter<'_>) -> Result<(), CodegenError> {
+        for (id, node) in em.kernel.nodes.iter().enumerate() {
+            if node.reg.is_none() && node.space == Space::Scalar {
+                em.eval(id, "0", "0")?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Per-row values for the thread's rows, into `name[Frag::RI]` arrays.
+    fn row_values(&mut self, em: &mut Emitter<'_>) -> Result<(), CodegenError> {
+        let ids: Vec<NodeId> = (0..em.kernel.nodes.len())
+            .filter(|id| em.kernel.nodes[*id].reg.is_none() && em.kernel.nodes[*id].space == Space::Row)
+            .filter(|id| !matches!(em.kernel.nodes[*id].op, super::super::kir::Op::Const(_)))
+            .collect();
+        if ids.is_empty() {
+            return Ok(());
+        }
+        for id in &ids {
+            let name = em.local_for(em.kernel.nodes[*id].value);
+            em.line(format!("float {name}_r[Frag::RI];"));
+            self.rows.push((*id, format!("{name}_r")));
+        }
+        em.line("#pragma unroll");
+        em.open("for (int i = 0; i < Frag::RI; ++i)");
+        em.line("const int m = f.row_in(i) ? f.row(i) : 0;");
+        for (id, array) in self.rows.clone() {
+            let v = em.eval(id, "m", "0")?;
+            em.line(format!("{array}[i] = {v};"));
+        }
+        em.close();
+        Ok(())
+    }
+
+    fn partial_decls(&mut self, em: &mut Emitter<'_>) -> Result<(), CodegenError> {
+        for (idx, part) in em.kernel.partials.iter().enumerate() {
+            let name = format!("part{idx}");
+            let init = match part.kind {
+                PartialKind::RowMax => "coda::neg_inf()",
+                _ => "0.0f",
+            };
+            match part.kind {
+                PartialKind::ColSum => {
+                    em.stmt(format!("float {name}[Frag::CJ][2];"), part.value);
+                    em.line("#pragma unroll");
+                    em.line(format!("for (int j = 0; j < Frag::CJ; ++j) {name}[j][0] = {name}[j][1] = 0.0f;"));
+                }
+                PartialKind::RowLse => {
+                    em.stmt(format!("float {name}_m[Frag::RI], {name}_s[Frag::RI];"), part.value);
+                    em.line("#pragma unroll");
+                    em.line(format!(
+                        "for (int i = 0; i < Frag::RI; ++i) {{ {name}_m[i] = coda::neg_inf(); {name}_s[i] = 0.0f; }}"
+                    ));
+                }
+                _ => {
+                    em.stmt(format!("float {name}[Frag::RI];"), part.value);
+                    em.line("#pragma unroll");
+                    em.line(format!("for (int i = 0; i < Frag::RI; ++i) {name}[i] = {init};"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Register nodes reachable from stores and partials.
+    fn live(em: &Emitter<'_>) -> BTreeSet<NodeId> {
+        let mut stack: Vec<NodeId> = em.kernel.stores.iter().map(|s| s.node).collect();
+        stack.extend(em.kernel.partials.iter().map(|p| p.node));
+        let mut live = BTreeSet::new();
+        while let Some(id) = stack.pop() {
+            let Some(node) = em.kernel.nodes.get(id) else { continue };
+            if node.reg.is_none() || !live.insert(id) {
+                continue;
+            }
+            stack.extend(node.op.operands());
+        }
+        live
+    }
+
+    fn main_loop(&mut self, em: &mut Emitter<'_>) -> Result<(), CodegenError> {
+        let live = Self::live(em);
+        let outer = em.take_lines();
+        em.set_indent(4);
+        em.push_scope();
+        self.regs.clear();
+        self.cols.clear();
+        self.pairs.clear();
+        for (id, array) in self.rows.clone() {
+            em.bind(id, "m", "0", format!("{array}[i]"));
+        }
+        for id in &live {
+            self.register(em, *id)?;
+        }
+        for (idx, store) in em.kernel.stores.clone().into_iter().enumerate() {
+            if self.staged != Some(idx) {
+                self.store(em, store.node, store.buf, store.accumulate)?;
+            }
+        }
+        for (idx, part) in em.kernel.partials.clone().iter().enumerate() {
+            self.accumulate(em, idx, part)?;
+        }
+        if let Some(idx) = self.staged {
+            let node = em.kernel.stores[idx].node;
+            let vars =
+                self.regs.get(&node).cloned().ok_or_else(|| em.internal("staged store of an unevaluated node"))?;
+            if let [v0, v1] = vars.as_slice() {
+                em.line(format!("f.acc[i][j][0] = {v0};"));
+                em.line(format!("f.acc[i][j][1] = {v1};"));
+            }
+        }
+        em.pop_scope();
+        let body = em.take_lines();
+        let text = body.join("\n");
+        // Declare the loop-invariant locals the body uses, and only those.
+        let pad = |n: usize| "    ".repeat(n);
+        let mut lines = outer;
+        lines.push(format!("{}#pragma unroll", pad(2)));
+        lines.push(format!("{}for (int i = 0; i < Frag::RI; ++i) {{", pad(2)));
+        if uses(&text, "m") {
+            lines.push(format!("{}const int m = f.row(i);", pad(3)));
+        }
+        if uses(&text, "row_ok") {
+            lines.push(format!("{}const bool row_ok = f.row_in(i);", pad(3)));
+        }
+        lines.push(format!("{}#pragma unroll", pad(3)));
+        lines.push(format!("{}for (int j = 0; j < Frag::CJ; ++j) {{", pad(3)));
+        if uses(&text, "n") {
+            lines.push(format!("{}const int n = f.col(j);", pad(4)));
+        }
+        lines.extend(body);
+        lines.push(format!("{}}}", pad(3)));
+        lines.push(format!("{}}}", pad(2)));
+        em.set_indent(0);
+        for line in lines {
+            em.line(line);
+        }
+        em.set_indent(2);
+        Ok(())
+    }
+
+    /// The local holding the own column of `map` at `slot`.
+    fn col(&mut self, em: &mut Emitter<'_>, map: &ColMap, slot: usize) -> String {
+        let key = (map.offset, map.stride, slot);
+        if let Some(v) = self.cols.get(&key) {
+            return v.clone();
+        }
+        let o = map.offset;
+        let expr = match (map.stride, slot) {
+            (1, 0) if o == 0 => "n".to_string(),
+            (1, s) => format!("n + {} - {o}", s).replace(" + 0 - 0", "").replace(" - 0", ""),
+            _ if o == 0 => "n >> 1".to_string(),
+            _ => format!("(n - {o}) >> 1"),
+        };
+        let name = em.index(if map.stride == 1 { "c" } else { "cp" }, expr);
+        self.cols.insert(key, name.clone());
+        name
+    }
+
+    fn slots(map: &ColMap) -> usize {
+        if map.stride == 1 {
+            2
+        } else {
+            1
+        }
+    }
+
+    /// Emits the slot values of register node `id`.
+    fn register(&mut self, em: &mut Emitter<'_>, id: NodeId) -> Result<(), CodegenError> {
+        let node = em.kernel.nodes[id].clone();
+        let map = node.reg.clone().ok_or_else(|| em.internal("not a register node"))?;
+        let name = em.local_for(node.value);
+        let mut vars = Vec::new();
+        if let Op::RopePartner(spec, _) = &node.op {
+            let c0 = self.col(em, &map, 0);
+            let (s, e) = (em.dim_int(&spec.start), em.dim_int(&spec.end));
+            em.stmt(format!("const bool {name}_sw = {c0} >= {s} && {c0} < {e};"), node.value);
+        }
+        for slot in 0..Self::slots(&map) {
+            let expr = self.slot_expr(em, id, &map, slot, &name)?;
+            let var = if Self::slots(&map) == 2 { format!("{name}_{slot}") } else { format!("{name}_p") };
+            em.stmt(format!("const float {var} = {expr};"), node.value);
+            vars.push(var);
+        }
+        self.regs.insert(id, vars);
+        Ok(())
+    }
+
+    /// The value of operand `op` for slot `slot` of a node with map `map`.
+    fn operand(&mut self, em: &mut Emitter<'_>, op: NodeId, map: &ColMap, slot: usize) -> Result<String, CodegenError> {
+        if let Some(vars) = self.regs.get(&op) {
+            return Ok(vars.get(slot).or(vars.first()).cloned().unwrap_or_default());
+        }
+        if let (Op::Load(buf), Space::Tile, 1) = (&em.kernel.nodes[op].op, em.kernel.nodes[op].space, map.stride) {
+            return Ok(format!("{}.{}", self.pair_load(em, op, *buf, map), if slot == 0 { "x" } else { "y" }));
+        }
+        let c = self.col(em, map, slot);
+        em.eval(op, "m", &c)
+    }
+
+    /// Both elements of a tile load at the pair's own columns, as one
+    /// `float2` (a single 4- or 8-byte load when aligned).
+    fn pair_load(&mut self, em: &mut Emitter<'_>, op: NodeId, buf: usize, map: &ColMap) -> String {
+        let key = (op, map.offset);
+        if let Some(v) = self.pairs.get(&key) {
+            return v.clone();
+        }
+        let c0 = self.col(em, map, 0);
+        let value = em.kernel.nodes[op].value;
+        let name = em.local_for(value);
+        let access = em.access(buf, "m", &c0, false);
+        em.stmt(format!("const float2 {name} = cg::load2({access});"), value);
+        self.pairs.insert(key, name.clone());
+        name
+    }
+
+    fn slot_expr(
+        &mut self,
+        em: &mut Emitter<'_>,
+        id: NodeId,
+        map: &ColMap,
+        slot: usize,
+        name: &str,
+    ) -> Result<String, CodegenError> {
+        let node = em.kernel.nodes[id].clone();
+        Ok(match &node.op {
+            Op::Acc => format!("f.acc[i][j][{slot}]"),
+            Op::Unary(op, a) => {
+                let a = self.operand(em, *a, map, slot)?;
+                unary_reg(*op, &a)
+            }
+            Op::Binary(op, a, b) => {
+                let (a, b) = (self.operand(em, *a, map, slot)?, self.operand(em, *b, map, slot)?);
+                binary(*op, &a, &b)
+            }
+            Op::Select(c, a, b) => {
+                let c = self.operand(em, *c, map, slot)?;
+                let (a, b) = (self.operand(em, *a, map, slot)?, self.operand(em, *b, map, slot)?);
+                format!("({c} != 0.0f ? {a} : {b})")
+            }
+            Op::Cast(to, a) => {
+                let a = self.operand(em, *a, map, slot)?;
+                em.cast(*to, &a, node.value)?
+            }
+            Op::Slice { arg, start, step } => {
+                let arg_map =
+                    em.kernel.nodes[*arg].reg.clone().ok_or_else(|| em.internal("slice of a non-register"))?;
+                let vars = self.regs.get(arg).cloned().unwrap_or_default();
+                let from = match (arg_map.stride, *step) {
+                    (1, 2) => ((arg_map.offset + start.as_const().unwrap_or(0)) & 1) as usize,
+                    (1, _) => slot,
+                    _ => 0,
+                };
+                vars.get(from).cloned().ok_or_else(|| em.internal("slice operand slot"))?
+            }
+            Op::Interleave(e, o) => {
+                let half = ColMap { offset: map.offset, stride: 2, len: map.len.clone() };
+                self.operand(em, if slot == 0 { *e } else { *o }, &half, 0)?
+            }
+            Op::RopePartner(_, a) => {
+                let vars = self.regs.get(a).cloned().unwrap_or_default();
+                let (same, other) = (vars.get(slot).cloned(), vars.get(1 - slot.min(1)).cloned());
+                let (same, other) = same.zip(other).ok_or_else(|| em.internal("rope partner slots"))?;
+                format!("({name}_sw ? {other} : {same})")
+            }
+            _ => return Err(em.internal(format!("register node {id} with a non-local operation"))),
+        })
+    }
+
+    fn store(&mut self, em: &mut Emitter<'_>, node: NodeId, buf: usize, accumulate: bool) -> Result<(), CodegenError> {
+        let map = em.kernel.nodes[node].reg.clone().ok_or_else(|| em.internal("GEMM store of a non-register"))?;
+        let vars = self.regs.get(&node).cloned().ok_or_else(|| em.internal("store of an unevaluated node"))?;
+        let value = em.kernel.nodes[node].value;
+        let c0 = self.col(em, &map, 0);
+        let access = em.access(buf, "m", &c0, true);
+        let text = match (vars.as_slice(), accumulate) {
+            ([v0, v1], false) => format!("cg::st2({access}, {v0}, {v1});"),
+            ([v0, v1], true) => format!("cg::st2_acc({access}, {v0}, {v1});"),
+            ([v], false) => format!("cg::st({access}, {v});"),
+            ([v], true) => format!("cg::st_acc({access}, {v});"),
+            _ => return Err(em.internal("store slots")),
+        };
+        em.stmt(text, value);
+        Ok(())
+    }
+
+    /// Adds the node's slots to partial `idx`.
+    fn accumulate(&mut self, em: &mut Emitter<'_>, idx: usize, part: &PartialOut) -> Result<(), CodegenError> {
+        let map = em.kernel.nodes[part.node].reg.clone().ok_or_else(|| em.internal("partial of a non-register"))?;
+        let vars = self.regs.get(&part.node).cloned().ok_or_else(|| em.internal("partial of an unevaluated node"))?;
+        let len = em.dim_int(&map.len);
+        let name = format!("part{idx}");
+        let index = match part.index {
+            Some(ix) => Some(em.eval(ix, "m", "0")?),
+            None => None,
+        };
+        for (slot, v) in vars.iter().enumerate() {
+            let c = self.col(em, &map, slot);
+            let cond = format!("row_ok && {c} >= 0 && {c} < {len}");
+            let text = match part.kind {
+                PartialKind::RowSum => format!("if ({cond}) {name}[i] += {v};"),
+                PartialKind::RowSumSq => format!("if ({cond}) {name}[i] += {v} * {v};"),
+                PartialKind::RowMax => format!("if ({cond}) {name}[i] = fmaxf({name}[i], {v});"),
+                PartialKind::RowLse => format!("if ({cond}) coda::lse_add({name}_m[i], {name}_s[i], {v});"),
+                PartialKind::RowPick => {
+                    let ix = index.clone().unwrap_or_else(|| "-1.0f".into());
+                    format!("if ({cond} && (float){c} == {ix}) {name}[i] += {v};")
+                }
+                PartialKind::ColSum => format!("if ({cond}) {name}[j][{slot}] += {v};"),
+            };
+            em.stmt(text, part.value);
+        }
+        Ok(())
+    }
+
+    fn reductions(&mut self, em: &mut Emitter<'_>) -> Result<(), CodegenError> {
+        for (idx, part) in em.kernel.partials.clone().iter().enumerate() {
+            let name = format!("part{idx}");
+            match part.kind {
+                PartialKind::RowLse => {
+                    let (bm, bs) = (em.buf_w(part.bufs[0]), em.buf_w(part.bufs[1]));
+                    em.stmt(format!("coda::row_reduce_lse(f, {name}_m, {name}_s, smem);"), part.value);
+                    em.line(format!("coda::store_row_partial(f, t, {name}_m, {bm});"));
+                    em.line(format!("coda::store_row_partial(f, t, {name}_s, {bs});"));
+                }
+                PartialKind::ColSum => self.col_partial(em, idx, part)?,
+                kind => {
+                    let op = if kind == PartialKind::RowMax { "MaxOp" } else { "SumOp" };
+                    let b = em.buf_w(part.bufs[0]);
+                    em.stmt(format!("coda::row_reduce<coda::{op}>(f, {name}, smem);"), part.value);
+                    em.line(format!("coda::store_row_partial(f, t, {name}, {b});"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Column sums over the CTA's rows, stored at `[own column][tile_m]`.
+    fn col_partial(&mut self, em: &mut Emitter<'_>, idx: usize, part: &PartialOut) -> Result<(), CodegenError> {
+        let name = format!("part{idx}");
+        let map = em.kernel.nodes[part.node].reg.clone().ok_or_else(|| em.internal("column partial"))?;
+        let b = em.buf_w(part.bufs[0]);
+        let len = em.dim_int(&map.len);
+        em.stmt(format!("coda::col_reduce<coda::SumOp>(f, {name}, smem);"), part.value);
+        em.open("if (f.col_writer())");
+        em.line("#pragma unroll");
+        em.open("for (int j = 0; j < Frag::CJ; ++j)");
+        em.line("const int n = f.col(j);");
+        self.cols.clear();
+        for slot in 0..Self::slots(&map) {
+            let c = self.col(em, &map, slot);
+            em.line(format!(
+                "if ({c} >= 0 && {c} < {len}) {b}[(long long){c} * {b}_ld + t.tile_m_idx] = {name}[j][{slot}];"
+            ));
+        }
+        em.close();
+        em.close();
+        Ok(())
+    }
+}
+
+/// Whether `word` occurs in `text` as an identifier.
+pub(crate) fn uses(text: &str, word: &str) -> bool {
+    text.match_indices(word).any(|(i, _)| {
+        let before = text[..i].chars().next_back();
+        let after = text[i + word.len()..].chars().next();
+        let ident = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.');
+        !ident(before) && !after.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_')
+    })
+}
+
+/// A unary function of a register value (no rotary angle special case).
+fn unary_reg(op: UnaryOp, a: &str) -> String {
+    match op {
+        UnaryOp::Neg => format!("(-{a})"),
+        UnaryOp::Exp => format!("expf({a})"),
+        UnaryOp::Log => format!("logf({a})"),
+        UnaryOp::Sqrt => format!("sqrtf({a})"),
+        UnaryOp::Rsqrt => format!("cg::rsqrt({a})"),
+        UnaryOp::Tanh => format!("tanhf({a})"),
+        UnaryOp::Sigmoid => format!("cg::sigmoid({a})"),
+        UnaryOp::Relu => format!("cg::relu({a})"),
+        UnaryOp::GeluTanh => format!("cg::gelu_tanh({a})"),
+        UnaryOp::GeluErf => format!("cg::gelu_erf({a})"),
+        UnaryOp::Silu => format!("cg::silu({a})"),
+        UnaryOp::Softplus => format!("cg::softplus({a})"),
+        UnaryOp::Abs => format!("fabsf({a})"),
+        UnaryOp::Sin => format!("sinf({a})"),
+        UnaryOp::Cos => format!("cosf({a})"),
+    }
+}

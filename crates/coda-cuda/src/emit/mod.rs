@@ -1,0 +1,240 @@
+//! CUDA emission: one self-contained `.cu` file per kernel and the block's
+//! manifest entry.
+//!
+//! A file is a header comment (file name, the source file name as given,
+//! the entry point and what it computes), the three template headers
+//! verbatim in include order (`coda_common.cuh`, `coda_epilogue.cuh`,
+//! `coda_gemm_sm80.cuh`), the generated-code helpers (`prelude.cuh` of this
+//! crate), and the kernel: an `Epi_<k>` functor plus an `extern "C"` entry
+//! instantiating `coda::gemm_sm80` for GEMM kernels, a `Params_<k>` struct
+//! plus an `extern "C"` entry for the others.
+
+mod expr;
+mod gemm;
+mod names;
+mod params;
+mod rowk;
+
+use crate::error::CodegenError;
+use crate::kir::{BlockIr, Kernel, KernelKind, Layout, PartialKind};
+use crate::manifest::{BlockManifest, BufferSpec, KernelSpec, StructSpec};
+use crate::symexpr::SymExpr;
+use crate::KernelSource;
+use coda_diagnostics::SourceFile;
+use coda_ir::{Block, BlockKind, Dim};
+use expr::Emitter;
+
+/// The template headers, in include order: (file name, text).
+pub const HEADERS: [(&str, &str); 3] = [
+    ("coda_common.cuh", include_str!("../../cuda/coda_common.cuh")),
+    ("coda_epilogue.cuh", include_str!("../../cuda/coda_epilogue.cuh")),
+    ("coda_gemm_sm80.cuh", include_str!("../../cuda/coda_gemm_sm80.cuh")),
+];
+
+/// The generated-code helpers embedded after the template headers.
+pub const PRELUDE: &str = include_str!("../prelude.cuh");
+
+/// Emits every kernel of a block and its manifest entry.
+pub(crate) fn emit_block(
+    ir: &BlockIr,
+    block: &Block,
+    source: &SourceFile,
+) -> Result<(Vec<KernelSource>, BlockManifest), CodegenError> {
+    let mut sources = Vec::new();
+    let mut specs = Vec::new();
+    for kernel in &ir.kernels {
+        let (src, spec) = emit_kernel(ir, kernel, block, source)?;
+        sources.push(src);
+        specs.push(spec);
+    }
+    let manifest = BlockManifest {
+        block: ir.name.clone(),
+        kind: if ir.kind == BlockKind::Kernel { "kernel".into() } else { "block".into() },
+        dims: ir.dims.clone(),
+        buffers: ir.buffers.iter().map(|b| buffer_spec(ir, b)).collect(),
+        kernels: specs,
+    };
+    Ok((sources, manifest))
+}
+
+fn buffer_spec(ir: &BlockIr, b: &crate::kir::Buffer) -> BufferSpec {
+    BufferSpec {
+        name: b.name.clone(),
+        role: b.role.name().into(),
+        dtype: b.dtype.name().into(),
+        rank: b.rank,
+        shape: [b.rows.to_string(), b.cols.to_string()],
+        ld: b.ld.as_ref().map(ToString::to_string),
+        accumulate: b.accumulate,
+        staging_of: b.staging_of.map(|s| ir.buffers[s].name.clone()),
+    }
+}
+
+/// What a kernel launch looks like besides its code.
+struct Launch {
+    kind: &'static str,
+    config: Option<String>,
+    grid: SymExpr,
+    threads: u32,
+    smem: u32,
+    when: Option<String>,
+    args: Vec<StructSpec>,
+}
+
+fn emit_kernel(
+    ir: &BlockIr,
+    kernel: &Kernel,
+    block: &Block,
+    source: &SourceFile,
+) -> Result<(KernelSource, KernelSpec), CodegenError> {
+    let entry = format!("coda_{}_{}", ir.name, kernel.name);
+    let file = format!("{}_{}.cu", ir.name, kernel.name);
+    let mut em = Emitter::new(ir, kernel, block, source);
+    let (code, launch) = match &kernel.kind {
+        KernelKind::Gemm(spec) => {
+            let (code, gemm_args) = gemm::emit(&mut em, spec, &entry)?;
+            let (bm, bn, _) = spec.config.tile();
+            let grid = SymExpr::from(&spec.m).ceil_div(bm).times(SymExpr::from(&spec.n).ceil_div(bn));
+            let args = vec![gemm_args, em.params.spec("Params")];
+            let launch = Launch {
+                kind: "gemm",
+                config: Some(spec.config.name().into()),
+                grid,
+                threads: spec.config.threads(),
+                smem: spec.config.smem_bytes(),
+                when: None,
+                args,
+            };
+            (code, launch)
+        }
+        KernelKind::Row { rows, threads_per_row } => {
+            let code = rowk::emit_row(&mut em, rows, *threads_per_row, &entry)?;
+            let rows_per_cta = i64::from(rowk::THREADS / threads_per_row);
+            let grid = SymExpr::from(rows).ceil_div(rows_per_cta);
+            (code, simple_launch(&em, "row", grid, None))
+        }
+        KernelKind::Col { cols } => {
+            let code = rowk::emit_col(&mut em, &entry)?;
+            (code, simple_launch(&em, "colreduce", SymExpr::from(cols), None))
+        }
+        KernelKind::Copy { src, dst } => {
+            let code = rowk::emit_copy(&mut em, *src, *dst, &entry);
+            let when = Some(ir.buffers[*dst].name.clone());
+            (code, simple_launch(&em, "copy", ir.buffers[*src].rows.clone(), when))
+        }
+    };
+    let summary = summary(ir, kernel, block);
+    let text = file_text(&file, source, ir, &entry, launch.kind, &summary, &code);
+    let spec = KernelSpec {
+        name: kernel.name.clone(),
+        kind: launch.kind.into(),
+        entry: entry.clone(),
+        file: file.clone(),
+        summary,
+        config: launch.config,
+        grid: [launch.grid.to_string(), "1".into(), "1".into()],
+        block: [launch.threads, 1, 1],
+        smem_bytes: launch.smem,
+        when: launch.when,
+        args: launch.args,
+    };
+    Ok((KernelSource { name: entry, file_name: file, source: text }, spec))
+}
+
+fn simple_launch(em: &Emitter<'_>, kind: &'static str, grid: SymExpr, when: Option<String>) -> Launch {
+    Launch {
+        kind,
+        config: None,
+        grid,
+        threads: rowk::THREADS,
+        smem: 0,
+        when,
+        args: vec![em.params.spec(&format!("Params_{}", em.kernel.name))],
+    }
+}
+
+fn file_text(
+    file: &str,
+    source: &SourceFile,
+    ir: &BlockIr,
+    entry: &str,
+    kind: &str,
+    summary: &str,
+    code: &str,
+) -> String {
+    let mut out = format!(
+        "// {file} -- generated by codac from {}, block `{}`; do not edit.\n// kernel {entry} ({kind}): {summary}\n\n",
+        source.name, ir.name
+    );
+    for (_, text) in HEADERS {
+        out.push_str(text);
+        if !text.ends_with('\n') {
+            out.push('\n');
+        }
+    }
+    out.push_str(PRELUDE);
+    out.push_str("\n// ---- generated kernel ----\n\n");
+    out.push_str(code);
+    out
+}
+
+/// One line saying what a kernel computes.
+fn summary(ir: &BlockIr, kernel: &Kernel, block: &Block) -> String {
+    let name = |id: usize| ir.buffers[id].name.clone();
+    let stores: Vec<String> = kernel
+        .stores
+        .iter()
+        .map(|s| {
+            let b = &ir.buffers[s.buf];
+            format!("{}{} ({})", b.name, if s.accumulate { " +=" } else { "" }, b.dtype)
+        })
+        .collect();
+    let partials: Vec<String> = kernel
+        .partials
+        .iter()
+        .map(|p| {
+            let reduced = kernel.nodes.get(p.node).map_or(p.value, |n| n.value);
+            let what =
+                block.names.get(reduced.index()).cloned().flatten().unwrap_or_else(|| format!("v{}", reduced.index()));
+            let kind = if p.kind == PartialKind::RowSumSq { "row sum of squares" } else { p.kind.name() };
+            format!("{kind} partials of {what}")
+        })
+        .collect();
+    let mut parts = Vec::new();
+    if !stores.is_empty() {
+        parts.push(format!("stores {}", stores.join(", ")));
+    }
+    if !partials.is_empty() {
+        parts.push(partials.join(", "));
+    }
+    let outputs = parts.join("; ");
+    match &kernel.kind {
+        KernelKind::Gemm(g) => {
+            let operand = |o: &crate::kir::Operand| {
+                let t = matches!(o.layout, Layout::AKxM | Layout::BNxK);
+                format!("{}{}", name(o.buf), if t { ".T" } else { "" })
+            };
+            format!(
+                "acc = {} @ {} [{} x {} x {}], {} tiles; {outputs}",
+                operand(&g.a),
+                operand(&g.b),
+                g.m,
+                g.n,
+                g.k,
+                g.config.name()
+            )
+        }
+        KernelKind::Row { rows, threads_per_row } => {
+            let unit = if *threads_per_row == rowk::THREADS { "one CTA" } else { "one warp" };
+            format!("{unit} per row of {}; {outputs}", dim_text(rows))
+        }
+        KernelKind::Col { cols } => format!("one CTA per column of {}; {outputs}", dim_text(cols)),
+        KernelKind::Copy { src, .. } => {
+            format!("padded copy of {} for the GEMM mainloop (runs only when it is not aligned)", name(*src))
+        }
+    }
+}
+
+fn dim_text(d: &Dim) -> String {
+    d.to_string()
+}

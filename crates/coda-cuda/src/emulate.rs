@@ -1,0 +1,393 @@
+//! A CPU emulator of the kernel IR, for testing without a GPU.
+//!
+//! [`emulate`] runs a [`BlockIr`]'s kernels in launch order on host buffers
+//! of `f32` (16-bit values rounded as the GPU stores them), with the same
+//! buffers, the same per-tile partials (tile sizes of the chosen configs,
+//! register column maps deciding which tile holds which column) and the
+//! same finishing reads. It checks the partitioning, the buffer plumbing
+//! and the node semantics against the reference interpreter; it does not
+//! check the CUDA text (fragment indexing, stores), which only a GPU run
+//! does. Arithmetic is `f64` rounded to `f32` per node.
+
+use crate::kir::{BlockIr, ColMap, KernelKind, Node, Op, PartialKind, PartialOut, Role, Space};
+use crate::symexpr::SymExpr;
+use coda_ir::interp::round_to_dtype;
+use coda_ir::{BinaryOp, Block, DType, Dim, ReduceOp, RopeSpec, RopeStyle, RopeTable, UnaryOp};
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
+
+/// A host buffer: `rows x cols` with leading dimension `ld`.
+#[derive(Debug, Clone)]
+struct HostBuf {
+    rows: i64,
+    cols: i64,
+    ld: i64,
+    dtype: DType,
+    data: Vec<f32>,
+}
+
+impl HostBuf {
+    fn get(&self, m: i64, k: i64) -> f32 {
+        if m < 0 || k < 0 || m >= self.rows || k >= self.cols {
+            return 0.0;
+        }
+        self.data.get((m * self.ld + k) as usize).copied().unwrap_or(0.0)
+    }
+
+    fn put(&mut self, m: i64, k: i64, v: f64, accumulate: bool) {
+        if m < 0 || k < 0 || m >= self.rows || k >= self.cols {
+            return;
+        }
+        let i = (m * self.ld + k) as usize;
+        let prev = if accumulate { f64::from(self.data[i]) } else { 0.0 };
+        let stored = round_to_dtype(prev + v, self.dtype).unwrap_or(f64::NAN);
+        self.data[i] = stored as f32;
+    }
+}
+
+/// Runs every kernel; `inputs` holds each block input (and the previous
+/// content of `+=` outputs) row-major by name. Returns the outputs.
+pub fn emulate(
+    ir: &BlockIr,
+    block: &Block,
+    dims: &BTreeMap<String, i64>,
+    inputs: &BTreeMap<String, Vec<f32>>,
+) -> Result<BTreeMap<String, Vec<f32>>, String> {
+    let eval = |e: &SymExpr| e.eval(dims).map_err(|e| e.to_string());
+    let mut bufs = Vec::new();
+    for b in &ir.buffers {
+        let (rows, cols) = (eval(&b.rows)?, eval(&b.cols)?);
+        let ld = match &b.ld {
+            Some(ld) if b.role != Role::Input && b.role != Role::Output => eval(ld)?,
+            _ => cols,
+        };
+        let mut data = vec![f32::NAN; (rows * ld).max(0) as usize];
+        if let Some(given) = inputs.get(&b.name) {
+            if b.role == Role::Input || b.role == Role::Output {
+                data = given.clone();
+            }
+        }
+        bufs.push(HostBuf { rows, cols, ld, dtype: b.dtype, data });
+    }
+    for kernel in &ir.kernels {
+        let mut em = Emu {
+            block,
+            dims,
+            bufs: &mut bufs,
+            nodes: &kernel.nodes,
+            acc: Vec::new(),
+            acc_cols: 0,
+            memo: RefCell::new(HashMap::new()),
+        };
+        em.run(kernel)?;
+    }
+    let mut out = BTreeMap::new();
+    for b in ir.buffers.iter().zip(&bufs).filter(|(b, _)| b.role == Role::Output) {
+        out.insert(b.0.name.clone(), b.1.data.clone());
+    }
+    Ok(out)
+}
+
+struct Emu<'a> {
+    block: &'a Block,
+    dims: &'a BTreeMap<String, i64>,
+    bufs: &'a mut Vec<HostBuf>,
+    nodes: &'a [Node],
+    acc: Vec<f64>,
+    acc_cols: i64,
+    /// Values of per-row, per-column and scalar nodes already computed.
+    memo: RefCell<HashMap<(usize, i64, i64), f32>>,
+}
+
+fn dim(d: &Dim, dims: &BTreeMap<String, i64>) -> i64 {
+    d.eval(&|n| dims.get(n).copied()).unwrap_or(0)
+}
+
+impl Emu<'_> {
+    fn d(&self, d: &Dim) -> i64 {
+        dim(d, self.dims)
+    }
+
+    fn shape(&self, node: usize) -> (i64, i64) {
+        let s = &self.block.ty(self.nodes[node].value).shape;
+        (self.d(&s.rows), self.d(&s.cols))
+    }
+
+    fn run(&mut self, kernel: &crate::kir::Kernel) -> Result<(), String> {
+        match &kernel.kind {
+            KernelKind::Copy { src, dst } => {
+                let s = self.bufs[*src].clone();
+                for m in 0..s.rows {
+                    for k in 0..s.cols {
+                        self.bufs[*dst].put(m, k, f64::from(s.get(m, k)), false);
+                    }
+                }
+            }
+            KernelKind::Gemm(g) => {
+                self.gemm(g)?;
+                let (bm, bn, _) = g.config.tile();
+                for p in &kernel.partials {
+                    self.partial(p, bm, bn);
+                }
+            }
+            _ => {}
+        }
+        for s in &kernel.stores {
+            let (rows, cols) = self.shape(s.node);
+            for m in 0..rows {
+                for k in 0..cols {
+                    let v = self.eval(s.node, m, k);
+                    self.bufs[s.buf].put(m, k, f64::from(v), s.accumulate);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn gemm(&mut self, g: &crate::kir::GemmSpec) -> Result<(), String> {
+        let (m, n, kk) = (self.d(&g.m), self.d(&g.n), self.d(&g.k));
+        let (a, b) = (&self.bufs[g.a.buf], &self.bufs[g.b.buf]);
+        let at = |i: i64, k: i64| match g.a.layout {
+            crate::kir::Layout::AMxK => a.get(i, k),
+            _ => a.get(k, i),
+        };
+        let bt = |k: i64, j: i64| match g.b.layout {
+            crate::kir::Layout::BKxN => b.get(k, j),
+            _ => b.get(j, k),
+        };
+        let mut acc = vec![0.0f64; (m * n).max(0) as usize];
+        for i in 0..m {
+            for j in 0..n {
+                let s: f64 = (0..kk).map(|k| f64::from(at(i, k)) * f64::from(bt(k, j))).sum();
+                acc[(i * n + j) as usize] = f64::from(s as f32);
+            }
+        }
+        self.acc = acc;
+        self.acc_cols = n;
+        Ok(())
+    }
+
+    /// Per-tile partials of a register node, tiles decided by its map.
+    fn partial(&mut self, p: &PartialOut, bm: i64, bn: i64) {
+        let map: ColMap =
+            self.nodes[p.node].reg.clone().unwrap_or(ColMap { offset: 0, stride: 1, len: Dim::constant(1) });
+        let (rows, len) = (self.shape(p.node).0, self.d(&map.len));
+        let acc_col = |k: i64| map.offset + k * map.stride;
+        if p.kind == PartialKind::ColSum {
+            let tiles = (rows + bm - 1) / bm;
+            for k in 0..len {
+                for t in 0..tiles {
+                    let s: f64 = (t * bm..((t + 1) * bm).min(rows)).map(|m| f64::from(self.eval(p.node, m, k))).sum();
+                    self.bufs[p.bufs[0]].put(k, t, s, false);
+                }
+            }
+            return;
+        }
+        let tiles = (self.acc_cols + bn - 1) / bn;
+        for m in 0..rows {
+            let index = p.index.map(|ix| self.eval(ix, m, 0));
+            for t in 0..tiles {
+                let ks: Vec<i64> = (0..len).filter(|k| acc_col(*k) / bn == t).collect();
+                let xs: Vec<f64> = ks.iter().map(|k| f64::from(self.eval(p.node, m, *k))).collect();
+                let (a, b) = match p.kind {
+                    PartialKind::RowSum => (xs.iter().sum(), None),
+                    PartialKind::RowSumSq => (xs.iter().map(|x| x * x).sum(), None),
+                    PartialKind::RowMax => (xs.iter().fold(f64::NEG_INFINITY, |a, x| a.max(*x)), None),
+                    PartialKind::RowPick => {
+                        let hit = ks.iter().zip(&xs).find(|(k, _)| Some(**k as f32) == index);
+                        (hit.map_or(0.0, |(_, x)| *x), None)
+                    }
+                    PartialKind::RowLse => {
+                        let mx = xs.iter().fold(f64::NEG_INFINITY, |a, x| a.max(*x));
+                        let s = if mx == f64::NEG_INFINITY { 0.0 } else { xs.iter().map(|x| (x - mx).exp()).sum() };
+                        (mx, Some(s))
+                    }
+                    PartialKind::ColSum => (0.0, None),
+                };
+                self.bufs[p.bufs[0]].put(m, t, a, false);
+                if let (Some(s), Some(id)) = (b, p.bufs.get(1)) {
+                    self.bufs[*id].put(m, t, s, false);
+                }
+            }
+        }
+    }
+
+    /// The node's value at `(m, k)` (indices normalized to its space).
+    fn eval(&self, id: usize, m: i64, k: i64) -> f32 {
+        let node = &self.nodes[id];
+        let (m, k) = match node.space {
+            Space::Scalar => (0, 0),
+            Space::Row => (m, 0),
+            Space::Col => (0, k),
+            Space::Tile => (m, k),
+        };
+        if node.space != Space::Tile {
+            if let Some(v) = self.memo.borrow().get(&(id, m, k)) {
+                return *v;
+            }
+        }
+        let v = self.compute(node, m, k);
+        if node.space != Space::Tile {
+            self.memo.borrow_mut().insert((id, m, k), v);
+        }
+        v
+    }
+
+    fn compute(&self, node: &Node, m: i64, k: i64) -> f32 {
+        let e = |x: usize| f64::from(self.eval(x, m, k));
+        let v: f64 = match &node.op {
+            Op::Acc => self.acc.get((m * self.acc_cols + k) as usize).copied().unwrap_or(0.0),
+            Op::Load(b) => f64::from(self.bufs[*b].get(m, k)),
+            Op::Const(c) => *c,
+            Op::Dim(d) => self.d(d) as f64,
+            Op::Rope(spec, table) => rope_table(spec, *table, k, self.dims),
+            Op::FinishRow(kind, bufs) => self.finish_row(*kind, bufs, m),
+            Op::FinishCol(b) => {
+                let buf = &self.bufs[*b];
+                (0..buf.cols).map(|t| f64::from(buf.get(k, t))).sum()
+            }
+            Op::Unary(op, a) => unary(*op, e(*a)),
+            Op::Binary(op, a, b) => binary(*op, e(*a), e(*b)),
+            Op::Select(c, a, b) => {
+                if e(*c) != 0.0 {
+                    e(*a)
+                } else {
+                    e(*b)
+                }
+            }
+            Op::Cast(to, a) => match to {
+                DType::I32 => f64::from(e(*a) as i32),
+                DType::Bool => f64::from(u8::from(e(*a) != 0.0)),
+                _ => round_to_dtype(e(*a), *to).unwrap_or(f64::NAN),
+            },
+            Op::Broadcast(a) => e(*a),
+            Op::Transpose(a) => f64::from(self.eval(*a, k, m)),
+            Op::Slice { arg, start, step } => f64::from(self.eval(*arg, m, self.d(start) + k * step)),
+            Op::Concat(parts) => {
+                let (part, off) =
+                    parts.iter().rev().find(|(_, o)| self.d(o) <= k).cloned().unwrap_or((0, Dim::constant(0)));
+                f64::from(self.eval(part, m, k - self.d(&off)))
+            }
+            Op::Interleave(ev, od) => f64::from(self.eval(if k % 2 == 0 { *ev } else { *od }, m, k / 2)),
+            Op::RopePartner(spec, a) => f64::from(self.eval(*a, m, rope_col(spec, k, self.dims).2)),
+            Op::Take { arg, index, width } => {
+                let i = f64::from(self.eval(*index, m, 0));
+                if i >= 0.0 && i.fract() == 0.0 && (i as i64) < self.d(width) {
+                    f64::from(self.eval(*arg, m, i as i64))
+                } else {
+                    0.0
+                }
+            }
+            Op::RowReduce { op, arg, width } => {
+                let xs: Vec<f64> = (0..self.d(width)).map(|c| f64::from(self.eval(*arg, m, c))).collect();
+                reduce(*op, &xs)
+            }
+            Op::ColReduce { op, arg, height } => {
+                let xs: Vec<f64> = (0..self.d(height)).map(|r| f64::from(self.eval(*arg, r, k))).collect();
+                reduce(*op, &xs)
+            }
+        };
+        v as f32
+    }
+
+    fn finish_row(&self, kind: PartialKind, bufs: &[usize], m: i64) -> f64 {
+        let b = &self.bufs[bufs[0]];
+        let xs: Vec<f64> = (0..b.cols).map(|t| f64::from(b.get(m, t))).collect();
+        match kind {
+            PartialKind::RowMax => xs.iter().fold(f64::NEG_INFINITY, |a, x| a.max(*x)),
+            PartialKind::RowLse => {
+                let s = &self.bufs[bufs[1]];
+                let mx = xs.iter().fold(f64::NEG_INFINITY, |a, x| a.max(*x));
+                if mx == f64::NEG_INFINITY {
+                    return mx;
+                }
+                let sum: f64 = xs.iter().enumerate().map(|(t, x)| f64::from(s.get(m, t as i64)) * (x - mx).exp()).sum();
+                mx + sum.ln()
+            }
+            _ => xs.iter().sum(),
+        }
+    }
+}
+
+fn reduce(op: ReduceOp, xs: &[f64]) -> f64 {
+    match op {
+        ReduceOp::Sum => xs.iter().sum(),
+        ReduceOp::Max => xs.iter().fold(f64::NEG_INFINITY, |a, x| a.max(*x)),
+        ReduceOp::LogSumExp => {
+            let mx = xs.iter().fold(f64::NEG_INFINITY, |a, x| a.max(*x));
+            if !mx.is_finite() {
+                return mx;
+            }
+            mx + xs.iter().map(|x| (x - mx).exp()).sum::<f64>().ln()
+        }
+    }
+}
+
+/// `(freq, sign, partner)` of column `n`.
+fn rope_col(spec: &RopeSpec, n: i64, dims: &BTreeMap<String, i64>) -> (f64, f64, i64) {
+    let (start, end) = (dim(&spec.start, dims), dim(&spec.end, dims));
+    if n < start || n >= end {
+        return (0.0, 0.0, n);
+    }
+    let j = (n - start) % spec.head_dim;
+    let half = spec.head_dim / 2;
+    let (pair, first, off) = match spec.style {
+        RopeStyle::Half => (j % half, j < half, half),
+        RopeStyle::Interleaved => (j / 2, j % 2 == 0, 1),
+    };
+    let freq = spec.base.powf(-((2 * pair) as f64) / spec.head_dim as f64);
+    (freq, if first { -1.0 } else { 1.0 }, if first { n + off } else { n - off })
+}
+
+fn rope_table(spec: &RopeSpec, table: RopeTable, k: i64, dims: &BTreeMap<String, i64>) -> f64 {
+    let (freq, sign, _) = rope_col(spec, k, dims);
+    match table {
+        RopeTable::Freq => freq,
+        RopeTable::Sign => sign,
+    }
+}
+
+fn unary(op: UnaryOp, x: f64) -> f64 {
+    let sigmoid = |x: f64| 1.0 / (1.0 + (-x).exp());
+    match op {
+        UnaryOp::Neg => -x,
+        UnaryOp::Exp => x.exp(),
+        UnaryOp::Log => x.ln(),
+        UnaryOp::Sqrt => x.sqrt(),
+        UnaryOp::Rsqrt => 1.0 / x.sqrt(),
+        UnaryOp::Tanh => x.tanh(),
+        UnaryOp::Sigmoid => sigmoid(x),
+        UnaryOp::Relu => x.max(0.0),
+        UnaryOp::GeluTanh => 0.5 * x * (1.0 + (0.797_884_560_802_865_4 * (x + 0.044_715 * x * x * x)).tanh()),
+        UnaryOp::GeluErf => 0.5 * x * libm::erfc(-x / std::f64::consts::SQRT_2),
+        UnaryOp::Silu => x * sigmoid(x),
+        UnaryOp::Softplus => {
+            if x > 20.0 {
+                x
+            } else {
+                x.exp().ln_1p()
+            }
+        }
+        UnaryOp::Abs => x.abs(),
+        UnaryOp::Sin => x.sin(),
+        UnaryOp::Cos => x.cos(),
+    }
+}
+
+fn binary(op: BinaryOp, a: f64, b: f64) -> f64 {
+    let t = |c: bool| f64::from(u8::from(c));
+    match op {
+        BinaryOp::Add => a + b,
+        BinaryOp::Sub => a - b,
+        BinaryOp::Mul => a * b,
+        BinaryOp::Div => a / b,
+        BinaryOp::Min => a.min(b),
+        BinaryOp::Max => a.max(b),
+        BinaryOp::Lt => t(a < b),
+        BinaryOp::Le => t(a <= b),
+        BinaryOp::Gt => t(a > b),
+        BinaryOp::Ge => t(a >= b),
+        BinaryOp::Eq => t(a == b),
+        BinaryOp::Ne => t(a != b),
+    }
+}

@@ -1,0 +1,466 @@
+//! From a [`Plan`] to a [`BlockIr`]: buffers, node DAGs, stores and partials.
+//!
+//! Kernels are built from the last to the first, so that when a kernel is
+//! built every later kernel has already said which of its values it reads
+//! (each such read is a store in this kernel, fp32 unless a matmul needs the
+//! 16-bit operand type). Node DAGs are built on demand from the stores and
+//! partials, so a kernel contains exactly what it needs. Kernels left with
+//! nothing to store are dropped; padded staging copies of 16-bit GEMM inputs
+//! come first. Kernels are named `k0`, `k1`, … in launch order.
+
+use super::{
+    BlockIr, BufId, Buffer, GemmSpec, Kernel, KernelKind, Layout, Node, NodeId, Op, Operand, PartialKind, PartialOut,
+    Role, Space, Store,
+};
+use crate::config::{self, TileConfig};
+use crate::error::CodegenError;
+use crate::plan::{Home, KernelPlan, OperandPlan, Plan};
+use crate::symexpr::SymExpr;
+use coda_ir::{Axis, Block, DType, Dim, Inst, ShapeClass, Value};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+/// Builds the kernels of a partitioned block.
+pub(crate) fn build(block: &Block, plan: &Plan) -> Result<BlockIr, CodegenError> {
+    let mut b = Builder {
+        block,
+        plan,
+        buffers: Vec::new(),
+        param_bufs: Vec::new(),
+        output_bufs: Vec::new(),
+        partial_bufs: HashMap::new(),
+        scratch: BTreeMap::new(),
+        mats: plan.mats.clone(),
+        staging: BTreeMap::new(),
+        configs: BTreeMap::new(),
+        used_names: BTreeSet::new(),
+    };
+    b.declare_io();
+    b.choose_configs();
+    b.declare_partials();
+    let mut built: Vec<Option<Kernel>> = vec![None; plan.kernels.len()];
+    for k in (0..plan.kernels.len()).rev() {
+        built[k] = Some(b.build_kernel(k)?);
+    }
+    let mut kernels: Vec<Kernel> = b.copy_kernels();
+    kernels.extend(built.into_iter().flatten().filter(|k| !k.stores.is_empty() || !k.partials.is_empty()));
+    for (i, kernel) in kernels.iter_mut().enumerate() {
+        kernel.name = format!("k{i}");
+    }
+    Ok(BlockIr {
+        name: block.name.clone(),
+        kind: block.kind,
+        dims: block.symbolic_dims().map(str::to_string).collect(),
+        buffers: b.buffers,
+        kernels,
+    })
+}
+
+struct Builder<'a> {
+    block: &'a Block,
+    plan: &'a Plan,
+    buffers: Vec<Buffer>,
+    param_bufs: Vec<BufId>,
+    output_bufs: Vec<BufId>,
+    partial_bufs: HashMap<Value, Vec<BufId>>,
+    scratch: BTreeMap<(Value, DType), BufId>,
+    mats: BTreeMap<(Value, DType), usize>,
+    staging: BTreeMap<usize, BufId>,
+    configs: BTreeMap<usize, TileConfig>,
+    used_names: BTreeSet<String>,
+}
+
+/// A kernel under construction.
+struct Ctx {
+    k: usize,
+    nodes: Vec<Node>,
+    memo: HashMap<Value, NodeId>,
+}
+
+impl Builder<'_> {
+    fn c(&self, v: Value) -> Value {
+        self.plan.canon[v.index()]
+    }
+
+    fn internal(&self, message: impl Into<String>) -> CodegenError {
+        CodegenError::Internal { block: self.block.name.clone(), message: message.into() }
+    }
+
+    fn add_buffer(&mut self, buffer: Buffer) -> BufId {
+        self.used_names.insert(buffer.name.clone());
+        self.buffers.push(buffer);
+        self.buffers.len() - 1
+    }
+
+    /// A fresh buffer name from `base`.
+    fn fresh(&self, base: String) -> String {
+        if !self.used_names.contains(&base) {
+            return base;
+        }
+        (2..).map(|i| format!("{base}_{i}")).find(|n| !self.used_names.contains(n)).unwrap_or(base)
+    }
+
+    fn value_name(&self, v: Value) -> String {
+        self.block.names.get(v.index()).cloned().flatten().unwrap_or_else(|| format!("v{}", v.index()))
+    }
+
+    fn declare_io(&mut self) {
+        for p in &self.block.params {
+            let buf = Buffer {
+                name: p.name.clone(),
+                role: Role::Input,
+                dtype: p.dtype,
+                rows: SymExpr::from(&p.shape.rows),
+                cols: SymExpr::from(&p.shape.cols),
+                rank: p.rank,
+                ld: None,
+                accumulate: false,
+                staging_of: None,
+            };
+            let id = self.add_buffer(buf);
+            self.param_bufs.push(id);
+        }
+        for o in &self.block.outputs {
+            let t = &o.tensor;
+            let buf = Buffer {
+                name: t.name.clone(),
+                role: Role::Output,
+                dtype: t.dtype,
+                rows: SymExpr::from(&t.shape.rows),
+                cols: SymExpr::from(&t.shape.cols),
+                rank: t.rank,
+                ld: None,
+                accumulate: o.accumulate,
+                staging_of: None,
+            };
+            let id = self.add_buffer(buf);
+            self.output_bufs.push(id);
+        }
+    }
+
+    fn choose_configs(&mut self) {
+        for (k, kp) in self.plan.kernels.iter().enumerate() {
+            let KernelPlan::Gemm { matmul, .. } = kp else { continue };
+            let mut regs = 0;
+            let mut heavy = false;
+            for (v, home) in self.plan.homes.iter().enumerate() {
+                match home {
+                    Home::Acc(x) if *x == k => {
+                        regs += 1;
+                        heavy |= self.plan.maps[v].as_ref().is_some_and(|m| m.stride == 2);
+                    }
+                    Home::RowPartial(x, _) | Home::ColPartial(x) if *x == k => heavy = true,
+                    _ => {}
+                }
+            }
+            heavy |= regs > config::HEAVY_NODES;
+            let shape = &self.block.ty(*matmul).shape;
+            self.configs.insert(k, config::choose(&shape.rows, &shape.cols, heavy));
+        }
+    }
+
+    fn declare_partials(&mut self) {
+        for (index, home) in self.plan.homes.iter().enumerate() {
+            let v = Value::from_index(index);
+            let (k, kind) = match home {
+                Home::RowPartial(k, kind) => (*k, *kind),
+                Home::ColPartial(k) => (*k, PartialKind::ColSum),
+                _ => continue,
+            };
+            let Some(KernelPlan::Gemm { matmul, .. }) = self.plan.kernels.get(k) else { continue };
+            let (bm, bn, _) = self.configs.get(&k).map_or((128, 128, 32), |c| c.tile());
+            let acc = self.block.ty(*matmul).shape.clone();
+            let reduced = self.block.inst(v).operands().first().map(|a| self.block.ty(*a).shape.clone());
+            let (rows, cols) = match kind {
+                PartialKind::ColSum => {
+                    let n = reduced.map_or(acc.cols.clone(), |s| s.cols);
+                    (SymExpr::from(n), SymExpr::from(&acc.rows).ceil_div(bm))
+                }
+                _ => (SymExpr::from(&acc.rows), SymExpr::from(&acc.cols).ceil_div(bn)),
+            };
+            let name = self.value_name(v);
+            let suffixes: &[&str] = if kind == PartialKind::RowLse { &["max", "sumexp"] } else { &[kind.name()] };
+            let mut ids = Vec::new();
+            for suffix in suffixes {
+                let buf = Buffer {
+                    name: self.fresh(format!("part.{name}.{suffix}")),
+                    role: Role::Partial,
+                    dtype: DType::F32,
+                    rows: rows.clone(),
+                    cols: cols.clone(),
+                    rank: 2,
+                    ld: Some(cols.clone()),
+                    accumulate: false,
+                    staging_of: None,
+                };
+                ids.push(self.add_buffer(buf));
+            }
+            self.partial_bufs.insert(v, ids);
+        }
+    }
+
+    /// The scratch buffer holding `v` as `dtype`.
+    fn scratch_buf(&mut self, v: Value, dtype: DType) -> BufId {
+        if let Some(id) = self.scratch.get(&(v, dtype)) {
+            return *id;
+        }
+        let shape = self.block.ty(v).shape.clone();
+        let suffix = if dtype == DType::F32 { String::new() } else { format!(".{dtype}") };
+        let cols = SymExpr::from(&shape.cols);
+        let ld = if shape.rows.is_one() || shape.cols.is_one() { cols.clone() } else { cols.clone().round_up(8) };
+        let buf = Buffer {
+            name: self.fresh(format!("tmp.{}{suffix}", self.value_name(v))),
+            role: Role::Scratch,
+            dtype,
+            rows: SymExpr::from(&shape.rows),
+            cols,
+            rank: 2,
+            ld: Some(ld),
+            accumulate: false,
+            staging_of: None,
+        };
+        let id = self.add_buffer(buf);
+        self.scratch.insert((v, dtype), id);
+        id
+    }
+
+    fn build_kernel(&mut self, k: usize) -> Result<Kernel, CodegenError> {
+        let mut ctx = Ctx { k, nodes: Vec::new(), memo: HashMap::new() };
+        let mut stores = Vec::new();
+        let targets: Vec<(Value, DType)> = self.mats.iter().filter(|(_, kk)| **kk == k).map(|(key, _)| *key).collect();
+        for (v, dtype) in targets {
+            let node = self.node_of(&mut ctx, v)?;
+            let buf = self.scratch_buf(v, dtype);
+            stores.push(Store { node, buf, accumulate: false });
+        }
+        for (i, output) in self.block.outputs.iter().enumerate() {
+            if self.plan.output_kernels.get(i) != Some(&k) {
+                continue;
+            }
+            let node = self.node_of(&mut ctx, output.value)?;
+            let buf = self.output_bufs[i];
+            stores.push(Store { node, buf, accumulate: output.accumulate });
+        }
+        let partials = self.partials_of(&mut ctx)?;
+        let kind = self.kernel_kind(&ctx, &stores)?;
+        Ok(Kernel { name: String::new(), kind, nodes: ctx.nodes, stores, partials })
+    }
+
+    fn partials_of(&mut self, ctx: &mut Ctx) -> Result<Vec<PartialOut>, CodegenError> {
+        let mut out = Vec::new();
+        for (index, home) in self.plan.homes.iter().enumerate() {
+            let v = Value::from_index(index);
+            let kind = match home {
+                Home::RowPartial(x, kind) if *x == ctx.k => *kind,
+                Home::ColPartial(x) if *x == ctx.k => PartialKind::ColSum,
+                _ => continue,
+            };
+            let (reduced, index_node) = match self.block.inst(v) {
+                Inst::TakeCols { arg, index } => (*arg, Some(self.node_of(ctx, *index)?)),
+                Inst::Reduce { arg, .. } if kind == PartialKind::RowSumSq => {
+                    let Inst::Binary { lhs, .. } = self.block.inst(self.c(*arg)) else {
+                        return Err(self.internal("sum of squares without a square"));
+                    };
+                    (*lhs, None)
+                }
+                Inst::Reduce { arg, .. } => (*arg, None),
+                _ => return Err(self.internal(format!("partial {v} is not a reduction"))),
+            };
+            let node = self.node_of(ctx, reduced)?;
+            let bufs = self.partial_bufs.get(&v).cloned().unwrap_or_default();
+            out.push(PartialOut { node, kind, index: index_node, bufs, value: v });
+        }
+        Ok(out)
+    }
+
+    fn kernel_kind(&mut self, ctx: &Ctx, stores: &[Store]) -> Result<KernelKind, CodegenError> {
+        Ok(match &self.plan.kernels[ctx.k] {
+            KernelPlan::Gemm { matmul, a, b } => KernelKind::Gemm(self.gemm_spec(ctx.k, *matmul, a, b)?),
+            KernelPlan::Row { rows } => {
+                let wide = |n: &Node| matches!(n.space, Space::Tile | Space::Col);
+                let reduces = ctx.nodes.iter().any(|n| matches!(n.op, Op::RowReduce { .. }));
+                let stores_wide = stores.iter().any(|s| ctx.nodes.get(s.node).is_some_and(wide));
+                let threads_per_row = if reduces || stores_wide { 256 } else { 32 };
+                KernelKind::Row { rows: rows.clone(), threads_per_row }
+            }
+            KernelPlan::Col { cols } => KernelKind::Col { cols: cols.clone() },
+        })
+    }
+
+    fn gemm_spec(
+        &mut self,
+        k: usize,
+        matmul: Value,
+        a: &OperandPlan,
+        b: &OperandPlan,
+    ) -> Result<GemmSpec, CodegenError> {
+        let Inst::MatMul { lhs, lhs_transposed, operand_dtype, .. } = self.block.inst(matmul) else {
+            return Err(self.internal("GEMM kernel without a matmul"));
+        };
+        let lhs_shape = &self.block.ty(*lhs).shape;
+        let inner = if *lhs_transposed { lhs_shape.rows.clone() } else { lhs_shape.cols.clone() };
+        let acc = self.block.ty(matmul).shape.clone();
+        Ok(GemmSpec {
+            m: acc.rows,
+            n: acc.cols,
+            k: inner,
+            a: self.operand(a, *operand_dtype, true),
+            b: self.operand(b, *operand_dtype, false),
+            elem: *operand_dtype,
+            config: self.configs.get(&k).copied().unwrap_or(TileConfig::Cfg128x128),
+            matmul,
+        })
+    }
+
+    fn operand(&mut self, plan: &OperandPlan, dtype: DType, is_a: bool) -> Operand {
+        let (buf, transposed) = match plan {
+            OperandPlan::Param { index, transposed } => (self.staging_buf(*index), *transposed),
+            OperandPlan::Mat { value, transposed } => (self.scratch_buf(*value, dtype), *transposed),
+        };
+        let layout = match (is_a, transposed) {
+            (true, false) => Layout::AMxK,
+            (true, true) => Layout::AKxM,
+            (false, false) => Layout::BKxN,
+            (false, true) => Layout::BNxK,
+        };
+        Operand { buf, layout }
+    }
+
+    fn staging_buf(&mut self, param: usize) -> BufId {
+        if let Some(id) = self.staging.get(&param) {
+            return *id;
+        }
+        let src = self.param_bufs[param];
+        let source = self.buffers[src].clone();
+        let buf = Buffer {
+            name: self.fresh(format!("{}.staged", source.name)),
+            role: Role::Staging,
+            ld: Some(source.cols.clone().round_up(8)),
+            staging_of: Some(src),
+            rank: 2,
+            ..source
+        };
+        let id = self.add_buffer(buf);
+        self.staging.insert(param, id);
+        id
+    }
+
+    fn copy_kernels(&self) -> Vec<Kernel> {
+        self.staging
+            .values()
+            .filter_map(|dst| {
+                let src = self.buffers[*dst].staging_of?;
+                Some(Kernel {
+                    name: String::new(),
+                    kind: KernelKind::Copy { src, dst: *dst },
+                    nodes: Vec::new(),
+                    stores: Vec::new(),
+                    partials: Vec::new(),
+                })
+            })
+            .collect()
+    }
+
+    /// The node computing or loading `v` in the kernel under construction.
+    fn node_of(&mut self, ctx: &mut Ctx, v: Value) -> Result<NodeId, CodegenError> {
+        let v = self.c(v);
+        if let Some(id) = ctx.memo.get(&v) {
+            return Ok(*id);
+        }
+        let home = self.plan.homes[v.index()].clone();
+        let kernel = &self.plan.kernels[ctx.k];
+        let is_col_kernel = matches!(kernel, KernelPlan::Col { .. });
+        let space = space_of(self.block, v);
+        let node = match home {
+            Home::Param => {
+                let Inst::Param(i) = self.block.inst(v) else { return Err(self.internal("param")) };
+                Node { op: Op::Load(self.param_bufs[*i]), space, reg: None, value: v }
+            }
+            Home::Acc(x) if x == ctx.k => {
+                let op = self.op_of(ctx, v)?;
+                Node { op, space: Space::Tile, reg: self.plan.maps[v.index()].clone(), value: v }
+            }
+            Home::Row(x) | Home::Col(x) if x == ctx.k => Node { op: self.op_of(ctx, v)?, space, reg: None, value: v },
+            Home::Inline | Home::RowPartial(..) if is_col_kernel && self.has_mat_before(v, ctx.k) => {
+                Node { op: Op::Load(self.scratch_buf(v, DType::F32)), space, reg: None, value: v }
+            }
+            Home::Inline => Node { op: self.op_of(ctx, v)?, space, reg: None, value: v },
+            Home::RowPartial(_, kind) => {
+                let bufs = self.partial_bufs.get(&v).cloned().unwrap_or_default();
+                Node { op: Op::FinishRow(kind, bufs), space, reg: None, value: v }
+            }
+            Home::ColPartial(_) => {
+                let buf = self.partial_bufs.get(&v).and_then(|b| b.first().copied());
+                let buf = buf.ok_or_else(|| self.internal("column partial without a buffer"))?;
+                Node { op: Op::FinishCol(buf), space, reg: None, value: v }
+            }
+            Home::Acc(x) | Home::Row(x) | Home::Col(x) if x < ctx.k => {
+                self.mats.entry((v, DType::F32)).or_insert(x);
+                Node { op: Op::Load(self.scratch_buf(v, DType::F32)), space, reg: None, value: v }
+            }
+            other => return Err(self.internal(format!("kernel {} reads {v} homed at {other:?}", ctx.k))),
+        };
+        ctx.nodes.push(node);
+        let id = ctx.nodes.len() - 1;
+        ctx.memo.insert(v, id);
+        Ok(id)
+    }
+
+    fn has_mat_before(&self, v: Value, k: usize) -> bool {
+        self.mats.get(&(v, DType::F32)).is_some_and(|x| *x < k)
+    }
+
+    /// The operation of `v` with its operands' nodes.
+    fn op_of(&mut self, ctx: &mut Ctx, v: Value) -> Result<Op, CodegenError> {
+        let inst = self.block.inst(v).clone();
+        let mut n = |b: &mut Self, x: Value| b.node_of(ctx, x);
+        Ok(match inst {
+            Inst::Param(_) => return Err(self.internal("param as an operation")),
+            Inst::MatMul { .. } => Op::Acc,
+            Inst::Const(c) => Op::Const(c),
+            Inst::DimValue(d) => Op::Dim(d),
+            Inst::RopeTable { spec, table, .. } => Op::Rope(spec, table),
+            Inst::Unary { op, arg } => Op::Unary(op, n(self, arg)?),
+            Inst::Binary { op, lhs, rhs } => Op::Binary(op, n(self, lhs)?, n(self, rhs)?),
+            Inst::Select { cond, on_true, on_false } => {
+                Op::Select(n(self, cond)?, n(self, on_true)?, n(self, on_false)?)
+            }
+            Inst::Cast { to, arg } => Op::Cast(to, n(self, arg)?),
+            Inst::Broadcast { arg, .. } => Op::Broadcast(n(self, arg)?),
+            Inst::Transpose { arg } => Op::Transpose(n(self, arg)?),
+            Inst::SliceCols { arg, start, step, .. } => Op::Slice { arg: n(self, arg)?, start, step },
+            Inst::ConcatCols { parts } => {
+                let mut offset = Dim::constant(0);
+                let mut out = Vec::new();
+                for p in parts {
+                    out.push((n(self, p)?, offset.clone()));
+                    offset = offset.add(&self.block.ty(p).shape.cols).map_err(|e| self.internal(e.to_string()))?;
+                }
+                Op::Concat(out)
+            }
+            Inst::Interleave { even, odd } => Op::Interleave(n(self, even)?, n(self, odd)?),
+            Inst::TakeCols { arg, index } => {
+                let width = self.block.ty(arg).shape.cols.clone();
+                Op::Take { arg: n(self, arg)?, index: n(self, index)?, width }
+            }
+            Inst::RopePartner { spec, arg } => Op::RopePartner(spec, n(self, arg)?),
+            Inst::Reduce { op, axis: Axis::Cols, arg } => {
+                let width = self.block.ty(arg).shape.cols.clone();
+                Op::RowReduce { op, arg: n(self, arg)?, width }
+            }
+            Inst::Reduce { op, axis: Axis::Rows, arg } => {
+                let height = self.block.ty(arg).shape.rows.clone();
+                Op::ColReduce { op, arg: n(self, arg)?, height }
+            }
+        })
+    }
+}
+
+/// The space of a value from its shape class.
+pub(crate) fn space_of(block: &Block, v: Value) -> Space {
+    match block.ty(v).shape.class() {
+        ShapeClass::Scalar => Space::Scalar,
+        ShapeClass::RowVector => Space::Row,
+        ShapeClass::ColVector => Space::Col,
+        ShapeClass::Tile => Space::Tile,
+    }
+}

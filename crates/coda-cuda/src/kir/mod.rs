@@ -1,0 +1,403 @@
+//! The kernel IR: what one generated kernel computes, below the block IR and
+//! above CUDA text. This is codac's epilogue IR, shared by all three kinds
+//! of generated kernels.
+//!
+//! A [`BlockIr`] is a list of [`Kernel`]s in launch order plus a table of
+//! global-memory [`Buffer`]s (block inputs and outputs, scratch
+//! intermediates, per-tile partial buffers, padded staging copies). Each
+//! kernel holds a small SSA DAG of [`Node`]s evaluated in fp32:
+//!
+//! * leaves: the accumulator ([`Op::Acc`], GEMM kernels only), loads of a
+//!   buffer as a scalar, per-row vector, per-column vector or tile (the
+//!   GEMM "C operand" is a tile load), constants, run-time dims, rotary
+//!   tables, and partial buffers of an earlier kernel finished on read
+//!   ([`Op::FinishRow`] / [`Op::FinishCol`]: sum, max, log-sum-exp merge,
+//!   target pick, over the tiles in fixed order);
+//! * fp32 elementwise ops, selects and casts (a cast to a 16-bit type rounds
+//!   and widens again);
+//! * index transforms: broadcast, transpose, column slices, concatenation,
+//!   interleave, rotary partner; in a GEMM epilogue the ones that stay
+//!   inside a thread's adjacent column pair `(2j, 2j+1)` are *pair ops*
+//!   (`even`/`odd` halves give half-width values, `interleave` joins them);
+//! * whole-row reductions ([`Op::RowReduce`], row kernels) and whole-column
+//!   reductions ([`Op::ColReduce`], column-reduction kernels), computed
+//!   cooperatively in a fixed order.
+//!
+//! Every node lives in a [`Space`]: one value per kernel ([`Space::Scalar`]),
+//! per row, per column or per element. In a GEMM epilogue, nodes that depend
+//! on the accumulator are *register* nodes: they carry a [`ColMap`] saying
+//! which accumulator columns hold them. Outputs of a kernel are [`Store`]s
+//! (each with its buffer's dtype, optionally accumulating) and, for GEMM
+//! kernels, [`PartialOut`]s: row reductions (sum, sum of squares, max,
+//! online log-sum-exp, target pick) to `[rows][column tiles]` buffers and
+//! column sums to `[cols][row tiles]` buffers, finished by later kernels.
+
+pub(crate) mod build;
+
+use crate::config::TileConfig;
+use crate::symexpr::SymExpr;
+use coda_ir::{BinaryOp, BlockKind, DType, Dim, ReduceOp, RopeSpec, RopeTable, UnaryOp, Value};
+
+/// Index of a node in [`Kernel::nodes`].
+pub type NodeId = usize;
+
+/// Index of a buffer in [`BlockIr::buffers`].
+pub type BufId = usize;
+
+/// Where a node has one value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Space {
+    /// One value.
+    Scalar,
+    /// One value per row.
+    Row,
+    /// One value per column.
+    Col,
+    /// One value per element.
+    Tile,
+}
+
+/// Which accumulator columns hold a register node of a GEMM epilogue.
+///
+/// Stride 1: the node's column `c` is accumulator column `offset + c`, one
+/// value per fragment element. Stride 2: the node's column `c` lives in the
+/// accumulator pair starting at `offset + 2c` (`offset` even), one value per
+/// fragment pair; `even(x)` and `odd(x)` of the same stride-1 value share a
+/// map, which is what makes a pair op thread-local.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ColMap {
+    /// First accumulator column (even for stride 2).
+    pub offset: i64,
+    /// 1 or 2.
+    pub stride: i64,
+    /// Number of columns of the node.
+    pub len: Dim,
+}
+
+/// What a partial buffer holds, and how a reader finishes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PartialKind {
+    /// Row sums per column tile; finished by summing.
+    RowSum,
+    /// Row sums of squares per column tile; finished by summing.
+    RowSumSq,
+    /// Row maxima per column tile; finished by taking the maximum.
+    RowMax,
+    /// `(max, sum of exp(x - max))` per column tile in two buffers;
+    /// finished by merging in order to a log-sum-exp.
+    RowLse,
+    /// The element at the row's target column if the tile holds it, else
+    /// 0; finished by summing.
+    RowPick,
+    /// Column sums per row tile; finished by summing.
+    ColSum,
+}
+
+impl PartialKind {
+    /// A short name for buffers and comments.
+    pub fn name(self) -> &'static str {
+        match self {
+            PartialKind::RowSum => "row_sum",
+            PartialKind::RowSumSq => "row_sumsq",
+            PartialKind::RowMax => "row_max",
+            PartialKind::RowLse => "row_lse",
+            PartialKind::RowPick => "row_pick",
+            PartialKind::ColSum => "col_sum",
+        }
+    }
+}
+
+/// The operation of a node.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Op {
+    /// The GEMM accumulator.
+    Acc,
+    /// A buffer read at the node's indices (0 outside the buffer).
+    Load(BufId),
+    /// A literal.
+    Const(f64),
+    /// The run-time value of a dimension.
+    Dim(Dim),
+    /// A rotary frequency or sign table, per column.
+    Rope(RopeSpec, RopeTable),
+    /// Per-row partials of an earlier kernel, finished over all tiles.
+    FinishRow(PartialKind, Vec<BufId>),
+    /// Per-column partials of an earlier kernel, summed over all tiles.
+    FinishCol(BufId),
+    /// `op(a)`.
+    Unary(UnaryOp, NodeId),
+    /// `op(a, b)`.
+    Binary(BinaryOp, NodeId, NodeId),
+    /// `c ? a : b`.
+    Select(NodeId, NodeId, NodeId),
+    /// Conversion through `DType`.
+    Cast(DType, NodeId),
+    /// Widening of length-1 axes.
+    Broadcast(NodeId),
+    /// Axes swapped.
+    Transpose(NodeId),
+    /// Columns `start + c * step`.
+    Slice {
+        /// Operand.
+        arg: NodeId,
+        /// First column.
+        start: Dim,
+        /// Step (1 or 2).
+        step: i64,
+    },
+    /// Parts side by side; each part with its first column.
+    Concat(Vec<(NodeId, Dim)>),
+    /// `out[2j] = even[j]`, `out[2j+1] = odd[j]`.
+    Interleave(NodeId, NodeId),
+    /// The rotary partner column.
+    RopePartner(RopeSpec, NodeId),
+    /// `arg[m, index[m]]`, 0 when the index is outside the columns.
+    Take {
+        /// The table.
+        arg: NodeId,
+        /// Column per row.
+        index: NodeId,
+        /// Columns of `arg`.
+        width: Dim,
+    },
+    /// A reduction over all columns of the current row (row kernels).
+    RowReduce {
+        /// The reduction.
+        op: ReduceOp,
+        /// Operand (tile or column space).
+        arg: NodeId,
+        /// Columns reduced.
+        width: Dim,
+    },
+    /// A reduction over all rows of the current column (column kernels).
+    ColReduce {
+        /// The reduction.
+        op: ReduceOp,
+        /// Operand (tile or row space).
+        arg: NodeId,
+        /// Rows reduced.
+        height: Dim,
+    },
+}
+
+impl Op {
+    /// The operand nodes.
+    pub fn operands(&self) -> Vec<NodeId> {
+        match self {
+            Op::Acc | Op::Load(_) | Op::Const(_) | Op::Dim(_) | Op::Rope(..) => vec![],
+            Op::FinishRow(..) | Op::FinishCol(_) => vec![],
+            Op::Unary(_, a) | Op::Cast(_, a) | Op::Broadcast(a) | Op::Transpose(a) => vec![*a],
+            Op::Slice { arg, .. } | Op::RopePartner(_, arg) => vec![*arg],
+            Op::RowReduce { arg, .. } | Op::ColReduce { arg, .. } => vec![*arg],
+            Op::Binary(_, a, b) | Op::Interleave(a, b) => vec![*a, *b],
+            Op::Take { arg, index, .. } => vec![*arg, *index],
+            Op::Select(c, a, b) => vec![*c, *a, *b],
+            Op::Concat(parts) => parts.iter().map(|(p, _)| *p).collect(),
+        }
+    }
+}
+
+/// One node of a kernel.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Node {
+    /// What it computes.
+    pub op: Op,
+    /// Where it has values.
+    pub space: Space,
+    /// For register nodes of a GEMM epilogue: the accumulator columns.
+    pub reg: Option<ColMap>,
+    /// The block-IR value it computes (names and source locations).
+    pub value: Value,
+}
+
+/// A store of a node into a buffer (converted to the buffer's dtype).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Store {
+    /// The stored node.
+    pub node: NodeId,
+    /// The destination.
+    pub buf: BufId,
+    /// `+=`: read-modify-write.
+    pub accumulate: bool,
+}
+
+/// A per-tile reduction a GEMM epilogue writes for later kernels.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PartialOut {
+    /// The reduced register node (for sums of squares: the value squared).
+    pub node: NodeId,
+    /// The reduction; for [`PartialKind::RowPick`] also `index`.
+    pub kind: PartialKind,
+    /// The target-column node (per row) of a pick.
+    pub index: Option<NodeId>,
+    /// Destination buffers (two for log-sum-exp: max, then sum of exp).
+    pub bufs: Vec<BufId>,
+    /// The IR value of the reduction (names and source locations).
+    pub value: Value,
+}
+
+/// The 16-bit operand layouts of the GEMM template.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// `A[m][k]` at `a[m * lda + k]`.
+    AMxK,
+    /// `A[m][k]` at `a[k * lda + m]`.
+    AKxM,
+    /// `B[k][n]` at `b[k * ldb + n]`.
+    BKxN,
+    /// `B[k][n]` at `b[n * ldb + k]` (nn.Linear weight).
+    BNxK,
+}
+
+impl Layout {
+    /// The C++ tag type.
+    pub fn tag(self) -> &'static str {
+        match self {
+            Layout::AMxK => "coda::A_MxK",
+            Layout::AKxM => "coda::A_KxM",
+            Layout::BKxN => "coda::B_KxN",
+            Layout::BNxK => "coda::B_NxK",
+        }
+    }
+}
+
+/// A GEMM operand: a 16-bit buffer and how to read it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Operand {
+    /// The buffer (a block input, a staging copy or a scratch buffer).
+    pub buf: BufId,
+    /// Its layout.
+    pub layout: Layout,
+}
+
+/// The GEMM of a GEMM kernel.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GemmSpec {
+    /// Rows of the accumulator.
+    pub m: Dim,
+    /// Columns of the accumulator.
+    pub n: Dim,
+    /// The contracted dimension.
+    pub k: Dim,
+    /// Left operand.
+    pub a: Operand,
+    /// Right operand.
+    pub b: Operand,
+    /// Operand element type (bf16 or f16).
+    pub elem: DType,
+    /// Tile configuration.
+    pub config: TileConfig,
+    /// The matmul value.
+    pub matmul: Value,
+}
+
+/// The kinds of generated kernels.
+#[derive(Debug, Clone, PartialEq)]
+pub enum KernelKind {
+    /// A GEMM with an epilogue.
+    Gemm(GemmSpec),
+    /// One CTA per row (threads striding over columns), or with
+    /// `threads_per_row == 32`, one warp per row.
+    Row {
+        /// Number of rows.
+        rows: Dim,
+        /// Threads cooperating on one row: 256 or 32.
+        threads_per_row: u32,
+    },
+    /// One CTA per column, threads striding over rows.
+    Col {
+        /// Number of columns.
+        cols: Dim,
+    },
+    /// A padded copy of a 16-bit block input for the GEMM mainloop, run only
+    /// when the input is not 16-byte aligned with a leading dimension that
+    /// is a multiple of 8.
+    Copy {
+        /// The input.
+        src: BufId,
+        /// The staging buffer.
+        dst: BufId,
+    },
+}
+
+/// One generated kernel.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Kernel {
+    /// Short name within the block (`k0`, `k1`, …).
+    pub name: String,
+    /// Kind and kind-specific data.
+    pub kind: KernelKind,
+    /// The node DAG, operands before users.
+    pub nodes: Vec<Node>,
+    /// Stores, in the order they are emitted.
+    pub stores: Vec<Store>,
+    /// Per-tile partial reductions (GEMM kernels).
+    pub partials: Vec<PartialOut>,
+}
+
+/// What a buffer is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// A block input, bound by the caller.
+    Input,
+    /// A block output, bound by the caller.
+    Output,
+    /// An intermediate written by one kernel and read by later ones.
+    Scratch,
+    /// Per-tile partial reductions (fp32).
+    Partial,
+    /// A padded copy of a block input for the GEMM mainloop.
+    Staging,
+}
+
+impl Role {
+    /// The manifest name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Input => "input",
+            Role::Output => "output",
+            Role::Scratch => "scratch",
+            Role::Partial => "partial",
+            Role::Staging => "staging",
+        }
+    }
+}
+
+/// A global-memory buffer of the block.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Buffer {
+    /// Unique name (block inputs and outputs keep theirs).
+    pub name: String,
+    /// What it is for.
+    pub role: Role,
+    /// Element type.
+    pub dtype: DType,
+    /// Canonical rows.
+    pub rows: SymExpr,
+    /// Canonical columns.
+    pub cols: SymExpr,
+    /// Declared rank of block inputs and outputs (2 otherwise).
+    pub rank: u8,
+    /// Leading dimension of buffers the host allocates; `None` for block
+    /// inputs and outputs (taken from the binding).
+    pub ld: Option<SymExpr>,
+    /// `+=` outputs.
+    pub accumulate: bool,
+    /// For staging buffers: the input copied.
+    pub staging_of: Option<BufId>,
+}
+
+/// A compiled block: buffers and kernels in launch order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BlockIr {
+    /// The block's name.
+    pub name: String,
+    /// Block or explicit kernel.
+    pub kind: BlockKind,
+    /// Run-time dims, in declaration order.
+    pub dims: Vec<String>,
+    /// Every buffer.
+    pub buffers: Vec<Buffer>,
+    /// Kernels in launch order.
+    pub kernels: Vec<Kernel>,
+}

@@ -1,0 +1,164 @@
+//! The partitioner: a greedy walk over the block IR in arena order that
+//! gives every live value a home and builds the ordered kernel list.
+//!
+//! Homes ([`Home`]):
+//!
+//! * block inputs stay where the caller put them;
+//! * *inline* values (elementwise math, broadcasts, constants, dims, rotary
+//!   tables, column gathers over inputs and finished partials) have no home:
+//!   every kernel that needs one recomputes it;
+//! * every matmul anchors a GEMM kernel; a value that depends on one
+//!   accumulator, reads the accumulator's columns locally (same column, or
+//!   the adjacent pair `(2j, 2j+1)`) and reads only values materialized by
+//!   earlier kernels lives in that GEMM's epilogue (register values, with a
+//!   [`ColMap`]);
+//! * row reductions (sum, max, log-sum-exp, target pick) and column sums of
+//!   epilogue values become per-tile partials of that GEMM, finished by the
+//!   later kernels that read them;
+//! * anything else goes to a *row kernel* (one CTA per row), or, for
+//!   reductions over rows, to a *column-reduction kernel*, reusing the last
+//!   such kernel when everything it reads is ready by then. When a value
+//!   moves to a row kernel, epilogue values only it needs move along (they
+//!   are recomputed from the accumulator there, so a `swiglu` on
+//!   `[gate | up]` halves materializes the accumulator once).
+//!
+//! A value read by a later kernel is materialized by its home kernel (fp32,
+//! or the 16-bit operand type for a matmul operand); [`crate::kir::build`]
+//! turns the plan into kernels with explicit stores.
+
+pub(crate) mod cse;
+mod rules;
+
+use crate::kir::{ColMap, PartialKind};
+use coda_ir::{Block, DType, Dim, Inst, Value};
+use std::collections::BTreeMap;
+
+/// Where a value is computed.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Home {
+    /// Not needed by any output.
+    Dead,
+    /// A block input.
+    Param,
+    /// Recomputed wherever it is used.
+    Inline,
+    /// A register value of GEMM kernel `k` (the accumulator or its epilogue).
+    Acc(usize),
+    /// A row reduction of GEMM kernel `k`'s epilogue, as per-tile partials.
+    RowPartial(usize, PartialKind),
+    /// A column sum of GEMM kernel `k`'s epilogue, as per-tile partials.
+    ColPartial(usize),
+    /// Computed in row kernel `k`.
+    Row(usize),
+    /// Computed in column-reduction kernel `k`.
+    Col(usize),
+}
+
+impl Home {
+    /// The kernel that computes the value, if any.
+    pub(crate) fn kernel(&self) -> Option<usize> {
+        match self {
+            Home::Acc(k) | Home::RowPartial(k, _) | Home::ColPartial(k) | Home::Row(k) | Home::Col(k) => Some(*k),
+            Home::Dead | Home::Param | Home::Inline => None,
+        }
+    }
+}
+
+/// One side of a matmul.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum OperandPlan {
+    /// A block input of the operand type, read in place (through a padded
+    /// staging copy when it is not aligned for the mainloop).
+    Param {
+        /// The parameter.
+        index: usize,
+        /// Whether the matmul reads it transposed.
+        transposed: bool,
+    },
+    /// A value materialized in the operand type by an earlier kernel.
+    Mat {
+        /// The value.
+        value: Value,
+        /// Whether the matmul reads it transposed.
+        transposed: bool,
+    },
+}
+
+/// A kernel of the plan.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum KernelPlan {
+    /// The GEMM of a matmul.
+    Gemm {
+        /// The matmul.
+        matmul: Value,
+        /// Left operand.
+        a: OperandPlan,
+        /// Right operand.
+        b: OperandPlan,
+    },
+    /// A row kernel over `rows` rows.
+    Row {
+        /// Rows.
+        rows: Dim,
+    },
+    /// A column-reduction kernel over `cols` columns.
+    Col {
+        /// Columns.
+        cols: Dim,
+    },
+}
+
+/// The result of partitioning.
+#[derive(Debug, Clone)]
+pub(crate) struct Plan {
+    /// Representative of every value.
+    pub(crate) canon: Vec<Value>,
+    /// Home of every representative.
+    pub(crate) homes: Vec<Home>,
+    /// Register column maps of epilogue values.
+    pub(crate) maps: Vec<Option<ColMap>>,
+    /// Kernels in launch order.
+    pub(crate) kernels: Vec<KernelPlan>,
+    /// Materializations requested while planning: (value, dtype) → kernel.
+    pub(crate) mats: BTreeMap<(Value, DType), usize>,
+    /// The kernel storing each output.
+    pub(crate) output_kernels: Vec<usize>,
+    /// Why a value could not live in an epilogue (for `kernel` blocks).
+    pub(crate) why_not_epilogue: Vec<Option<String>>,
+}
+
+/// Partitions a verified block.
+pub(crate) fn partition(block: &Block) -> Plan {
+    let canon = cse::number_values(block);
+    let live = cse::live_values(block, &canon);
+    let n = block.insts.len();
+    let mut planner = rules::Planner {
+        block,
+        plan: Plan {
+            canon,
+            homes: vec![Home::Dead; n],
+            maps: vec![None; n],
+            kernels: Vec::new(),
+            mats: BTreeMap::new(),
+            output_kernels: Vec::new(),
+            why_not_epilogue: vec![None; n],
+        },
+        ready: vec![0; n],
+        row_partial_dep: vec![false; n],
+        uses_in_kernel: vec![0; n],
+    };
+    for (value, inst) in block.insts.iter() {
+        if planner.plan.canon[value.index()] != value || !live[value.index()] {
+            continue;
+        }
+        planner.place(value, inst);
+    }
+    planner.place_outputs();
+    planner.plan
+}
+
+/// Whether an instruction only rearranges or combines values elementwise
+/// (so it can be recomputed anywhere from its operands).
+pub(crate) fn is_inlinable(inst: &Inst) -> bool {
+    !matches!(inst, Inst::Param(_) | Inst::MatMul { .. } | Inst::Reduce { .. })
+}

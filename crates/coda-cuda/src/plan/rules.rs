@@ -1,0 +1,455 @@
+//! The placement rules of the partitioner (see the parent module): inline,
+//! epilogue (with the locality check on accumulator columns), partials,
+//! row kernels, column-reduction kernels, and materialization requests.
+
+use super::{is_inlinable, Home, KernelPlan, OperandPlan, Plan};
+use crate::kir::{ColMap, PartialKind};
+use coda_ir::{Axis, BinaryOp, Block, DType, Inst, ReduceOp, RopeStyle, Value};
+
+/// The partitioner's state.
+pub(super) struct Planner<'a> {
+    pub(super) block: &'a Block,
+    pub(super) plan: Plan,
+    /// For inline values: the first kernel position that may read them.
+    pub(super) ready: Vec<usize>,
+    /// For inline values: whether they read row partials.
+    pub(super) row_partial_dep: Vec<bool>,
+    /// For epilogue values: how many things in their own kernel use them.
+    pub(super) uses_in_kernel: Vec<usize>,
+}
+
+impl Planner<'_> {
+    fn c(&self, v: Value) -> Value {
+        self.plan.canon[v.index()]
+    }
+
+    fn home(&self, v: Value) -> &Home {
+        &self.plan.homes[self.c(v).index()]
+    }
+
+    fn operands(&self, v: Value) -> Vec<Value> {
+        self.block.inst(v).operands().into_iter().map(|o| self.c(o)).collect()
+    }
+
+    /// The first kernel position at which another kernel may read `v`.
+    fn avail(&self, v: Value) -> usize {
+        match self.home(v) {
+            Home::Dead | Home::Param => 0,
+            Home::Inline => self.ready[self.c(v).index()],
+            other => other.kernel().map_or(0, |k| k + 1),
+        }
+    }
+
+    /// Whether reading `v` means finishing row partials.
+    fn reads_row_partials(&self, v: Value) -> bool {
+        match self.home(v) {
+            Home::RowPartial(..) => true,
+            Home::Inline => self.row_partial_dep[self.c(v).index()],
+            _ => false,
+        }
+    }
+
+    fn push_kernel(&mut self, kernel: KernelPlan) -> usize {
+        self.plan.kernels.push(kernel);
+        self.plan.kernels.len() - 1
+    }
+
+    /// The last row kernel over `rows` rows at position `>= first`.
+    fn last_row_kernel(&self, rows: &coda_ir::Dim, first: usize) -> Option<usize> {
+        let last = self.plan.kernels.iter().rposition(|k| matches!(k, KernelPlan::Row { rows: r } if r == rows))?;
+        (last >= first).then_some(last)
+    }
+
+    /// Places one live representative.
+    pub(super) fn place(&mut self, v: Value, inst: &Inst) {
+        let home = match inst {
+            Inst::Param(_) => Home::Param,
+            Inst::MatMul { .. } => self.place_matmul(v, inst),
+            _ => self.choose(v, inst),
+        };
+        self.plan.homes[v.index()] = home;
+    }
+
+    fn choose(&mut self, v: Value, inst: &Inst) -> Home {
+        if let Some(home) = self.try_inline(v, inst) {
+            return home;
+        }
+        if let Some(home) = self.try_partial(inst) {
+            return home;
+        }
+        match self.try_epilogue(v, inst) {
+            Ok((k, map)) => {
+                for o in self.operands(v) {
+                    if *self.home(o) == Home::Acc(k) {
+                        self.uses_in_kernel[o.index()] += 1;
+                    }
+                }
+                self.plan.maps[v.index()] = Some(map);
+                return Home::Acc(k);
+            }
+            Err(reason) => self.plan.why_not_epilogue[v.index()] = Some(reason),
+        }
+        if matches!(inst, Inst::Reduce { axis: Axis::Rows, .. }) {
+            return self.place_col(v);
+        }
+        if let Some(k) = self.col_member(v) {
+            return Home::Col(k);
+        }
+        self.place_row(v)
+    }
+
+    fn try_inline(&mut self, v: Value, inst: &Inst) -> Option<Home> {
+        if !is_inlinable(inst) {
+            return None;
+        }
+        let mut ready = 0;
+        let mut dep = false;
+        for o in self.operands(v) {
+            match self.home(o) {
+                Home::Param | Home::Inline | Home::RowPartial(..) | Home::ColPartial(_) => {}
+                _ => return None,
+            }
+            ready = ready.max(self.avail(o));
+            dep |= self.reads_row_partials(o);
+        }
+        self.ready[v.index()] = ready;
+        self.row_partial_dep[v.index()] = dep;
+        Some(Home::Inline)
+    }
+
+    /// Reductions and picks of epilogue values become partials.
+    fn try_partial(&mut self, inst: &Inst) -> Option<Home> {
+        match inst {
+            Inst::Reduce { op, axis: Axis::Cols, arg } => {
+                let Home::Acc(k) = *self.home(*arg) else { return None };
+                let (kind, reduced) = match op {
+                    ReduceOp::Sum => match self.square_of(*arg, k) {
+                        Some(x) => (PartialKind::RowSumSq, x),
+                        None => (PartialKind::RowSum, self.c(*arg)),
+                    },
+                    ReduceOp::Max => (PartialKind::RowMax, self.c(*arg)),
+                    ReduceOp::LogSumExp => (PartialKind::RowLse, self.c(*arg)),
+                };
+                self.uses_in_kernel[reduced.index()] += 1;
+                Some(Home::RowPartial(k, kind))
+            }
+            Inst::Reduce { op: ReduceOp::Sum, axis: Axis::Rows, arg } => {
+                let Home::Acc(k) = *self.home(*arg) else { return None };
+                let a = self.c(*arg).index();
+                self.uses_in_kernel[a] += 1;
+                Some(Home::ColPartial(k))
+            }
+            Inst::TakeCols { arg, index } => {
+                let Home::Acc(k) = *self.home(*arg) else { return None };
+                let index_ok = matches!(self.home(*index), Home::Param | Home::Inline | Home::RowPartial(..))
+                    && self.avail(*index) <= k;
+                if !index_ok {
+                    return None;
+                }
+                let a = self.c(*arg).index();
+                self.uses_in_kernel[a] += 1;
+                Some(Home::RowPartial(k, PartialKind::RowPick))
+            }
+            _ => None,
+        }
+    }
+
+    /// `x` when `v` is `x * x` with `x` a register value of kernel `k`.
+    pub(crate) fn square_of(&self, v: Value, k: usize) -> Option<Value> {
+        match self.block.inst(self.c(v)) {
+            Inst::Binary { op: BinaryOp::Mul, lhs, rhs }
+                if self.c(*lhs) == self.c(*rhs) && *self.home(*lhs) == Home::Acc(k) =>
+            {
+                Some(self.c(*lhs))
+            }
+            _ => None,
+        }
+    }
+
+    /// An epilogue home: the latest accumulator among the operands, every
+    /// other operand ready before that GEMM, and local column access.
+    fn try_epilogue(&self, v: Value, inst: &Inst) -> Result<(usize, ColMap), String> {
+        let ops = self.operands(v);
+        let k = ops
+            .iter()
+            .filter_map(|o| match self.home(*o) {
+                Home::Acc(k) => Some(*k),
+                _ => None,
+            })
+            .max()
+            .ok_or_else(|| "it does not read an accumulator".to_string())?;
+        for o in &ops {
+            let ok = match self.home(*o) {
+                Home::Acc(x) => *x <= k,
+                Home::Param => true,
+                Home::Inline => self.avail(*o) <= k,
+                other => other.kernel().is_some_and(|x| x < k),
+            };
+            if !ok {
+                return Err(format!(
+                    "it reads {}, which is only available after this GEMM (a finished reduction or a later kernel's result)",
+                    self.describe(*o)
+                ));
+            }
+        }
+        Ok((k, self.epilogue_map(inst, k)?))
+    }
+
+    /// The register map of an epilogue value, or why its columns are not
+    /// local to a thread.
+    fn epilogue_map(&self, inst: &Inst, k: usize) -> Result<ColMap, String> {
+        let reg = |o: &Value| -> Option<ColMap> {
+            (*self.home(*o) == Home::Acc(k)).then(|| self.plan.maps[self.c(*o).index()].clone()).flatten()
+        };
+        let maps: Vec<ColMap> = inst.operands().iter().filter_map(reg).collect();
+        let first = maps.first().cloned().ok_or("no register operand")?;
+        let same = maps.iter().all(|m| *m == first);
+        match inst {
+            Inst::Unary { .. } | Inst::Cast { .. } | Inst::Binary { .. } | Inst::Select { .. } => {
+                if same {
+                    Ok(first)
+                } else {
+                    Err(format!(
+                        "it combines accumulator columns that different threads hold ({} and {})",
+                        describe_map(&first),
+                        maps.iter().find(|m| **m != first).map(describe_map).unwrap_or_default()
+                    ))
+                }
+            }
+            Inst::SliceCols { start, len, step, .. } => slice_map(&first, start, len, *step),
+            Inst::Interleave { .. } => {
+                if !same || first.stride != 2 {
+                    return Err("`interleave` needs two half-width values of the same column pairs".into());
+                }
+                let len = first.len.mul(&coda_ir::Dim::constant(2)).map_err(|e| e.to_string())?;
+                Ok(ColMap { offset: first.offset, stride: 1, len })
+            }
+            Inst::RopePartner { spec, .. } => match spec.style {
+                RopeStyle::Interleaved => {
+                    let start = spec.start.as_const().ok_or("the rotary range starts at a run-time column")?;
+                    if first.stride == 1 && (first.offset + start) % 2 == 0 {
+                        Ok(first)
+                    } else {
+                        Err("the interleaved rotary pairs do not start at an even accumulator column".into())
+                    }
+                }
+                RopeStyle::Half => Err(format!(
+                    "rotate-half RoPE pairs column n with column n ± {} (columns of other threads)",
+                    spec.head_dim / 2
+                )),
+            },
+            Inst::Broadcast { .. } => Err("it broadcasts an accumulator value across rows or columns".into()),
+            Inst::Transpose { .. } => Err("it transposes an accumulator value".into()),
+            Inst::ConcatCols { .. } => Err("it concatenates accumulator columns".into()),
+            _ => Err("this operation needs values of other threads".into()),
+        }
+    }
+
+    /// `` `x` (%3) `` or `%3`.
+    pub(super) fn describe(&self, v: Value) -> String {
+        match self.block.names.get(v.index()).cloned().flatten() {
+            Some(name) => format!("`{name}` ({v})"),
+            None => format!("{v}"),
+        }
+    }
+
+    fn place_matmul(&mut self, v: Value, inst: &Inst) -> Home {
+        let Inst::MatMul { lhs, rhs, lhs_transposed, rhs_transposed, operand_dtype } = inst else {
+            return Home::Dead;
+        };
+        let a = self.operand(*lhs, *lhs_transposed, *operand_dtype);
+        let b = self.operand(*rhs, *rhs_transposed, *operand_dtype);
+        let k = self.push_kernel(KernelPlan::Gemm { matmul: v, a, b });
+        let len = self.block.ty(v).shape.cols.clone();
+        self.plan.maps[v.index()] = Some(ColMap { offset: 0, stride: 1, len });
+        Home::Acc(k)
+    }
+
+    fn operand(&mut self, w: Value, transposed: bool, dtype: DType) -> OperandPlan {
+        let (w, transposed) = self.peel(w, transposed, dtype);
+        if let Inst::Param(index) = self.block.inst(w) {
+            if self.block.params.get(*index).is_some_and(|p| p.dtype == dtype) {
+                return OperandPlan::Param { index: *index, transposed };
+            }
+        }
+        self.request_mat(w, dtype);
+        OperandPlan::Mat { value: w, transposed }
+    }
+
+    /// Sees through transposes and casts to the operand type (the matmul
+    /// rounds to it anyway).
+    fn peel(&self, mut w: Value, mut transposed: bool, dtype: DType) -> (Value, bool) {
+        loop {
+            w = self.c(w);
+            match self.block.inst(w) {
+                Inst::Transpose { arg } => {
+                    w = *arg;
+                    transposed = !transposed;
+                }
+                Inst::Cast { to, arg } if *to == dtype => w = *arg,
+                _ => return (w, transposed),
+            }
+        }
+    }
+
+    /// Asks the home kernel of `v` to store it as `dtype`; inline values,
+    /// inputs and partials get a row kernel to do it. Returns the kernel.
+    pub(super) fn request_mat(&mut self, v: Value, dtype: DType) -> usize {
+        let v = self.c(v);
+        if let Some(k) = self.plan.mats.get(&(v, dtype)) {
+            return *k;
+        }
+        let k = match self.home(v).clone() {
+            Home::Acc(k) => {
+                self.uses_in_kernel[v.index()] += 1;
+                k
+            }
+            Home::Row(k) | Home::Col(k) => k,
+            _ => self.row_kernel_for(v),
+        };
+        self.plan.mats.insert((v, dtype), k);
+        k
+    }
+
+    /// A row kernel that can evaluate the homeless value `v`.
+    fn row_kernel_for(&mut self, v: Value) -> usize {
+        let rows = self.block.ty(v).shape.rows.clone();
+        let first = self.avail(v);
+        match self.last_row_kernel(&rows, first) {
+            Some(k) => k,
+            None => self.push_kernel(KernelPlan::Row { rows }),
+        }
+    }
+
+    fn place_row(&mut self, v: Value) -> Home {
+        let rows = self.block.ty(v).shape.rows.clone();
+        let k = match self.last_row_kernel(&rows, 0) {
+            Some(c) if self.fits_row(v, c) => c,
+            _ => self.push_kernel(KernelPlan::Row { rows }),
+        };
+        if !matches!(self.block.inst(v), Inst::Transpose { .. }) {
+            for o in self.operands(v) {
+                if matches!(self.home(o), Home::Acc(x) if *x < k) {
+                    self.try_pull(o, k);
+                }
+            }
+        }
+        Home::Row(k)
+    }
+
+    fn fits_row(&self, v: Value, c: usize) -> bool {
+        let transpose = matches!(self.block.inst(v), Inst::Transpose { .. });
+        self.operands(v).into_iter().all(|o| match self.home(o) {
+            Home::Row(x) if *x == c => !transpose,
+            Home::Param => true,
+            Home::Inline => self.avail(o) <= c,
+            other => other.kernel().is_some_and(|x| x < c),
+        })
+    }
+
+    /// Moves an epilogue value nothing else in its GEMM uses into row kernel `k`.
+    fn try_pull(&mut self, o: Value, k: usize) {
+        let Home::Acc(x) = *self.home(o) else { return };
+        let rows_match =
+            matches!(&self.plan.kernels[k], KernelPlan::Row { rows } if *rows == self.block.ty(o).shape.rows);
+        let inst = self.block.inst(o);
+        if self.uses_in_kernel[o.index()] != 0 || !rows_match || !is_inlinable(inst) {
+            return;
+        }
+        if matches!(inst, Inst::TakeCols { .. } | Inst::Transpose { .. }) {
+            return;
+        }
+        self.plan.homes[o.index()] = Home::Row(k);
+        self.plan.maps[o.index()] = None;
+        for u in self.operands(o) {
+            if *self.home(u) == Home::Acc(x) {
+                self.uses_in_kernel[u.index()] = self.uses_in_kernel[u.index()].saturating_sub(1);
+                self.try_pull(u, k);
+            }
+        }
+    }
+
+    fn place_col(&mut self, v: Value) -> Home {
+        let cols = self.block.ty(v).shape.cols.clone();
+        let mut first = 0;
+        for o in self.operands(v) {
+            if self.reads_row_partials(o) {
+                first = first.max(self.request_mat(o, DType::F32) + 1);
+            }
+        }
+        let cand = self
+            .plan
+            .kernels
+            .iter()
+            .rposition(|k| matches!(k, KernelPlan::Col { cols: c } if *c == cols))
+            .filter(|c| *c >= first && self.fits_col(v, *c));
+        Home::Col(cand.unwrap_or_else(|| self.push_kernel(KernelPlan::Col { cols })))
+    }
+
+    fn fits_col(&self, v: Value, c: usize) -> bool {
+        let inst = self.block.inst(v);
+        let reduce_or_transpose = matches!(inst, Inst::Reduce { .. } | Inst::Transpose { .. });
+        self.operands(v).into_iter().all(|o| {
+            let mat_ok = || self.plan.mats.get(&(o, DType::F32)).is_some_and(|k| *k < c);
+            match self.home(o) {
+                Home::Col(x) if *x == c => !reduce_or_transpose,
+                Home::Param => true,
+                Home::Inline if self.reads_row_partials(o) => mat_ok(),
+                Home::Inline => self.avail(o) <= c,
+                Home::RowPartial(..) => mat_ok(),
+                other => other.kernel().is_some_and(|x| x < c),
+            }
+        })
+    }
+
+    /// A column kernel that already computes an operand of the `[1, C]`
+    /// value `v`, if `v` can join it.
+    fn col_member(&self, v: Value) -> Option<usize> {
+        let ty = self.block.ty(v);
+        if !ty.shape.rows.is_one() {
+            return None;
+        }
+        let c = self
+            .operands(v)
+            .into_iter()
+            .filter_map(|o| match self.home(o) {
+                Home::Col(x) => Some(*x),
+                _ => None,
+            })
+            .max()?;
+        let same_cols = matches!(&self.plan.kernels[c], KernelPlan::Col { cols } if *cols == ty.shape.cols);
+        (same_cols && self.fits_col(v, c)).then_some(c)
+    }
+
+    /// Assigns every output to the kernel that stores it.
+    pub(super) fn place_outputs(&mut self) {
+        for output in &self.block.outputs {
+            let v = self.c(output.value);
+            let k = match self.home(v).clone() {
+                Home::Acc(k) | Home::Row(k) | Home::Col(k) => k,
+                _ => self.row_kernel_for(v),
+            };
+            self.plan.output_kernels.push(k);
+        }
+    }
+}
+
+/// The map of `x[:, start : start + len*step : step]` for `x` with map `m`.
+fn slice_map(m: &ColMap, start: &coda_ir::Dim, len: &coda_ir::Dim, step: i64) -> Result<ColMap, String> {
+    let s = start.as_const().ok_or("the slice starts at a run-time column")?;
+    let len = len.clone();
+    match (m.stride, step) {
+        (1, 1) => Ok(ColMap { offset: m.offset + s, stride: 1, len }),
+        (1, 2) => Ok(ColMap { offset: (m.offset + s) & !1, stride: 2, len }),
+        (2, 1) => Ok(ColMap { offset: m.offset + 2 * s, stride: 2, len }),
+        _ => Err(format!("a slice with step {step} of a value held in column pairs is not local")),
+    }
+}
+
+fn describe_map(m: &ColMap) -> String {
+    if m.stride == 1 {
+        format!("columns {}.. of the accumulator", m.offset)
+    } else {
+        format!("column pairs from {} of the accumulator", m.offset)
+    }
+}

@@ -1,0 +1,280 @@
+// coda_codegen.cuh -- device helpers of the code that codac generates.
+//
+// Embedded verbatim after coda_common.cuh, coda_epilogue.cuh and
+// coda_gemm_sm80.cuh in every .cu file codac emits.  Everything lives in
+// namespace cg and implements the semantics of the reference interpreter in
+// fp32 (see docs/codegen.md):
+//   * bounded loads (0 outside the buffer) and stores of bf16 / f16 / f32 /
+//     i32 elements, with pair stores when the address allows them;
+//   * elementwise functions with the interpreter's definitions;
+//   * rotary tables, partners and angles (angles in double, reduced to
+//     [-pi, pi] before the fp32 sine / cosine of the SFU);
+//   * block reductions in a fixed order for TPR threads per row (TPR = 1:
+//     a thread reduces alone), and finishing of per-tile partial buffers.
+#ifndef CODA_CODEGEN_CUH
+#define CODA_CODEGEN_CUH
+
+namespace cg {
+
+// ---------------------------------------------------------------------------
+// Loads: element (m, k) of a row-major buffer with leading dimension ld, or 0
+// outside rows x cols.
+// ---------------------------------------------------------------------------
+__device__ __forceinline__ bool inside(int m, int k, int rows, int cols) {
+    return m >= 0 && m < rows && k >= 0 && k < cols;
+}
+template <class T>
+__device__ __forceinline__ float load(const T* p, long long ld, int m, int k, int rows, int cols) {
+    return inside(m, k, rows, cols) ? coda::load1(p + (long long)m * ld + k) : 0.0f;
+}
+__device__ __forceinline__ float load(const int* p, long long ld, int m, int k, int rows, int cols) {
+    return inside(m, k, rows, cols) ? (float)__ldg(p + (long long)m * ld + k) : 0.0f;
+}
+
+// Elements (m, k) and (m, k + 1) as a float2: one 4- or 8-byte load when
+// both are inside, k and ld are even and the base is aligned.
+template <class T>
+__device__ __forceinline__ float2 load2(const T* p, long long ld, int m, int k, int rows, int cols) {
+    if constexpr (!coda::is_same<T, int>::value) {
+        if (m >= 0 && m < rows && k >= 0 && k + 1 < cols && ((ld | (long long)k) & 1) == 0 &&
+            ((unsigned long long)p & (2 * sizeof(T) - 1)) == 0) {
+            return coda::load2(p + (long long)m * ld + k);
+        }
+    }
+    return make_float2(load(p, ld, m, k, rows, cols), load(p, ld, m, k + 1, rows, cols));
+}
+
+// ---------------------------------------------------------------------------
+// Stores (bounded).  i32 stores truncate toward zero, saturating, NaN -> 0.
+// ---------------------------------------------------------------------------
+__device__ __forceinline__ void put(float* p, float v) { *p = v; }
+__device__ __forceinline__ void put(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
+__device__ __forceinline__ void put(__half* p, float v) { *p = __float2half_rn(v); }
+__device__ __forceinline__ void put(int* p, float v) { *p = __float2int_rz(v); }
+__device__ __forceinline__ float get(const float* p) { return *p; }
+__device__ __forceinline__ float get(const __nv_bfloat16* p) { return __bfloat162float(*p); }
+__device__ __forceinline__ float get(const __half* p) { return __half2float(*p); }
+__device__ __forceinline__ float get(const int* p) { return (float)*p; }
+
+template <class T>
+__device__ __forceinline__ void st(T* p, long long ld, int m, int k, int rows, int cols, float v) {
+    if (inside(m, k, rows, cols)) put(p + (long long)m * ld + k, v);
+}
+template <class T>
+__device__ __forceinline__ void st_acc(T* p, long long ld, int m, int k, int rows, int cols, float v) {
+    if (inside(m, k, rows, cols)) {
+        T* q = p + (long long)m * ld + k;
+        put(q, get(q) + v);
+    }
+}
+// Elements (m, k) and (m, k + 1): one 4- or 8-byte store when both are
+// inside, k and ld are even and the base is aligned; else element stores.
+template <class T>
+__device__ __forceinline__ void st2(T* p, long long ld, int m, int k, int rows, int cols, float v0, float v1) {
+    if (m < 0 || m >= rows) return;
+    if constexpr (!coda::is_same<T, int>::value) {
+        if (k >= 0 && k + 1 < cols && ((ld | (long long)k) & 1) == 0 &&
+            ((unsigned long long)p & (2 * sizeof(T) - 1)) == 0) {
+            coda::store2(p + (long long)m * ld + k, v0, v1);
+            return;
+        }
+    }
+    st(p, ld, m, k, rows, cols, v0);
+    st(p, ld, m, k + 1, rows, cols, v1);
+}
+template <class T>
+__device__ __forceinline__ void st2_acc(T* p, long long ld, int m, int k, int rows, int cols, float v0, float v1) {
+    st_acc(p, ld, m, k, rows, cols, v0);
+    st_acc(p, ld, m, k + 1, rows, cols, v1);
+}
+
+// ---------------------------------------------------------------------------
+// Elementwise functions (the interpreter's definitions, in fp32)
+// ---------------------------------------------------------------------------
+__device__ __forceinline__ float nan_f() { return __int_as_float(0x7fc00000); }
+__device__ __forceinline__ float sigmoid(float x) {
+    if (x >= 0.0f) return 1.0f / (1.0f + expf(-x));
+    const float e = expf(x);
+    return e / (1.0f + e);
+}
+__device__ __forceinline__ float silu(float x) { return x * sigmoid(x); }
+__device__ __forceinline__ float relu(float x) { return (x > 0.0f || x != x) ? x : 0.0f; }
+__device__ __forceinline__ float gelu_tanh(float x) {
+    return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+}
+__device__ __forceinline__ float gelu_erf(float x) { return 0.5f * x * erfcf(-x * 0.7071067811865476f); }
+__device__ __forceinline__ float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+__device__ __forceinline__ float rsqrt(float x) { return 1.0f / sqrtf(x); }
+__device__ __forceinline__ float maximum(float a, float b) { return (a != a || b != b) ? nan_f() : fmaxf(a, b); }
+__device__ __forceinline__ float minimum(float a, float b) { return (a != a || b != b) ? nan_f() : fminf(a, b); }
+__device__ __forceinline__ float truth(bool b) { return b ? 1.0f : 0.0f; }
+__device__ __forceinline__ float to_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+__device__ __forceinline__ float to_f16(float x) { return __half2float(__float2half_rn(x)); }
+__device__ __forceinline__ float to_i32(float x) { return (float)__float2int_rz(x); }
+__device__ __forceinline__ float to_bool(float x) { return x != 0.0f ? 1.0f : 0.0f; }
+// The column an i32-valued index selects, or -1 when it is not an integer in [0, cols).
+__device__ __forceinline__ int take_index(float x, int cols) {
+    return (x >= 0.0f && x < (float)cols && x == floorf(x)) ? (int)x : -1;
+}
+
+// ---------------------------------------------------------------------------
+// Rotary embeddings over columns [start, end) with head dim hd.
+// ---------------------------------------------------------------------------
+struct RopeCol {
+    bool in;      // inside the rotated range
+    bool first;   // first member of its pair
+    int pair;     // pair index i within the head
+    int partner;  // the other member (or the column itself outside the range)
+};
+__device__ __forceinline__ RopeCol rope_col(int n, int start, int end, int hd, bool interleaved) {
+    RopeCol r;
+    r.in = n >= start && n < end;
+    if (!r.in) {
+        r.first = false;
+        r.pair = 0;
+        r.partner = n;
+        return r;
+    }
+    const int j = (n - start) % hd, half = hd / 2;
+    r.pair = interleaved ? j / 2 : j % half;
+    r.first = interleaved ? (j % 2 == 0) : (j < half);
+    const int offset = interleaved ? 1 : half;
+    r.partner = r.first ? n + offset : n - offset;
+    return r;
+}
+// base^(-2 pair / hd) in double, as 2^(pair * c) with c = -2 log2(base) / hd
+// precomputed by codac (a double literal).
+__device__ __forceinline__ double rope_freq_d(int n, int start, int end, int hd, bool interleaved, double c) {
+    const RopeCol r = rope_col(n, start, end, hd, interleaved);
+    return r.in ? exp2((double)r.pair * c) : 0.0;
+}
+__device__ __forceinline__ float rope_freq(int n, int start, int end, int hd, bool interleaved, double c) {
+    return (float)rope_freq_d(n, start, end, hd, interleaved, c);
+}
+__device__ __forceinline__ float rope_sign(int n, int start, int end, int hd, bool interleaved) {
+    const RopeCol r = rope_col(n, start, end, hd, interleaved);
+    return r.in ? (r.first ? -1.0f : 1.0f) : 0.0f;
+}
+__device__ __forceinline__ int rope_partner(int n, int start, int end, int hd, bool interleaved) {
+    return rope_col(n, start, end, hd, interleaved).partner;
+}
+// x * freq in double, reduced to [-pi, pi], then the SFU sine / cosine
+// (absolute error below 4e-7 on [-pi, pi]).
+__device__ __forceinline__ float reduced_angle(float x, double freq) {
+    const double two_pi = 6.283185307179586;
+    double a = (double)x * freq;
+    a -= rint(a * (1.0 / two_pi)) * two_pi;
+    return (float)a;
+}
+__device__ __forceinline__ float sin_angle(float x, double freq) { return __sinf(reduced_angle(x, freq)); }
+__device__ __forceinline__ float cos_angle(float x, double freq) { return __cosf(reduced_angle(x, freq)); }
+
+// ---------------------------------------------------------------------------
+// Block reductions over the TPR threads of a row: TPR = 1 (a thread alone),
+// 32 (a warp per row: butterflies only) or a multiple of 32 covering the
+// whole CTA (one row per CTA: butterflies, then warps in index order through
+// red, 2 * TPR / 32 floats of shared memory).  Fixed order; every thread of
+// the row gets the result.
+// ---------------------------------------------------------------------------
+template <int TPR> __device__ __forceinline__ int lane() { return TPR == 1 ? 0 : (int)(threadIdx.x % TPR); }
+
+template <int TPR>
+__device__ __forceinline__ float block_sum(float v, float* red) {
+    if constexpr (TPR == 1) {
+        return v;
+    } else if constexpr (TPR == 32) {
+        return coda::warp_sum(v);
+    } else {
+        v = coda::warp_sum(v);
+        __syncthreads();
+        if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+        __syncthreads();
+        float s = red[0];
+#pragma unroll
+        for (int w = 1; w < TPR / 32; ++w) s += red[w];
+        return s;
+    }
+}
+template <int TPR>
+__device__ __forceinline__ float block_max(float v, float* red) {
+    if constexpr (TPR == 1) {
+        return v;
+    } else {
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) v = maximum(v, coda::shfl_xor(v, o));
+        if constexpr (TPR == 32) return v;
+        __syncthreads();
+        if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+        __syncthreads();
+        float s = red[0];
+#pragma unroll
+        for (int w = 1; w < TPR / 32; ++w) s = maximum(s, red[w]);
+        return s;
+    }
+}
+// Log-sum-exp state (max, sum of exp(x - max)) merged over the block.
+template <int TPR>
+__device__ __forceinline__ void block_lse(float& m, float& s, float* red) {
+    if constexpr (TPR == 1) {
+        return;
+    } else {
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) coda::lse_merge(m, s, coda::shfl_xor(m, o), coda::shfl_xor(s, o));
+        if constexpr (TPR == 32) return;
+        __syncthreads();
+        if ((threadIdx.x & 31) == 0) {
+            red[threadIdx.x >> 5] = m;
+            red[TPR / 32 + (threadIdx.x >> 5)] = s;
+        }
+        __syncthreads();
+        float a = red[0], b = red[TPR / 32];
+#pragma unroll
+        for (int w = 1; w < TPR / 32; ++w) coda::lse_merge(a, b, red[w], red[TPR / 32 + w]);
+        m = a;
+        s = b;
+    }
+}
+// A NaN anywhere makes the log-sum-exp NaN (the interpreter's rule).
+__device__ __forceinline__ void lse_push(float& m, float& s, float& bad, float x) {
+    if (x != x) bad = x;
+    else coda::lse_add(m, s, x);
+}
+__device__ __forceinline__ float lse_finish(float m, float s, float bad) {
+    if (bad != 0.0f) return nan_f();
+    if (m == coda::pos_inf()) return m;
+    return coda::lse_value(m, s);
+}
+
+// ---------------------------------------------------------------------------
+// Finishing per-tile partials: row r of a [rows][T] buffer (row tiles of a
+// GEMM: sum, max or log-sum-exp merge over t = 0..T-1), column c of a
+// [cols][T] buffer (sum).  TPR threads cooperate (TPR = 1: sequential).
+// ---------------------------------------------------------------------------
+template <int TPR>
+__device__ __forceinline__ float finish_sum(const float* p, long long ld, int r, int T, float* red) {
+    float s = 0.0f;
+    for (int t = lane<TPR>(); t < T; t += TPR) s += p[(long long)r * ld + t];
+    return block_sum<TPR>(s, red);
+}
+template <int TPR>
+__device__ __forceinline__ float finish_max(const float* p, long long ld, int r, int T, float* red) {
+    float s = coda::neg_inf();
+    for (int t = lane<TPR>(); t < T; t += TPR) s = maximum(s, p[(long long)r * ld + t]);
+    return block_max<TPR>(s, red);
+}
+template <int TPR>
+__device__ __forceinline__ float finish_lse(const float* pm, const float* ps, long long ld, int r, int T, float* red) {
+    float m = coda::neg_inf(), s = 0.0f, bad = 0.0f;
+    for (int t = lane<TPR>(); t < T; t += TPR) {
+        const float pmax = pm[(long long)r * ld + t];
+        if (pmax != pmax) bad = pmax;
+        else coda::lse_merge(m, s, pmax, ps[(long long)r * ld + t]);
+    }
+    bad = block_sum<TPR>(bad != 0.0f ? 1.0f : 0.0f, red);
+    block_lse<TPR>(m, s, red);
+    return lse_finish(m, s, bad);
+}
+
+}  // namespace cg
+
+#endif  // CODA_CODEGEN_CUH

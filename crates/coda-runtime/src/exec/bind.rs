@@ -1,0 +1,214 @@
+//! Binding a block's buffers for one run: checking the caller's tensors,
+//! allocating what the host owns, and building every launch.
+
+use super::BlockExecutor;
+use crate::device::Device;
+use crate::error::{Result, RuntimeError};
+use crate::launch::LaunchConfig;
+use crate::memory::DeviceBuffer;
+use crate::params::ParamBlock;
+use crate::tensor::{DType, TensorArg};
+use coda_cuda::manifest::{BufferSpec, FieldValue, KernelSpec};
+use coda_cuda::symexpr::eval_str;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Everything needed to launch a block's kernels for one set of bindings:
+/// the launches and the buffers the runtime allocated (freed on drop).
+#[derive(Debug)]
+pub struct Prepared {
+    pub(super) launches: Vec<Launch>,
+    _owned: Vec<DeviceBuffer>,
+}
+
+/// One kernel launch.
+#[derive(Debug)]
+pub(super) struct Launch {
+    /// Index into the executor's kernels.
+    pub(super) kernel: usize,
+    pub(super) cfg: LaunchConfig,
+    pub(super) params: Vec<ParamBlock>,
+}
+
+/// Address and leading dimension of a bound buffer.
+#[derive(Debug, Clone, Copy)]
+struct Resolved {
+    ptr: u64,
+    ld: i64,
+}
+
+fn invalid(message: String) -> RuntimeError {
+    RuntimeError::InvalidInput(message)
+}
+
+fn size(expr: &str, dims: &BTreeMap<String, i64>) -> Result<i64> {
+    eval_str(expr, dims).map_err(|e| invalid(e.to_string()))
+}
+
+fn usize_of(v: i64, what: &str) -> Result<usize> {
+    usize::try_from(v).map_err(|_| invalid(format!("{what} is negative ({v})")))
+}
+
+impl BlockExecutor {
+    /// Checks the bindings and builds every launch (see the module docs).
+    pub fn prepare(
+        &self,
+        device: &Device,
+        dims: &BTreeMap<String, i64>,
+        bindings: &BTreeMap<String, TensorArg>,
+    ) -> Result<Prepared> {
+        for name in &self.manifest.dims {
+            match dims.get(name) {
+                Some(v) if *v > 0 => {}
+                Some(v) => return Err(invalid(format!("dimension `{name}` must be positive, got {v}"))),
+                None => return Err(invalid(format!("dimension `{name}` is not bound"))),
+            }
+        }
+        let mut resolved: BTreeMap<String, Resolved> = BTreeMap::new();
+        let mut owned = Vec::new();
+        let mut aliased: BTreeSet<String> = BTreeSet::new();
+        for b in &self.manifest.buffers {
+            let r = match b.role.as_str() {
+                "input" | "output" => bind_tensor(b, bindings, dims)?,
+                "staging" => {
+                    let src = b.staging_of.as_ref().and_then(|s| resolved.get(s).copied());
+                    let src = src.ok_or_else(|| invalid(format!("staging buffer `{}` without its input", b.name)))?;
+                    if src.ptr % 16 == 0 && src.ld % 8 == 0 {
+                        aliased.insert(b.name.clone());
+                        src
+                    } else {
+                        allocate(device, b, dims, &mut owned)?
+                    }
+                }
+                _ => allocate(device, b, dims, &mut owned)?,
+            };
+            resolved.insert(b.name.clone(), r);
+        }
+        let mut launches = Vec::new();
+        for (index, loaded) in self.kernels.iter().enumerate() {
+            if loaded.spec.when.as_ref().is_some_and(|w| aliased.contains(w)) {
+                continue;
+            }
+            launches.push(build_launch(index, &loaded.spec, &resolved, dims)?);
+        }
+        Ok(Prepared { launches, _owned: owned })
+    }
+}
+
+/// Checks a caller's tensor against an input or output buffer.
+fn bind_tensor(
+    b: &BufferSpec,
+    bindings: &BTreeMap<String, TensorArg>,
+    dims: &BTreeMap<String, i64>,
+) -> Result<Resolved> {
+    let dtype: DType = b.dtype.parse()?;
+    let rows = usize_of(size(&b.shape[0], dims)?, "rows")?;
+    let cols = usize_of(size(&b.shape[1], dims)?, "columns")?;
+    let shape = match b.rank {
+        0 => vec![],
+        1 => vec![rows * cols],
+        _ => vec![rows, cols],
+    };
+    let arg_err = |message: String| RuntimeError::Argument { name: b.name.clone(), message };
+    let t = bindings
+        .get(&b.name)
+        .ok_or_else(|| arg_err(format!("missing: expected {}", crate::tensor::describe(dtype, &shape))))?;
+    t.expect(&b.name, dtype, &shape)?;
+    t.expect_aligned(&b.name, dtype.size_bytes() as u64)?;
+    let ld = if b.rank < 2 {
+        t.expect_contiguous(&b.name)?;
+        cols as i64
+    } else {
+        let (row_stride, col_stride) = (t.strides[0], t.strides[1]);
+        if cols > 1 && col_stride != 1 {
+            return Err(arg_err(format!("expected a unit column stride, got strides {:?}", t.strides)));
+        }
+        if rows > 1 && (row_stride < cols as isize || row_stride <= 0) {
+            return Err(arg_err(format!("row stride {row_stride} is smaller than the {cols} columns")));
+        }
+        if rows > 1 {
+            row_stride as i64
+        } else {
+            cols as i64
+        }
+    };
+    Ok(Resolved { ptr: t.ptr, ld })
+}
+
+/// Allocates a buffer the host owns (`rows * ld` elements).
+fn allocate(
+    device: &Device,
+    b: &BufferSpec,
+    dims: &BTreeMap<String, i64>,
+    owned: &mut Vec<DeviceBuffer>,
+) -> Result<Resolved> {
+    let dtype: DType = b.dtype.parse()?;
+    let rows = size(&b.shape[0], dims)?;
+    let ld = match &b.ld {
+        Some(ld) => size(ld, dims)?,
+        None => size(&b.shape[1], dims)?,
+    };
+    let elements = rows.checked_mul(ld).ok_or_else(|| invalid(format!("buffer `{}` is too large", b.name)))?;
+    let bytes = usize_of(elements, "buffer size")? * dtype.size_bytes();
+    let buffer = DeviceBuffer::alloc(device, bytes.max(16))?;
+    let r = Resolved { ptr: buffer.ptr(), ld };
+    owned.push(buffer);
+    Ok(r)
+}
+
+/// The launch configuration and argument structs of one kernel.
+fn build_launch(
+    kernel: usize,
+    spec: &KernelSpec,
+    resolved: &BTreeMap<String, Resolved>,
+    dims: &BTreeMap<String, i64>,
+) -> Result<Launch> {
+    let get = |name: &str| {
+        resolved
+            .get(name)
+            .copied()
+            .ok_or_else(|| invalid(format!("kernel `{}` uses unknown buffer `{name}`", spec.name)))
+    };
+    let mut params = Vec::new();
+    for s in &spec.args {
+        let mut block = ParamBlock::new();
+        for f in &s.fields {
+            let value = match &f.value {
+                FieldValue::Ptr(b) => {
+                    block.push_ptr(get(b)?.ptr);
+                    continue;
+                }
+                FieldValue::Ld(b) => get(b)?.ld,
+                FieldValue::Expr(e) => size(e, dims)?,
+            };
+            match f.kind.as_str() {
+                "i32" => {
+                    let v = i32::try_from(value)
+                        .map_err(|_| invalid(format!("field `{}` = {value} overflows int", f.name)))?;
+                    block.push_i32(v);
+                }
+                "i64" => {
+                    block.push_i64(value);
+                }
+                other => return Err(invalid(format!("field `{}` has unsupported kind `{other}`", f.name))),
+            }
+        }
+        if block.size() != s.size {
+            return Err(invalid(format!(
+                "struct `{}` of kernel `{}`: {} bytes built, manifest says {}",
+                s.name,
+                spec.name,
+                block.size(),
+                s.size
+            )));
+        }
+        params.push(block);
+    }
+    let grid = size(&spec.grid[0], dims)?;
+    let grid = u32::try_from(grid).map_err(|_| invalid(format!("grid of `{}` is {grid} blocks", spec.name)))?;
+    let cfg = LaunchConfig {
+        grid: (grid, 1, 1),
+        block: (spec.block[0], spec.block[1], spec.block[2]),
+        smem_bytes: spec.smem_bytes,
+    };
+    Ok(Launch { kernel, cfg, params })
+}

@@ -1,0 +1,104 @@
+//! Running a block compiled by `coda-cuda`: its manifest entry plus the
+//! generated sources.
+//!
+//! [`BlockExecutor::new`] compiles every kernel with NVRTC for the device's
+//! exact arch (through the kernel cache) and loads it, recording compile
+//! times and cache hits. [`BlockExecutor::prepare`] takes the run-time dim
+//! bindings and non-owning [`TensorArg`]s for the block's inputs and
+//! outputs (a PyTorch binding passes its tensors' pointers here), checks
+//! every binding's dtype, shape and layout (``argument `x`: expected
+//! bf16[128, 4096], got …``), allocates scratch, partial and staging
+//! buffers, and builds every launch; [`BlockExecutor::launch`] enqueues the
+//! kernels in order on a stream, and [`BlockExecutor::time`] measures each
+//! kernel with CUDA events.
+//!
+//! Layout rules for bindings: a rank-2 tensor needs a unit column stride
+//! (its row stride is the leading dimension); rank-0 and rank-1 tensors
+//! must be contiguous. A 16-bit input that a GEMM reads in place must also
+//! be 16-byte aligned with a row stride that is a multiple of 8 elements;
+//! otherwise its copy kernel fills a padded staging buffer first.
+
+mod bind;
+mod launch;
+
+use crate::compiler::Compiler;
+use crate::device::Device;
+use crate::error::{Result, RuntimeError};
+use crate::launch::Kernel;
+use crate::nvrtc::CompileOptions;
+use coda_cuda::manifest::{BlockManifest, KernelSpec};
+use coda_cuda::KernelSource;
+
+pub use bind::Prepared;
+pub use launch::KernelTiming;
+
+/// How one kernel was compiled.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KernelCompile {
+    /// Short kernel name (`k0`).
+    pub name: String,
+    /// Source file name.
+    pub file: String,
+    /// Milliseconds spent (NVRTC on a miss, the lookup on a hit).
+    pub compile_ms: f64,
+    /// Served from the kernel cache.
+    pub cache_hit: bool,
+    /// Registers per thread.
+    pub registers: usize,
+    /// NVRTC warnings, if any.
+    pub warnings: String,
+}
+
+/// A loaded kernel with its launch description.
+#[derive(Debug)]
+struct Loaded {
+    spec: KernelSpec,
+    kernel: Kernel,
+}
+
+/// The compiled kernels of one block, ready to run on one device.
+#[derive(Debug)]
+pub struct BlockExecutor {
+    manifest: BlockManifest,
+    kernels: Vec<Loaded>,
+    report: Vec<KernelCompile>,
+}
+
+impl BlockExecutor {
+    /// Compiles (through the cache) and loads every kernel of `manifest`,
+    /// whose sources are among `sources` (matched by file name).
+    pub fn new(device: &Device, manifest: &BlockManifest, sources: &[KernelSource]) -> Result<BlockExecutor> {
+        let compiler = Compiler::global()?;
+        let mut kernels = Vec::new();
+        let mut report = Vec::new();
+        for spec in &manifest.kernels {
+            let source = sources.iter().find(|s| s.file_name == spec.file).ok_or_else(|| {
+                RuntimeError::InvalidInput(format!("no source for kernel `{}` ({})", spec.name, spec.file))
+            })?;
+            let opts = CompileOptions::new(device.arch()).file_name(&spec.file);
+            let compiled = compiler.compile(&source.source, &opts)?;
+            let module = device.load(&compiled)?;
+            let kernel = module.function(&spec.entry)?;
+            report.push(KernelCompile {
+                name: spec.name.clone(),
+                file: spec.file.clone(),
+                compile_ms: compiled.compile_ms,
+                cache_hit: compiled.cache_hit,
+                registers: kernel.num_regs().unwrap_or(0),
+                warnings: if compiled.has_warnings() { compiled.log.clone() } else { String::new() },
+            });
+            kernels.push(Loaded { spec: spec.clone(), kernel });
+        }
+        Ok(BlockExecutor { manifest: manifest.clone(), kernels, report })
+    }
+
+    /// How each kernel was compiled, in launch order.
+    pub fn compile_report(&self) -> &[KernelCompile] {
+        &self.report
+    }
+
+    /// The manifest entry.
+    pub fn manifest(&self) -> &BlockManifest {
+        &self.manifest
+    }
+}

@@ -1,0 +1,72 @@
+//! [`compile()`]: the checked program to CUDA sources and a manifest, with
+//! no CUDA needed (see `docs/codegen.md`).
+
+use crate::Checked;
+use coda_cuda::{CodegenError, CodegenOptions, KernelSource, Manifest};
+
+/// Options of [`compile()`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompileOptions {
+    /// Target architecture recorded in the manifest, e.g. `sm_90a` or `sm_80`.
+    pub arch: String,
+    /// Compile only this block (default: every block).
+    pub block: Option<String>,
+}
+
+impl Default for CompileOptions {
+    fn default() -> Self {
+        CompileOptions { arch: "sm_90a".into(), block: None }
+    }
+}
+
+/// The generated kernels of a file.
+#[derive(Debug, Clone)]
+pub struct Compiled {
+    /// One source per kernel, blocks in source order, kernels in launch order.
+    pub kernels: Vec<KernelSource>,
+    /// Buffers and launches of every block.
+    pub manifest: Manifest,
+}
+
+impl Compiled {
+    /// The source of a kernel by file name.
+    pub fn source(&self, file_name: &str) -> Option<&str> {
+        self.kernels.iter().find(|k| k.file_name == file_name).map(|k| k.source.as_str())
+    }
+}
+
+/// Why [`compile()`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CompileError {
+    /// The program has errors (see [`Checked::diagnostics`]).
+    #[error("{0} has errors; nothing was compiled")]
+    HasErrors(String),
+    /// `CompileOptions::block` names no block.
+    #[error("no block named `{block}` in {file}")]
+    NoSuchBlock {
+        /// The name asked for.
+        block: String,
+        /// The file.
+        file: String,
+    },
+    /// Code generation rejected a block (or failed).
+    #[error(transparent)]
+    Codegen(#[from] CodegenError),
+}
+
+/// Generates the CUDA kernels of every block of a checked program.
+pub fn compile(checked: &Checked, options: &CompileOptions) -> Result<Compiled, CompileError> {
+    if checked.has_errors() {
+        return Err(CompileError::HasErrors(checked.source.name.clone()));
+    }
+    let mut module = checked.module.clone();
+    if let Some(name) = &options.block {
+        module.blocks.retain(|b| &b.name == name);
+        if module.blocks.is_empty() {
+            return Err(CompileError::NoSuchBlock { block: name.clone(), file: checked.source.name.clone() });
+        }
+    }
+    let codegen = CodegenOptions { arch: options.arch.clone() };
+    let (kernels, manifest) = coda_cuda::compile_module(&module, &checked.source, &codegen)?;
+    Ok(Compiled { kernels, manifest })
+}

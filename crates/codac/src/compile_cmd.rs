@@ -1,0 +1,87 @@
+//! `codac compile`: writes one `.cu` file per kernel and `manifest.json`,
+//! and, through NVRTC (no GPU needed), `.ptx` and `.cubin` files.
+
+use crate::cli::CompileArgs;
+use crate::commands::{load, Outcome};
+use anyhow::{bail, Context, Result};
+use coda::ColorChoice;
+use coda_runtime::{Arch, CompileOptions as NvrtcOptions, Compiler, RuntimeError};
+use std::path::Path;
+
+/// Runs `codac compile`.
+pub(crate) fn compile(args: &CompileArgs, color: ColorChoice) -> Result<Outcome> {
+    let checked = load(&args.file, color)?;
+    if checked.has_errors() {
+        return Ok(Outcome::UserError);
+    }
+    let arch: Arch = args.arch.parse()?;
+    let (cu, ptx, cubin) = parse_emit(&args.emit)?;
+    let options = coda::CompileOptions { arch: arch.to_string(), block: args.block.clone() };
+    let compiled = coda::compile(&checked, &options)?;
+    std::fs::create_dir_all(&args.out).with_context(|| format!("cannot create {}", args.out.display()))?;
+    let compiler = if ptx || cubin { Some(nvrtc()?) } else { None };
+    for kernel in &compiled.kernels {
+        if cu {
+            write(&args.out.join(&kernel.file_name), kernel.source.as_bytes())?;
+        }
+        if let Some(compiler) = compiler {
+            let opts = NvrtcOptions::new(arch).file_name(&kernel.file_name).emit_ptx(ptx);
+            let out = compiler.compile(&kernel.source, &opts)?;
+            if out.has_warnings() {
+                eprintln!("warning: NVRTC warnings for {}:\n{}", kernel.file_name, out.log);
+            }
+            let stem = kernel.file_name.trim_end_matches(".cu");
+            if cubin {
+                write(&args.out.join(format!("{stem}.{}.cubin", arch)), &out.cubin)?;
+            }
+            if let (true, Some(text)) = (ptx, &out.ptx) {
+                write(&args.out.join(format!("{stem}.{}.ptx", arch)), text.as_bytes())?;
+            }
+        }
+    }
+    write(&args.out.join("manifest.json"), compiled.manifest.to_json().as_bytes())?;
+    print_kernels(&compiled.manifest);
+    Ok(Outcome::Success)
+}
+
+/// `(cu, ptx, cubin)` from `--emit`.
+fn parse_emit(items: &[String]) -> Result<(bool, bool, bool)> {
+    let (mut cu, mut ptx, mut cubin) = (false, false, false);
+    for item in items.iter().map(|s| s.trim()).filter(|s| !s.is_empty()) {
+        match item {
+            "cu" => cu = true,
+            "ptx" => ptx = true,
+            "cubin" => cubin = true,
+            other => bail!("unknown --emit kind `{other}`: expected cu, ptx or cubin"),
+        }
+    }
+    Ok((cu, ptx, cubin))
+}
+
+/// The process-wide NVRTC, with a clear message when it is missing.
+fn nvrtc() -> Result<&'static Compiler> {
+    match Compiler::global() {
+        Ok(c) => Ok(c),
+        Err(e @ (RuntimeError::NoNvrtc { .. } | RuntimeError::NoToolkit { .. })) => {
+            bail!("--emit ptx/cubin needs NVRTC: {e}")
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn write(path: &Path, bytes: &[u8]) -> Result<()> {
+    std::fs::write(path, bytes).with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// The kernel list, one line per kernel.
+pub(crate) fn print_kernels(manifest: &coda::cuda::Manifest) {
+    for block in &manifest.blocks {
+        let n = block.kernels.len();
+        println!("block {} ({}): {n} kernel{}", block.block, block.kind, if n == 1 { "" } else { "s" });
+        for k in &block.kernels {
+            let config = k.config.as_deref().map(|c| format!(" {c}")).unwrap_or_default();
+            println!("  {:<4} {:<9} {}{config}", k.name, k.kind, k.file);
+            println!("       {}", k.summary);
+        }
+    }
+}

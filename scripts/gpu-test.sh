@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# GPU verification of codac's generated kernels (run on a machine with an
+# NVIDIA GPU, the CUDA driver and NVRTC; no Rust needed).
+#
+# Uses a prebuilt binary (default target/release/codac; override with
+# CODAC_BIN). For every example and every case in tests/cuda-cases (except
+# the expected-error ones), at several token counts M including ragged ones
+# (333, 1000) and a large one, it runs
+#     codac run FILE --dims M=... --random --check --time
+# (outputs poisoned with NaN, compared with the interpreter, every kernel
+# timed: median of 20 runs after warm-up), writes the full log to
+# $OUT/gpu-test.log and the table to $OUT/gpu-test-table.txt, prints the
+# table last, and exits non-zero if any run failed.
+#
+# NVRTC: CUDA_HOME if set, else /usr/local/cuda, else the pip `nvidia`
+# package's cu13 directory. Kernel cache: $CODAC_CACHE_DIR or
+# /tmp/codac-cache. Whole-script deadline: CODAC_GPU_TEST_BUDGET seconds
+# (default 430); runs that would start later are reported as skipped.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+BIN=${CODAC_BIN:-target/release/codac}
+OUT=${OUT:-/tmp/codac-gpu-test}
+BUDGET=${CODAC_GPU_TEST_BUDGET:-430}
+mkdir -p "$OUT"
+LOG="$OUT/gpu-test.log"
+TABLE="$OUT/gpu-test-table.txt"
+ROWS=$(mktemp)
+: >"$LOG"
+export CODAC_CACHE_DIR=${CODAC_CACHE_DIR:-/tmp/codac-cache}
+
+if [ -z "${CUDA_HOME:-}" ]; then
+    if [ -f /usr/local/cuda/include/cuda_bf16.h ]; then
+        export CUDA_HOME=/usr/local/cuda
+    else
+        CUDA_HOME=$(python3 -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], "cu13"))' 2>/dev/null || true)
+        export CUDA_HOME
+    fi
+fi
+{
+    echo "binary: $BIN"
+    echo "CUDA_HOME: ${CUDA_HOME:-none}"
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 || true
+} | tee -a "$LOG"
+if [ ! -x "$BIN" ]; then
+    echo "error: $BIN not found (build it with: cargo build --release -p codac)" | tee -a "$LOG"
+    exit 2
+fi
+
+start=$(date +%s)
+failures=0
+
+# run FILE M [timeout seconds]
+run() {
+    local file=$1 m=$2 limit=${3:-150}
+    local name
+    name=$(basename "$file" .coda)
+    local now=$(( $(date +%s) - start ))
+    if [ $((now + 20)) -gt "$BUDGET" ]; then
+        echo "skip $name M=$m (budget)" | tee -a "$LOG"
+        printf '%s\t%s\t%s\t-\t-\t-\tskipped\n' "$name" "$m" "(run)" >>"$ROWS"
+        return
+    fi
+    local t0=$(date +%s)
+    local out
+    out=$(timeout "$limit" "$BIN" run "$file" --dims "M=$m" --random --check --time --color never 2>&1)
+    local rc=$?
+    local secs=$(( $(date +%s) - t0 ))
+    {
+        echo "===== $file M=$m (exit $rc, ${secs} s)"
+        echo "$out"
+    } >>"$LOG"
+    echo "$out" | awk -v ex="$name" -v m="$m" '
+        /^RESULT output/ {
+            for (i = 3; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+            printf "%s\t%s\t%s\t%s\t%s\t-\t%s\n", ex, m, v["name"], v["max_rel"], v["rel_l2"], v["status"]
+        }
+        /^RESULT kernel/ {
+            for (i = 3; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+            printf "%s\t%s\t%s %s\t-\t-\t%s\t-\n", ex, m, v["name"], v["kind"], v["median_us"]
+        }' >>"$ROWS"
+    if [ $rc -ne 0 ]; then
+        failures=$((failures + 1))
+        local why
+        why=$(echo "$out" | grep -m1 -E '^(error|internal)' || echo "exit $rc")
+        printf '%s\t%s\t%s\t-\t-\t-\tFAIL\n' "$name" "$m" "(run: ${why:0:60})" >>"$ROWS"
+        echo "FAIL $name M=$m: $why" | tee -a "$LOG"
+    else
+        echo "ok   $name M=$m (${secs} s)" | tee -a "$LOG"
+    fi
+}
+
+# Cases first (small, many kernels: they fill the NVRTC cache), then examples.
+for f in tests/cuda-cases/*.coda; do
+    grep -q '^// expect: error' "$f" && continue
+    run "$f" 333 60
+    run "$f" 1000 60
+done
+run examples/out_proj_kernel.coda 333
+run examples/out_proj_kernel.coda 1000
+run examples/out_proj_kernel.coda 4096
+run examples/gpt2_block.coda 333
+run examples/gpt2_block.coda 1000
+run examples/gpt2_block.coda 4096
+run examples/llama3_block.coda 333
+run examples/llama3_block.coda 1000
+run examples/lm_head_ce.coda 333 200
+run examples/llama3_block.coda 4096 200
+
+{
+    printf 'example\tM\toutput / kernel\tmax rel\trel-L2\ttime (us)\tstatus\n'
+    cat "$ROWS"
+} | awk -F'\t' '
+    { for (i = 1; i <= NF; i++) { cell[NR, i] = $i; if (length($i) > w[i]) w[i] = length($i) } n = NR; if (NF > nf) nf = NF }
+    END { for (r = 1; r <= n; r++) { line = ""; for (i = 1; i <= nf; i++) line = line sprintf("%-" w[i] "s  ", cell[r, i]); sub(/ +$/, "", line); print line } }
+' >"$TABLE"
+rm -f "$ROWS"
+echo
+cat "$TABLE"
+echo
+echo "total $(( $(date +%s) - start )) s, $failures failed run(s); log: $LOG"
+[ "$failures" -eq 0 ]

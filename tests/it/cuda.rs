@@ -1,0 +1,262 @@
+//! The CUDA code generator: snapshots of the emitted kernels and manifests
+//! for the examples and `tests/cuda-cases/*.coda` (header `// stage: cuda`),
+//! properties of the emitted files, and an NVRTC compile of every kernel
+//! for sm_80 and sm_90a that fails on any error or warning.
+//!
+//! Without NVRTC the compile test prints `skipped: no NVRTC`, unless
+//! `CODAC_REQUIRE_NVRTC=1` is set (CI), which makes that a failure.
+
+use coda_runtime::{Arch, CompileOptions, Compiler};
+use std::path::{Path, PathBuf};
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// `examples/*.coda` and `tests/cuda-cases/*.coda`, sorted.
+fn inputs() -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for dir in ["examples", "tests/cuda-cases"] {
+        let Ok(entries) = std::fs::read_dir(workspace().join(dir)) else { continue };
+        files.extend(entries.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|e| e == "coda")));
+    }
+    files.sort();
+    files
+}
+
+/// The name a file is compiled under (relative, so outputs are stable).
+fn display_name(path: &Path) -> String {
+    let dir = path.parent().and_then(|p| p.file_name()).map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let file = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    if dir == "examples" {
+        format!("examples/{file}")
+    } else {
+        file
+    }
+}
+
+/// Whether a case expects an error (`// expect: error`); cases must say `// stage: cuda`.
+fn expects_error(path: &Path, text: &str) -> bool {
+    if display_name(path).starts_with("examples/") {
+        return false;
+    }
+    let header: Vec<&str> = text.lines().take_while(|l| l.starts_with("//")).collect();
+    let has = |k: &str, v: &str| header.iter().any(|l| l.trim_start_matches('/').trim() == format!("{k}: {v}"));
+    assert!(has("stage", "cuda"), "{}: missing `// stage: cuda`", path.display());
+    assert!(header.iter().any(|l| l.contains("checks:")), "{}: missing `// checks:`", path.display());
+    assert!(has("expect", "ok") || has("expect", "error"), "{}: missing `// expect:`", path.display());
+    has("expect", "error")
+}
+
+fn compile(path: &Path) -> (String, Result<coda::Compiled, coda::CompileError>) {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let checked = coda::check(&display_name(path), &text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert!(!checked.has_errors(), "{}:\n{}", path.display(), checked.render_diagnostics());
+    (text, coda::compile(&checked, &coda::CompileOptions::default()))
+}
+
+/// Source, kernel list, the generated part of each file, and the manifest.
+fn snapshot(path: &Path) -> String {
+    let (text, compiled) = compile(path);
+    let expect_error = expects_error(path, &text);
+    let mut out = String::new();
+    if !display_name(path).starts_with("examples/") {
+        out.push_str(&format!("----- SOURCE\n{text}"));
+    }
+    let compiled = match compiled {
+        Err(e) => {
+            assert!(expect_error, "{}: {e}", path.display());
+            return format!("{out}----- ERROR\n{e}\n");
+        }
+        Ok(c) => c,
+    };
+    assert!(!expect_error, "{}: expected an error", path.display());
+    out.push_str("----- KERNELS\n");
+    for k in &compiled.manifest.blocks.iter().flat_map(|b| b.kernels.iter()).collect::<Vec<_>>() {
+        out.push_str(&format!("{} {} {}: {}\n", k.name, k.kind, k.file, k.summary));
+    }
+    for k in &compiled.kernels {
+        let head: Vec<&str> = k.source.lines().take(2).collect();
+        let body = k.source.split("// ---- generated kernel ----\n").nth(1).unwrap_or_default();
+        out.push_str(&format!("----- {}\n{}\n{}", k.file_name, head.join("\n"), body));
+    }
+    out.push_str("----- MANIFEST\n");
+    out.push_str(&compiled.manifest.to_json());
+    out
+}
+
+#[test]
+fn example_kernels() {
+    insta::glob!("../../examples", "*.coda", |path: &Path| {
+        insta::assert_snapshot!(snapshot(path));
+    });
+}
+
+#[test]
+fn case_kernels() {
+    insta::glob!("../cuda-cases", "*.coda", |path: &Path| {
+        insta::assert_snapshot!(snapshot(path));
+    });
+}
+
+#[test]
+fn emitted_files_are_self_contained_and_deterministic() {
+    let prefix: String = coda::cuda::HEADERS.iter().map(|(_, text)| *text).collect::<Vec<_>>().concat();
+    for path in inputs() {
+        let (_, first) = compile(&path);
+        let (_, second) = compile(&path);
+        let (Ok(first), Ok(second)) = (first, second) else { continue };
+        assert_eq!(first.manifest.to_json(), second.manifest.to_json(), "{}", path.display());
+        for (a, b) in first.kernels.iter().zip(&second.kernels) {
+            assert_eq!(a.source, b.source, "{} is not deterministic", a.file_name);
+            assert!(a.source.contains(&prefix), "{}: headers not embedded verbatim", a.file_name);
+            assert!(a.source.contains(coda::cuda::PRELUDE), "{}: prelude missing", a.file_name);
+            assert!(!a.source.contains("#include \""), "{}: includes a file", a.file_name);
+            let root = workspace().canonicalize().unwrap_or_default();
+            assert!(!a.source.contains(&*root.to_string_lossy()), "{}: absolute path", a.file_name);
+            assert!(a.source.contains("\"C\" __global__"), "{}: no entry", a.file_name);
+        }
+        for block in &first.manifest.blocks {
+            for k in &block.kernels {
+                for s in &k.args {
+                    let sizes: usize = s.fields.iter().map(|f| coda::cuda::manifest::field_size(&f.kind)).sum();
+                    assert!(s.size >= sizes, "{}: struct {} too small", k.file, s.name);
+                }
+            }
+        }
+    }
+}
+
+/// Spilled bytes reported by ptxas (`-Xptxas -v`) in an NVRTC log.
+fn spills(log: &str) -> usize {
+    log.lines()
+        .filter_map(|l| l.split("bytes spill stores").next().filter(|_| l.contains("bytes spill stores")))
+        .filter_map(|s| s.rsplit(',').next().and_then(|n| n.trim().parse::<usize>().ok()))
+        .sum()
+}
+
+#[test]
+fn nvrtc_compiles_every_kernel() {
+    let compiler = match Compiler::global() {
+        Ok(c) => c,
+        Err(e) => {
+            assert!(
+                std::env::var("CODAC_REQUIRE_NVRTC").as_deref() != Ok("1"),
+                "CODAC_REQUIRE_NVRTC=1 but NVRTC is not available: {e}"
+            );
+            println!("skipped: no NVRTC ({e})");
+            return;
+        }
+    };
+    let mut jobs = Vec::new();
+    for path in inputs() {
+        if let (_, Ok(compiled)) = compile(&path) {
+            for k in compiled.kernels {
+                for arch in [Arch::SM_80, Arch::SM_90A] {
+                    jobs.push((k.clone(), arch));
+                }
+            }
+        }
+    }
+    let failures = std::sync::Mutex::new(Vec::new());
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let workers = std::thread::available_parallelism().map_or(4, |n| n.get().min(8));
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some((k, arch)) = jobs.get(i) else { break };
+                let opts = CompileOptions::new(*arch).file_name(&k.file_name).flag("-Xptxas").flag("-v");
+                let problem = match compiler.compile(&k.source, &opts) {
+                    Err(e) => Some(format!("{} ({arch}): {e}", k.file_name)),
+                    Ok(out) if out.has_warnings() => Some(format!("{} ({arch}): warnings:\n{}", k.file_name, out.log)),
+                    Ok(out) if spills(&out.log) > 0 => {
+                        println!("note: {} ({arch}) spills {} bytes", k.file_name, spills(&out.log));
+                        None
+                    }
+                    Ok(_) => None,
+                };
+                if let Some(p) = problem {
+                    failures.lock().unwrap_or_else(|e| e.into_inner()).push(p);
+                }
+            });
+        }
+    });
+    let failures = failures.into_inner().unwrap_or_else(|e| e.into_inner());
+    assert!(failures.is_empty(), "{} NVRTC failures:\n{}", failures.len(), failures.join("\n"));
+    println!("compiled {} kernels for sm_80 and sm_90a", jobs.len() / 2);
+}
+
+/// Dims for emulation: every run-time dim bound to `m`.
+fn small_dims(block: &coda::ir::Block, m: i64) -> coda::DimBindings {
+    block.symbolic_dims().map(|d| (d.to_string(), m)).collect()
+}
+
+/// The rel-L2 tolerance `codac run --check` uses.
+fn tolerance(block: &coda::ir::Block, output: &coda::ir::Output) -> f64 {
+    let mut stack = vec![output.value];
+    let mut seen = std::collections::BTreeSet::new();
+    while let Some(v) = stack.pop() {
+        if seen.insert(v) {
+            if matches!(block.inst(v), coda::ir::Inst::MatMul { .. }) {
+                return 5e-3;
+            }
+            stack.extend(block.inst(v).operands());
+        }
+    }
+    if output.tensor.dtype == coda::ir::DType::F32 {
+        1e-5
+    } else {
+        5e-3
+    }
+}
+
+/// Emulates the kernels of a block on the CPU and compares with the interpreter.
+fn emulate_block(name: &str, block: &coda::ir::Block, source: &coda::SourceFile, m: i64) {
+    let compiled = coda::cuda::compile_block(block, source).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let dims = small_dims(block, m);
+    let inputs = coda::random_inputs(block, &dims, 3).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let want = coda::eval(block, &dims, &inputs, &coda::EvalOptions { round_to_storage: true })
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    let mut host = std::collections::BTreeMap::new();
+    for (key, t) in &inputs {
+        let dtype = block
+            .param(key)
+            .map(|(_, p)| p.dtype)
+            .or_else(|| block.outputs.iter().find(|o| &o.tensor.name == key).map(|o| o.tensor.dtype));
+        let dtype = dtype.unwrap_or(coda::ir::DType::F32);
+        let data = t.data.iter().map(|v| coda::ir::interp::round_to_dtype(*v, dtype).unwrap_or(*v) as f32).collect();
+        host.insert(key.clone(), data);
+    }
+    let got = coda::cuda::emulate::emulate(&compiled.ir, block, &dims, &host).unwrap_or_else(|e| panic!("{name}: {e}"));
+    for output in &block.outputs {
+        let (g, w) = (&got[&output.tensor.name], &want[&output.tensor.name].data);
+        assert!(g.iter().all(|x| !x.is_nan()), "{name}: output {} has unwritten elements", output.tensor.name);
+        let diff: f64 = g.iter().zip(w).map(|(a, b)| (f64::from(*a) - b).powi(2)).sum();
+        let norm: f64 = w.iter().map(|b| b * b).sum();
+        let rel = (diff / norm.max(f64::MIN_POSITIVE)).sqrt();
+        let tol = tolerance(block, output);
+        assert!(rel <= tol, "{name} (M = {m}): output {} rel-L2 {rel:.3e} > {tol:.0e}", output.tensor.name);
+    }
+}
+
+#[test]
+fn emulated_kernels_match_the_interpreter() {
+    for path in inputs() {
+        let name = display_name(&path);
+        if ["examples/llama3_block.coda", "examples/lm_head_ce.coda"].contains(&name.as_str()) {
+            continue; // minutes in a debug build; covered by `codac run --check` on the GPU
+        }
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        if expects_error(&path, &text) {
+            continue;
+        }
+        let checked = coda::check(&name, &text).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let sizes: &[i64] = if name.starts_with("examples/") { &[3] } else { &[1, 37] };
+        for block in &checked.module.blocks {
+            for &m in sizes {
+                emulate_block(&name, block, &checked.source, m);
+            }
+        }
+    }
+}
