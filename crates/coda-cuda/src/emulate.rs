@@ -12,7 +12,7 @@
 use crate::kir::{BlockIr, ColMap, KernelKind, Node, Op, PartialKind, PartialOut, Role, Space};
 use crate::symexpr::SymExpr;
 use coda_ir::interp::round_to_dtype;
-use coda_ir::{BinaryOp, Block, DType, Dim, ReduceOp, RopeSpec, RopeStyle, RopeTable, UnaryOp};
+use coda_ir::{Block, DType, Dim, ReduceOp, RopeSpec, RopeStyle, RopeTable};
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 
@@ -246,8 +246,9 @@ impl Emu<'_> {
                 let buf = &self.bufs[*b];
                 (0..buf.cols).map(|t| f64::from(buf.get(k, t))).sum()
             }
-            Op::Unary(op, a) => unary(*op, e(*a)),
-            Op::Binary(op, a, b) => binary(*op, e(*a), e(*b)),
+            // The interpreter's own scalar semantics, so the two cannot drift apart.
+            Op::Unary(op, a) => coda_ir::interp::apply_unary(*op, e(*a)),
+            Op::Binary(op, a, b) => coda_ir::interp::apply_binary(*op, e(*a), e(*b)),
             Op::Select(c, a, b) => {
                 if e(*c) != 0.0 {
                     e(*a)
@@ -344,50 +345,5 @@ fn rope_table(spec: &RopeSpec, table: RopeTable, k: i64, dims: &BTreeMap<String,
     match table {
         RopeTable::Freq => freq,
         RopeTable::Sign => sign,
-    }
-}
-
-fn unary(op: UnaryOp, x: f64) -> f64 {
-    let sigmoid = |x: f64| 1.0 / (1.0 + (-x).exp());
-    match op {
-        UnaryOp::Neg => -x,
-        UnaryOp::Exp => x.exp(),
-        UnaryOp::Log => x.ln(),
-        UnaryOp::Sqrt => x.sqrt(),
-        UnaryOp::Rsqrt => 1.0 / x.sqrt(),
-        UnaryOp::Tanh => x.tanh(),
-        UnaryOp::Sigmoid => sigmoid(x),
-        UnaryOp::Relu => x.max(0.0),
-        UnaryOp::GeluTanh => 0.5 * x * (1.0 + (0.797_884_560_802_865_4 * (x + 0.044_715 * x * x * x)).tanh()),
-        UnaryOp::GeluErf => 0.5 * x * libm::erfc(-x / std::f64::consts::SQRT_2),
-        UnaryOp::Silu => x * sigmoid(x),
-        UnaryOp::Softplus => {
-            if x > 20.0 {
-                x
-            } else {
-                x.exp().ln_1p()
-            }
-        }
-        UnaryOp::Abs => x.abs(),
-        UnaryOp::Sin => x.sin(),
-        UnaryOp::Cos => x.cos(),
-    }
-}
-
-fn binary(op: BinaryOp, a: f64, b: f64) -> f64 {
-    let t = |c: bool| f64::from(u8::from(c));
-    match op {
-        BinaryOp::Add => a + b,
-        BinaryOp::Sub => a - b,
-        BinaryOp::Mul => a * b,
-        BinaryOp::Div => a / b,
-        BinaryOp::Min => a.min(b),
-        BinaryOp::Max => a.max(b),
-        BinaryOp::Lt => t(a < b),
-        BinaryOp::Le => t(a <= b),
-        BinaryOp::Gt => t(a > b),
-        BinaryOp::Ge => t(a >= b),
-        BinaryOp::Eq => t(a == b),
-        BinaryOp::Ne => t(a != b),
     }
 }

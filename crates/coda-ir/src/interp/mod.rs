@@ -129,6 +129,7 @@ mod tests;
 pub use bind::{bind_shape, DimBindings, MAX_ELEMENTS};
 pub use error::EvalError;
 pub use eval::{eval, EvalOptions, MEMORY_LIMIT_BYTES};
+pub use ops::{binary as apply_binary, unary as apply_unary};
 pub use random::random_inputs;
 pub use round::round_to_dtype;
 pub use rows::{eval_rows, row_local_dim};

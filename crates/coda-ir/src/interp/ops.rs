@@ -10,7 +10,8 @@ const SOFTPLUS_THRESHOLD: f64 = 20.0;
 const SQRT_2_OVER_PI: f64 = 0.797_884_560_802_865_4;
 
 /// One unary function at one point.
-pub(super) fn unary(op: UnaryOp, x: f64) -> f64 {
+/// One unary op on one value, with the interpreter's exact semantics.
+pub fn unary(op: UnaryOp, x: f64) -> f64 {
     match op {
         UnaryOp::Neg => -x,
         UnaryOp::Exp => x.exp(),
@@ -70,7 +71,8 @@ fn softplus(x: f64) -> f64 {
 }
 
 /// One binary function at one point; comparisons give `1.0` or `0.0`.
-pub(super) fn binary(op: BinaryOp, a: f64, b: f64) -> f64 {
+/// One binary op on two values, with the interpreter's exact semantics.
+pub fn binary(op: BinaryOp, a: f64, b: f64) -> f64 {
     match op {
         BinaryOp::Add => a + b,
         BinaryOp::Sub => a - b,
