@@ -122,10 +122,10 @@ impl Lowerer<'_> {
         let dims: Option<Vec<Dim>> = dims.into_iter().collect();
         let dims = dims?;
         for (dim, expr) in dims.iter().zip(&ty.dims) {
-            if dim.as_const() == Some(0) {
+            if let Some(value) = dim.as_const().filter(|v| *v <= 0) {
                 self.diagnostics.push(
                     Diagnostic::error("E0105", "a tensor dimension must be positive")
-                        .with_primary(expr.span, "this is 0"),
+                        .with_primary(expr.span, format!("this is {value}")),
                 );
                 return None;
             }

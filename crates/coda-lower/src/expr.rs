@@ -291,8 +291,8 @@ impl Lowerer<'_> {
             }
         };
         let in_range = match (start.as_const(), end.as_const(), cols.as_const()) {
-            (Some(s), Some(e), Some(c)) => s < e && e <= c,
-            (Some(s), Some(e), None) => s < e,
+            (Some(s), Some(e), Some(c)) => 0 <= s && s < e && e <= c,
+            (Some(s), Some(e), None) => 0 <= s && s < e,
             _ => len.as_const().is_none_or(|l| l > 0),
         };
         let symbolic_overflow = end != cols && cols.sub(&end).ok().and_then(|d| d.as_const()).is_some_and(|d| d < 0);
