@@ -42,7 +42,13 @@ impl DimScope {
 
     /// The dims in the IR's form, for a block's header.
     pub(crate) fn defs(&self) -> Vec<DimDef> {
-        self.entries.iter().map(|e| DimDef { name: e.name.clone(), value: e.constant }).collect()
+        // An alias of an expression over symbols (`dim Q = 2*M`) is substituted
+        // where it is used and is not a run-time binding of its own.
+        self.entries
+            .iter()
+            .filter(|e| e.constant.is_some() || e.value == Dim::symbol(&e.name))
+            .map(|e| DimDef { name: e.name.clone(), value: e.constant })
+            .collect()
     }
 
     pub(crate) fn names(&self) -> impl Iterator<Item = &str> {
