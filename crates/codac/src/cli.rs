@@ -70,18 +70,9 @@ pub(crate) struct ExplainArgs {
 pub(crate) struct EvalArgs {
     /// The .coda file.
     pub(crate) file: PathBuf,
-    /// Run-time dimensions, e.g. `M=256` or `M=256,T=8`; may be repeated.
-    #[arg(long, value_delimiter = ',', required = true)]
-    pub(crate) dims: Vec<String>,
-    /// Generate deterministic random inputs (documented in docs/interpreter.md).
-    #[arg(long, conflicts_with = "inputs", required_unless_present = "inputs")]
-    pub(crate) random: bool,
-    /// Seed for --random.
-    #[arg(long, default_value_t = 0, requires = "random")]
-    pub(crate) seed: u64,
-    /// Read inputs from DIR/NAME.npy, one file per block input.
-    #[arg(long, value_name = "DIR")]
-    pub(crate) inputs: Option<PathBuf>,
+    /// Dimensions and where the inputs come from.
+    #[command(flatten)]
+    pub(crate) input: InputArgs,
     /// Write outputs to DIR/NAME.npy.
     #[arg(long, value_name = "DIR")]
     pub(crate) out: Option<PathBuf>,
@@ -115,18 +106,9 @@ pub(crate) struct CompileArgs {
 pub(crate) struct RunArgs {
     /// The .coda file.
     pub(crate) file: PathBuf,
-    /// Run-time dimensions, e.g. `M=4096`; may be repeated.
-    #[arg(long, value_delimiter = ',', required = true)]
-    pub(crate) dims: Vec<String>,
-    /// Generate deterministic random inputs (as `codac eval --random`).
-    #[arg(long, conflicts_with = "inputs", required_unless_present = "inputs")]
-    pub(crate) random: bool,
-    /// Seed for --random.
-    #[arg(long, default_value_t = 0, requires = "random")]
-    pub(crate) seed: u64,
-    /// Read inputs from DIR/NAME.npy, one file per block input.
-    #[arg(long, value_name = "DIR")]
-    pub(crate) inputs: Option<PathBuf>,
+    /// Dimensions and where the inputs come from.
+    #[command(flatten)]
+    pub(crate) input: InputArgs,
     /// Poison outputs with NaN, then compare every output with the interpreter (rounding on).
     #[arg(long)]
     pub(crate) check: bool,
@@ -139,4 +121,21 @@ pub(crate) struct RunArgs {
     /// Run only this block (default: every block in the file).
     #[arg(long)]
     pub(crate) block: Option<String>,
+}
+
+/// The run-time dims and the inputs, shared by `eval` and `run`.
+#[derive(Debug, Args)]
+pub(crate) struct InputArgs {
+    /// Run-time dimensions, e.g. `M=256` or `M=256,T=8`; may be repeated.
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub(crate) dims: Vec<String>,
+    /// Generate deterministic random inputs (documented in docs/interpreter.md).
+    #[arg(long, conflicts_with = "inputs", required_unless_present = "inputs")]
+    pub(crate) random: bool,
+    /// Seed for --random.
+    #[arg(long, default_value_t = 0, requires = "random")]
+    pub(crate) seed: u64,
+    /// Read inputs from DIR/NAME.npy, one file per block input.
+    #[arg(long, value_name = "DIR")]
+    pub(crate) inputs: Option<PathBuf>,
 }

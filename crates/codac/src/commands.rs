@@ -97,7 +97,7 @@ fn eval(args: &EvalArgs, color: ColorChoice) -> Result<Outcome> {
     if checked.has_errors() {
         return Ok(Outcome::UserError);
     }
-    let dims = parse_dims(&args.dims)?;
+    let dims = parse_dims(&args.input.dims)?;
     let options = EvalOptions { round_to_storage: args.bf16_rounding };
     let blocks: Vec<&coda::ir::Block> = match &args.block {
         Some(name) => match checked.module.block(name) {
@@ -109,9 +109,9 @@ fn eval(args: &EvalArgs, color: ColorChoice) -> Result<Outcome> {
     let mut stdout = std::io::stdout().lock();
     for block in blocks {
         check_dims_known(block, &dims)?;
-        let inputs = match &args.inputs {
+        let inputs = match &args.input.inputs {
             Some(dir) => npy::read_inputs(block, &dims, dir)?,
-            None => coda::random_inputs(block, &dims, args.seed)?,
+            None => coda::random_inputs(block, &dims, args.input.seed)?,
         };
         let outputs = coda::eval(block, &dims, &inputs, &options)?;
         writeln!(stdout, "block {}:", block.name)?;

@@ -33,7 +33,7 @@ pub(crate) fn run(args: &RunArgs, color: ColorChoice) -> Result<Outcome> {
     if checked.has_errors() {
         return Ok(Outcome::UserError);
     }
-    let dims = parse_dims(&args.dims)?;
+    let dims = parse_dims(&args.input.dims)?;
     let device = open_device()?;
     let info = device.info();
     println!("device: {} ({}, {} SMs)", info.name, info.arch, info.multiprocessors);
@@ -70,9 +70,9 @@ fn run_block(
     dims: &DimBindings,
 ) -> Result<bool> {
     println!("block {} ({} kernels)", block.name, manifest.kernels.len());
-    let inputs = match &args.inputs {
+    let inputs = match &args.input.inputs {
         Some(dir) => npy::read_inputs(block, dims, dir)?,
-        None => coda::random_inputs(block, dims, args.seed)?,
+        None => coda::random_inputs(block, dims, args.input.seed)?,
     };
     let executor = BlockExecutor::new(device, manifest, sources)?;
     for (c, spec) in executor.compile_report().iter().zip(&manifest.kernels) {

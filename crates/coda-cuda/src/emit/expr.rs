@@ -320,23 +320,7 @@ impl<'a> Emitter<'a> {
             }
         }
         let a = self.eval(a, m, k)?;
-        Ok(match op {
-            UnaryOp::Neg => format!("(-{a})"),
-            UnaryOp::Exp => format!("expf({a})"),
-            UnaryOp::Log => format!("logf({a})"),
-            UnaryOp::Sqrt => format!("sqrtf({a})"),
-            UnaryOp::Rsqrt => format!("cg::rsqrt({a})"),
-            UnaryOp::Tanh => format!("tanhf({a})"),
-            UnaryOp::Sigmoid => format!("cg::sigmoid({a})"),
-            UnaryOp::Relu => format!("cg::relu({a})"),
-            UnaryOp::GeluTanh => format!("cg::gelu_tanh({a})"),
-            UnaryOp::GeluErf => format!("cg::gelu_erf({a})"),
-            UnaryOp::Silu => format!("cg::silu({a})"),
-            UnaryOp::Softplus => format!("cg::softplus({a})"),
-            UnaryOp::Abs => format!("fabsf({a})"),
-            UnaryOp::Sin => format!("sinf({a})"),
-            UnaryOp::Cos => format!("cosf({a})"),
-        })
+        Ok(super::gemm::unary_reg(op, &a))
     }
 
     /// `(x, spec)` when `node` is `x * freq` with `freq` a rotary frequency

@@ -495,7 +495,7 @@ pub(crate) fn uses(text: &str, word: &str) -> bool {
 }
 
 /// A unary function of a register value (no rotary angle special case).
-fn unary_reg(op: UnaryOp, a: &str) -> String {
+pub(super) fn unary_reg(op: UnaryOp, a: &str) -> String {
     match op {
         UnaryOp::Neg => format!("(-{a})"),
         UnaryOp::Exp => format!("expf({a})"),
