@@ -339,6 +339,37 @@ pub enum Inst {
 }
 
 impl Inst {
+    /// A copy with every operand replaced by `f(operand)`; the one place,
+    /// beside [`Inst::operands`], that knows where each variant keeps them.
+    #[must_use]
+    pub fn map_operands(&self, mut f: impl FnMut(Value) -> Value) -> Inst {
+        let mut inst = self.clone();
+        match &mut inst {
+            Inst::Param(_) | Inst::Const(_) | Inst::DimValue(_) | Inst::RopeTable { .. } => {}
+            Inst::Unary { arg, .. }
+            | Inst::Cast { arg, .. }
+            | Inst::Broadcast { arg, .. }
+            | Inst::Transpose { arg }
+            | Inst::Reduce { arg, .. }
+            | Inst::SliceCols { arg, .. }
+            | Inst::RopePartner { arg, .. } => *arg = f(*arg),
+            Inst::Binary { lhs: a, rhs: b, .. }
+            | Inst::MatMul { lhs: a, rhs: b, .. }
+            | Inst::Interleave { even: a, odd: b }
+            | Inst::TakeCols { arg: a, index: b } => {
+                *a = f(*a);
+                *b = f(*b);
+            }
+            Inst::Select { cond, on_true, on_false } => {
+                *cond = f(*cond);
+                *on_true = f(*on_true);
+                *on_false = f(*on_false);
+            }
+            Inst::ConcatCols { parts } => parts.iter_mut().for_each(|p| *p = f(*p)),
+        }
+        inst
+    }
+
     /// The operands, in order.
     pub fn operands(&self) -> Vec<Value> {
         match self {

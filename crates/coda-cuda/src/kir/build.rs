@@ -105,33 +105,12 @@ impl Builder<'_> {
 
     fn declare_io(&mut self) {
         for p in &self.block.params {
-            let buf = Buffer {
-                name: p.name.clone(),
-                role: Role::Input,
-                dtype: p.dtype,
-                rows: SymExpr::from(&p.shape.rows),
-                cols: SymExpr::from(&p.shape.cols),
-                rank: p.rank,
-                ld: None,
-                accumulate: false,
-                staging_of: None,
-            };
+            let buf = io_buffer(p, Role::Input, false);
             let id = self.add_buffer(buf);
             self.param_bufs.push(id);
         }
         for o in &self.block.outputs {
-            let t = &o.tensor;
-            let buf = Buffer {
-                name: t.name.clone(),
-                role: Role::Output,
-                dtype: t.dtype,
-                rows: SymExpr::from(&t.shape.rows),
-                cols: SymExpr::from(&t.shape.cols),
-                rank: t.rank,
-                ld: None,
-                accumulate: o.accumulate,
-                staging_of: None,
-            };
+            let buf = io_buffer(&o.tensor, Role::Output, o.accumulate);
             let id = self.add_buffer(buf);
             self.output_bufs.push(id);
         }
@@ -462,5 +441,20 @@ pub(crate) fn space_of(block: &Block, v: Value) -> Space {
         ShapeClass::RowVector => Space::Row,
         ShapeClass::ColVector => Space::Col,
         ShapeClass::Tile => Space::Tile,
+    }
+}
+
+/// The buffer of a block input or output, as the caller passes it.
+fn io_buffer(t: &coda_ir::Tensor, role: Role, accumulate: bool) -> Buffer {
+    Buffer {
+        name: t.name.clone(),
+        role,
+        dtype: t.dtype,
+        rows: SymExpr::from(&t.shape.rows),
+        cols: SymExpr::from(&t.shape.cols),
+        rank: t.rank,
+        ld: None,
+        accumulate,
+        staging_of: None,
     }
 }

@@ -24,37 +24,7 @@ pub(crate) fn number_values(block: &Block) -> Vec<Value> {
 
 /// `inst` with every operand replaced by its representative.
 fn remap(inst: &Inst, canon: &[Value]) -> Inst {
-    let c = |v: &Value| canon.get(v.index()).copied().unwrap_or(*v);
-    let mut inst = inst.clone();
-    match &mut inst {
-        Inst::Param(_) | Inst::Const(_) | Inst::DimValue(_) | Inst::RopeTable { .. } => {}
-        Inst::Unary { arg, .. }
-        | Inst::Cast { arg, .. }
-        | Inst::Broadcast { arg, .. }
-        | Inst::Transpose { arg }
-        | Inst::Reduce { arg, .. }
-        | Inst::SliceCols { arg, .. }
-        | Inst::RopePartner { arg, .. } => *arg = c(arg),
-        Inst::Binary { lhs, rhs, .. } | Inst::MatMul { lhs, rhs, .. } => {
-            *lhs = c(lhs);
-            *rhs = c(rhs);
-        }
-        Inst::Select { cond, on_true, on_false } => {
-            *cond = c(cond);
-            *on_true = c(on_true);
-            *on_false = c(on_false);
-        }
-        Inst::ConcatCols { parts } => parts.iter_mut().for_each(|p| *p = c(p)),
-        Inst::Interleave { even, odd } => {
-            *even = c(even);
-            *odd = c(odd);
-        }
-        Inst::TakeCols { arg, index } => {
-            *arg = c(arg);
-            *index = c(index);
-        }
-    }
-    inst
+    inst.map_operands(|v| canon.get(v.index()).copied().unwrap_or(v))
 }
 
 /// Which representatives the outputs need.
