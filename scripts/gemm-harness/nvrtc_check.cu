@@ -1,15 +1,22 @@
 // nvrtc_check.cu -- checks the production path of codac's CUDA GEMM headers:
-// the three headers concatenated verbatim (coda_common.cuh,
-// coda_epilogue.cuh, coda_gemm_sm80.cuh), followed by an epilogue struct and
-// extern "C" entry points written exactly as codac emits them, compiled at
-// run time with NVRTC for sm_80 and sm_90a with only the CUDA include
-// directory.  Reports registers / spills from ptxas (fails on any spill),
-// and with --run loads the cubin built for the local GPU (cudaLibraryLoadData)
-// and checks its results against a float64 CPU reference.
+// the headers concatenated verbatim (coda_common.cuh, coda_epilogue.cuh,
+// coda_gemm_sm80.cuh, and for sm_90a also coda_gemm_sm90.cuh), followed by an
+// epilogue struct and extern "C" entry points written exactly as codac emits
+// them, compiled at run time with NVRTC (sm_80: the three sm80 headers and
+// the sm80 entry points; sm_90a: all four headers and both kinds of entry
+// points) with only the CUDA include directory.  Reports registers / spills
+// from ptxas (fails on any spill), and with --run loads the cubin built for
+// the local GPU (cudaLibraryLoadData) and checks its results against a
+// float64 CPU reference; the sm90 entry points are launched as the runtime
+// will: two CUtensorMaps (cuTensorMapEncodeTiled) by value, GemmArgs,
+// Epi::Params, grid min(tiles, SMs), 384 threads.
 //
 // usage: nvrtc_check <dir with the .cuh files> <CUDA include dir> [--run]
+#include <cuda.h>  // CUtensorMap types only (cuTensorMapEncodeTiled via the driver entry point)
 #include <cuda_runtime.h>
 #include <nvrtc.h>
+
+#include <algorithm>
 
 #include <cmath>
 #include <cstdint>
@@ -86,17 +93,80 @@ coda_k0_64x64_mk_kn(coda::GemmArgs g, Epi_k0::Params e) {
 }
 )EMIT";
 
+// sm_90a only: the same functor under the Hopper mainloop.
+static const char* kEmitted90 = R"EMIT(
+extern "C" __global__ void __launch_bounds__(coda::Sm90Cfg128x256::kThreads, 1)
+coda_k0_sm90_128x256_mk_nk(const __grid_constant__ coda::TmaDesc ta, const __grid_constant__ coda::TmaDesc tb,
+                           coda::GemmArgs g, Epi_k0::Params e) {
+    coda::gemm_sm90<coda::Sm90Cfg128x256, coda::A_MxK, coda::B_NxK, __nv_bfloat16, Epi_k0>(ta, tb, g, e);
+}
+extern "C" __global__ void __launch_bounds__(coda::Sm90Cfg128x128pp::kThreads, 1)
+coda_k0_sm90_128x128pp_km_kn(const __grid_constant__ coda::TmaDesc ta, const __grid_constant__ coda::TmaDesc tb,
+                             coda::GemmArgs g, Epi_k0::Params e) {
+    coda::gemm_sm90<coda::Sm90Cfg128x128pp, coda::A_KxM, coda::B_KxN, __nv_bfloat16, Epi_k0>(ta, tb, g, e);
+}
+extern "C" __global__ void __launch_bounds__(coda::Sm90Cfg256x128::kThreads, 1)
+coda_k0_sm90_256x128_mk_kn(const __grid_constant__ coda::TmaDesc ta, const __grid_constant__ coda::TmaDesc tb,
+                           coda::GemmArgs g, Epi_k0::Params e) {
+    coda::gemm_sm90<coda::Sm90Cfg256x128, coda::A_MxK, coda::B_KxN, __nv_bfloat16, Epi_k0>(ta, tb, g, e);
+}
+)EMIT";
+
 struct KernelDesc {
     const char* name;
     int bm, bn, threads, smem;
     bool a_kcontig, b_kcontig;
+    bool sm90;
 };
-// smem = kStages * (BM + BN) * BK * 2 (the host mirror of gemm_smem_bytes).
+// Host mirror of coda::gemm_sm90_smem_bytes<Cfg, Epi> for kSmemFloats = 0:
+// 1024 + stages * (BM + BN) * 128 + units * scratch + 16 * stages + 16, scratch =
+// round_up(max(BM * (BN + 8) * 2, 4 * max(2 * BM, BN * warps_m)), 128).
+static int sm90_smem(int bm, int bn, int stages, bool pingpong) {
+    const int warps_m = pingpong ? 4 : 8;
+    int scratch = std::max(bm * (bn + 8) * 2, 4 * std::max(2 * bm, bn * warps_m));
+    scratch = (scratch + 127) / 128 * 128;
+    return 1024 + stages * (bm + bn) * 128 + (pingpong ? 2 : 1) * scratch + 16 * stages + 16;
+}
+// sm80 smem = kStages * (BM + BN) * BK * 2 (the host mirror of gemm_smem_bytes).
 static const KernelDesc kKernels[] = {
-    {"coda_k0_128x128_mk_nk", 128, 128, 256, 4 * (128 + 128) * 32 * 2, true, true},
-    {"coda_k0_128x256_km_kn", 128, 256, 256, 3 * (128 + 256) * 64 * 2, false, false},
-    {"coda_k0_64x64_mk_kn", 64, 64, 128, 3 * (64 + 64) * 32 * 2, true, false},
+    {"coda_k0_128x128_mk_nk", 128, 128, 256, 4 * (128 + 128) * 32 * 2, true, true, false},
+    {"coda_k0_128x256_km_kn", 128, 256, 256, 3 * (128 + 256) * 64 * 2, false, false, false},
+    {"coda_k0_64x64_mk_kn", 64, 64, 128, 3 * (64 + 64) * 32 * 2, true, false, false},
 };
+static const KernelDesc kKernels90[] = {
+    {"coda_k0_sm90_128x256_mk_nk", 128, 256, 384, sm90_smem(128, 256, 3, false), true, true, true},
+    {"coda_k0_sm90_128x128pp_km_kn", 128, 128, 384, sm90_smem(128, 128, 4, true), false, false, true},
+    {"coda_k0_sm90_256x128_mk_kn", 256, 128, 384, sm90_smem(256, 128, 3, false), true, false, true},
+};
+
+typedef CUresult (*EncodeTiledFn)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                  const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                  CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+// The tensor map of one bf16 operand (host contract of coda_gemm_sm90.cuh).
+static CUtensorMap make_tmap(void* ptr, long long inner, long long outer, long long ld) {
+    static EncodeTiledFn fn = nullptr;
+    if (!fn) {
+        void* p = nullptr;
+        cudaDriverEntryPointQueryResult q;
+        CK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q));
+        if (q != cudaDriverEntryPointSuccess || !p) {
+            fprintf(stderr, "cuTensorMapEncodeTiled not found\n");
+            exit(2);
+        }
+        fn = (EncodeTiledFn)p;
+    }
+    CUtensorMap m;
+    const cuuint64_t dims[2] = {(cuuint64_t)inner, (cuuint64_t)outer};
+    const cuuint64_t strides[1] = {(cuuint64_t)ld * 2};
+    const cuuint32_t box[2] = {64, 64}, estr[2] = {1, 1};
+    if (fn(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, ptr, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+           CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+           CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS) {
+        fprintf(stderr, "cuTensorMapEncodeTiled failed\n");
+        exit(2);
+    }
+    return m;
+}
 
 static std::string read_file(const std::string& path) {
     std::ifstream f(path);
@@ -219,8 +289,19 @@ static bool run_kernel(cudaLibrary_t lib, const KernelDesc& kd) {
     CK(cudaFuncSetAttribute((const void*)k, cudaFuncAttributeMaxDynamicSharedMemorySize, kd.smem));
     GemmArgs g = {da, db, M, N, K, lda, ldb};
     EpiParams e = {dd, ldd, dr, ldd, (float*)dss};
-    void* args[] = {&g, &e};
-    CK(cudaLaunchKernel((const void*)k, dim3(tm * tn), dim3(kd.threads), args, (size_t)kd.smem, 0));
+    if (kd.sm90) {
+        // A_MxK: {K, M}; A_KxM: {M, K}; B_NxK: {K, N}; B_KxN: {N, K}.
+        CUtensorMap ta = make_tmap(da, kd.a_kcontig ? K : M, kd.a_kcontig ? M : K, lda);
+        CUtensorMap tb = make_tmap(db, kd.b_kcontig ? K : N, kd.b_kcontig ? N : K, ldb);
+        int sms = 0;
+        CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+        void* args[] = {&ta, &tb, &g, &e};
+        CK(cudaLaunchKernel((const void*)k, dim3(std::min(tm * tn, sms)), dim3(kd.threads), args, (size_t)kd.smem,
+                            0));
+    } else {
+        void* args[] = {&g, &e};
+        CK(cudaLaunchKernel((const void*)k, dim3(tm * tn), dim3(kd.threads), args, (size_t)kd.smem, 0));
+    }
     CK(cudaGetLastError());
     CK(cudaDeviceSynchronize());
     std::vector<uint16_t> hd((size_t)M * ldd);
@@ -270,13 +351,16 @@ int main(int argc, char** argv) {
     // Verbatim concatenation, in include order.
     const std::string src = read_file(dir + "/coda_common.cuh") + read_file(dir + "/coda_epilogue.cuh") +
                             read_file(dir + "/coda_gemm_sm80.cuh") + kEmitted;
+    const std::string src90 = read_file(dir + "/coda_common.cuh") + read_file(dir + "/coda_epilogue.cuh") +
+                              read_file(dir + "/coda_gemm_sm80.cuh") + read_file(dir + "/coda_gemm_sm90.cuh") +
+                              kEmitted + kEmitted90;
     int major = 0, minor = 0;
     NK(nvrtcVersion(&major, &minor));
-    printf("NVRTC %d.%d, source %zu bytes\n", major, minor, src.size());
+    printf("NVRTC %d.%d, source %zu bytes (sm_90a: %zu)\n", major, minor, src.size(), src90.size());
     int fails = 0, sp = 0;
     compile(src, "sm_80", inc, sp);
     fails += sp != 0;
-    std::vector<char> cubin90 = compile(src, "sm_90a", inc, sp);
+    std::vector<char> cubin90 = compile(src90, "sm_90a", inc, sp);
     fails += sp != 0;
     if (run) {
         int dev = 0;
@@ -290,6 +374,8 @@ int main(int argc, char** argv) {
         cudaLibrary_t lib;
         CK(cudaLibraryLoadData(&lib, cubin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0));
         for (const KernelDesc& kd : kKernels) fails += !run_kernel(lib, kd);
+        if (prop.major == 9 && prop.minor == 0)
+            for (const KernelDesc& kd : kKernels90) fails += !run_kernel(lib, kd);
         CK(cudaLibraryUnload(lib));
     }
     printf("nvrtc_check: %s\n", fails ? "FAILED" : "OK");

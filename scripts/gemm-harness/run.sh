@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # run.sh -- runs the NVRTC production-path check and the GEMM harness on a
 # machine with a GPU.  Arguments go to the harness (--ragged-only skips the
-# 4096^3 part; --profile does one launch of a few kernels, for ncu).
+# large shapes; --profile does one launch of a few kernels, for ncu; --sm90
+# tests and times the Hopper mainloop instead of the sm80 one).
 #
 # Environment: NVCC (to locate the CUDA toolkit; default nvcc on PATH),
 # BUILD_DIR (default ./build next to this script), CODA_CUBLAS_LIB (path of
@@ -26,7 +27,8 @@ if [ -n "$CODA_CUBLAS_LIB" ]; then
 fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv 2>/dev/null
 rc=0
-if [ "${1:-}" != "--profile" ]; then
+case " $* " in *" --profile "*) profiling=1 ;; *) profiling=0 ;; esac
+if [ $profiling = 0 ]; then
     "$B/nvrtc_check" "$ROOT/crates/coda-cuda/cuda" "$CUDA_INC" --run || rc=1
 fi
 "$B/harness" "$@" || rc=1

@@ -40,3 +40,32 @@ fn examples_evaluate_to_finite_outputs() {
         }
     });
 }
+
+/// The `// expect-kernels:` header of an example: kind → count.
+fn expected_kernels(text: &str) -> Option<Vec<(String, usize)>> {
+    let line = text.lines().find_map(|l| l.strip_prefix("// expect-kernels:"))?;
+    line.split(',')
+        .map(|part| {
+            let mut words = part.split_whitespace();
+            Some((words.next()?.to_string(), words.next()?.parse().ok()?))
+        })
+        .collect()
+}
+
+#[test]
+fn examples_compile_to_the_kernel_counts_in_their_headers() {
+    insta::glob!("../../examples", "*.coda", |path: &Path| {
+        let checked = check_example(path);
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let expected = expected_kernels(&text).unwrap_or_else(|| panic!("{}: no `// expect-kernels:` header", path.display()));
+        let json = coda::explain_json(&checked);
+        let kernels = json["kernels"].as_array().cloned().unwrap_or_default();
+        for (kind, count) in expected {
+            let actual = kernels.iter().filter(|k| k["kind"] == kind.as_str()).count();
+            assert_eq!(actual, count, "{}: {kind} kernels", path.display());
+        }
+        for k in &kernels {
+            assert!(k["bytes_moved"].as_u64().is_some_and(|b| b > 0), "{}: {k}", path.display());
+        }
+    });
+}

@@ -7,5 +7,6 @@ mod cases;
 mod cuda;
 mod examples;
 mod interp;
+mod rewrites;
 mod robustness;
 mod tidy;

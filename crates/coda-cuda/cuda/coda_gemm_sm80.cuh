@@ -76,6 +76,25 @@ struct GemmArgs {
     long long lda, ldb;
 };
 
+// Row maps of a K-contiguous operand (B_NxK: one row per accumulator
+// column): the loader reads row map(n) for tile row n.  PairRows is the pair
+// layout of codac's reparameterizer: in each group of GROUP rows in
+// [START, END), rows i and i + GROUP/2 become neighbours 2i, 2i + 1.
+struct IdentityRows {
+    static constexpr bool kIdentity = true;
+    static __device__ __forceinline__ int map(int n) { return n; }
+};
+template <int START, int END, int GROUP>
+struct PairRows {
+    static_assert(GROUP >= 2 && GROUP % 2 == 0 && (END - START) % GROUP == 0, "bad pair layout");
+    static constexpr bool kIdentity = false;
+    static __device__ __forceinline__ int map(int n) {
+        if (n < START || n >= END) return n;
+        const int local = n - START, j = local % GROUP;
+        return START + (local - j) + (j & 1) * (GROUP / 2) + (j >> 1);
+    }
+};
+
 // Operand layout tags.
 struct A_MxK { static constexpr bool kKContiguous = true; };
 struct A_KxM { static constexpr bool kKContiguous = false; };
@@ -229,8 +248,9 @@ struct SmemTile {
 // consecutive threads read consecutive 16-byte chunks of one global row.
 // Loads must be issued for k tiles 0, 1, 2, ... in order (the loader keeps
 // the running global pointer).
-template <class Cfg, bool K_CONTIG, int MN, class Elem>
+template <class Cfg, bool K_CONTIG, int MN, class Elem, class RowMap = IdentityRows>
 struct TileLoader {
+    static_assert(RowMap::kIdentity || K_CONTIG, "a row map needs a K-contiguous operand");
     typedef SmemTile<K_CONTIG, MN, Cfg::BK> Tile;
     static constexpr int C = Tile::kChunksPerRow;
     static_assert(Cfg::kThreads % C == 0, "threads must cover whole smem rows");
@@ -246,6 +266,7 @@ struct TileLoader {
     int k_rem;             // K_CONTIG: K elements left from the chunk start
                            // else:     K rows left from the thread's first row
     unsigned soff[kIters]; // smem byte offsets within a stage
+    const Elem* mapped[kIters];  // RowMap only: the thread's row pointers
 
     __device__ __forceinline__ TileLoader(const Elem* b, long long ld, int mn_total, int k_total, int mn0,
                                           int tid) {
@@ -256,6 +277,14 @@ struct TileLoader {
             tile_step = Cfg::BK;
             mn_rem = mn_total - mn0 - row;
             k_rem = k_total - chunk * 8;
+            if (!RowMap::kIdentity) {
+#pragma unroll
+                for (int it = 0; it < kIters; ++it) {
+                    const int n = mn0 + row + it * kRowStep;
+                    // Rows past the operand are never read (zero bytes copied).
+                    mapped[it] = b + (long long)(n < mn_total ? RowMap::map(n) : n) * ld + chunk * 8;
+                }
+            }
         } else {  // smem row = k index, chunk = 8 mn's
             ptr = b + (long long)row * ld + mn0 + chunk * 8;
             tile_step = (long long)Cfg::BK * ld;
@@ -279,7 +308,9 @@ struct TileLoader {
                 bytes = (it * kRowStep < k_rem) ? 2 * mv : 0;
             }
             // With bytes == 0 the (possibly out-of-range) address is not read.
-            cp_async_16(stage + soff[it], ptr + it * step, bytes);
+            const Elem* src = RowMap::kIdentity ? ptr + it * step : mapped[it];
+            cp_async_16(stage + soff[it], src, bytes);
+            if (!RowMap::kIdentity) mapped[it] += tile_step;
         }
         ptr += tile_step;
         k_rem -= Cfg::BK;  // K elements (K_CONTIG) or K rows (otherwise)
@@ -486,7 +517,7 @@ __device__ __forceinline__ void mainloop_simple(Frag& f, LA& load_a, LB& load_b,
 // ---------------------------------------------------------------------------
 // The GEMM: one CTA computes one BM x BN output tile, then calls Epi::apply.
 // ---------------------------------------------------------------------------
-template <class Cfg, class LayoutA, class LayoutB, class Elem, class Epi>
+template <class Cfg, class LayoutA, class LayoutB, class Elem, class Epi, class RowMapB = IdentityRows>
 __device__ __forceinline__ void gemm_sm80(const GemmArgs& g, const typename Epi::Params& ep) {
     static_assert(is_same<Elem, bf16>::value || is_same<Elem, f16>::value, "Elem must be bf16 or f16");
     typedef typename Sm80Frag<Cfg>::type Frag;
@@ -509,7 +540,7 @@ __device__ __forceinline__ void gemm_sm80(const GemmArgs& g, const typename Epi:
     const int n0 = tn * Cfg::BN;
 
     TileLoader<Cfg, kAK, Cfg::BM, Elem> load_a(static_cast<const Elem*>(g.a), g.lda, g.m, g.k, m0, tid);
-    TileLoader<Cfg, kBK, Cfg::BN, Elem> load_b(static_cast<const Elem*>(g.b), g.ldb, g.n, g.k, n0, tid);
+    TileLoader<Cfg, kBK, Cfg::BN, Elem, RowMapB> load_b(static_cast<const Elem*>(g.b), g.ldb, g.n, g.k, n0, tid);
     const FragLoader<kAK, Cfg::BM, Cfg::BK, false> frag_a(lane);
     const FragLoader<kBK, Cfg::BN, Cfg::BK, true> frag_b(lane);
 

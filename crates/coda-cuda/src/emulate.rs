@@ -137,7 +137,8 @@ impl Emu<'_> {
             for m in 0..rows {
                 for k in 0..cols {
                     let v = self.eval(s.node, m, k);
-                    self.bufs[s.buf].put(m, k, f64::from(v), s.accumulate);
+                    let col = s.col_perm.map_or(k, |p| p.source(k));
+                    self.bufs[s.buf].put(m, col, f64::from(v), s.accumulate);
                 }
             }
         }
@@ -151,9 +152,10 @@ impl Emu<'_> {
             crate::kir::Layout::AMxK => a.get(i, k),
             _ => a.get(k, i),
         };
+        let row = |j: i64| g.b.row_perm.map_or(j, |p| p.source(j));
         let bt = |k: i64, j: i64| match g.b.layout {
             crate::kir::Layout::BKxN => b.get(k, j),
-            _ => b.get(j, k),
+            _ => b.get(row(j), k),
         };
         let mut acc = vec![0.0f64; (m * n).max(0) as usize];
         for i in 0..m {
@@ -271,6 +273,7 @@ impl Emu<'_> {
             }
             Op::Interleave(ev, od) => f64::from(self.eval(if k % 2 == 0 { *ev } else { *od }, m, k / 2)),
             Op::RopePartner(spec, a) => f64::from(self.eval(*a, m, rope_col(spec, k, self.dims).2)),
+            Op::Unpermute(perm, a) => f64::from(self.eval(*a, m, perm.position(k))),
             Op::Take { arg, index, width } => {
                 let i = f64::from(self.eval(*index, m, 0));
                 if i >= 0.0 && i.fract() == 0.0 && (i as i64) < self.d(width) {

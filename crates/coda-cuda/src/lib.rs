@@ -21,6 +21,7 @@ pub mod kir;
 pub mod manifest;
 mod plan;
 pub mod symexpr;
+pub mod traffic;
 
 pub use emit::{HEADERS, PRELUDE};
 pub use error::CodegenError;

@@ -91,6 +91,18 @@ __device__ __forceinline__ void st2_acc(T* p, long long ld, int m, int k, int ro
 // ---------------------------------------------------------------------------
 // Elementwise functions (the interpreter's definitions, in fp32)
 // ---------------------------------------------------------------------------
+// Pair layouts (coda_ir::PairPerm): the original index held at permuted
+// position p, and the permuted position of original index c.
+__device__ __forceinline__ int pair_source(int p, int start, int end, int group) {
+    if (p < start || p >= end) return p;
+    const int local = p - start, j = local % group;
+    return start + (local - j) + (j & 1) * (group / 2) + (j >> 1);
+}
+__device__ __forceinline__ int pair_position(int c, int start, int end, int group) {
+    if (c < start || c >= end) return c;
+    const int local = c - start, j = local % group, half = group / 2;
+    return start + (local - j) + (j < half ? 2 * j : 2 * (j - half) + 1);
+}
 __device__ __forceinline__ float nan_f() { return __int_as_float(0x7fc00000); }
 __device__ __forceinline__ float sigmoid(float x) {
     if (x >= 0.0f) return 1.0f / (1.0f + expf(-x));

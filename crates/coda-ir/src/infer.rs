@@ -128,6 +128,24 @@ pub fn infer(block: &Block, inst: &Inst) -> Result<Ty, TypeError> {
         }
         Inst::RopeTable { cols, .. } => Ok(f32_ty(Shape::new(Dim::constant(1), cols.clone()))),
         Inst::RopePartner { arg, .. } => Ok(ty(*arg)?.clone()),
+        Inst::PermuteRows { arg, perm } => {
+            let a = ty(*arg)?;
+            permutable(perm, &a.shape.rows)?;
+            Ok(a.clone())
+        }
+        Inst::UnpermuteCols { arg, perm } => {
+            let a = ty(*arg)?;
+            permutable(perm, &a.shape.cols)?;
+            Ok(a.clone())
+        }
+    }
+}
+
+/// A pair permutation must be well formed and stay inside a constant axis.
+fn permutable(perm: &crate::inst::PairPerm, axis: &Dim) -> Result<(), TypeError> {
+    match axis.as_const() {
+        Some(len) if perm.is_valid() && perm.end <= len => Ok(()),
+        _ => err(format!("pair permutation ({perm}) does not fit an axis of length {axis}")),
     }
 }
 

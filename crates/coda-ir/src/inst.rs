@@ -212,6 +212,57 @@ pub enum RopeTable {
     Sign,
 }
 
+/// A permutation that interleaves the two halves of every group of `group`
+/// consecutive indices in `start..end` (identity elsewhere): position `p`
+/// of the permuted order holds original index [`PairPerm::source`]`(p)`, so
+/// the members `i` and `i + group/2` of a group become neighbours `2i`,
+/// `2i + 1`. This is the pair layout of gated activations (one group: the
+/// `[gate | up]` halves) and of rotate-half RoPE (one group per head).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PairPerm {
+    /// First permuted index (a multiple of `group` from 0 is not required).
+    pub start: i64,
+    /// One past the last permuted index; `end - start` is a multiple of `group`.
+    pub end: i64,
+    /// Group width, even.
+    pub group: i64,
+}
+
+impl PairPerm {
+    /// The original index held at permuted position `p`.
+    pub fn source(&self, p: i64) -> i64 {
+        if p < self.start || p >= self.end {
+            return p;
+        }
+        let local = p - self.start;
+        let (base, j) = (local - local % self.group, local % self.group);
+        self.start + base + (j % 2) * (self.group / 2) + j / 2
+    }
+
+    /// The permuted position of original index `c` (the inverse of [`PairPerm::source`]).
+    pub fn position(&self, c: i64) -> i64 {
+        if c < self.start || c >= self.end {
+            return c;
+        }
+        let local = c - self.start;
+        let (base, j) = (local - local % self.group, local % self.group);
+        let half = self.group / 2;
+        self.start + base + if j < half { 2 * j } else { 2 * (j - half) + 1 }
+    }
+
+    /// Whether the permutation is well formed.
+    pub fn is_valid(&self) -> bool {
+        self.group >= 2 && self.group % 2 == 0 && self.start >= 0 && self.end >= self.start
+            && (self.end - self.start) % self.group == 0
+    }
+}
+
+impl std::fmt::Display for PairPerm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "pairs {}..{} group {}", self.start, self.end, self.group)
+    }
+}
+
 /// One instruction.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Inst {
@@ -336,6 +387,22 @@ pub enum Inst {
         /// Operand, `[M, N]`.
         arg: Value,
     },
+    /// `out[p, :] = arg[perm.source(p), :]`: the rows of a weight in pair
+    /// layout (made by the reparameterizer, never by the front end). Type: as `arg`.
+    PermuteRows {
+        /// Operand (its row count a constant `>= perm.end`).
+        arg: Value,
+        /// The permutation.
+        perm: PairPerm,
+    },
+    /// `out[:, perm.source(p)] = arg[:, p]`: columns computed in pair layout
+    /// put back in their original order. Type: as `arg`.
+    UnpermuteCols {
+        /// Operand (its column count a constant `>= perm.end`).
+        arg: Value,
+        /// The permutation.
+        perm: PairPerm,
+    },
 }
 
 impl Inst {
@@ -352,7 +419,9 @@ impl Inst {
             | Inst::Transpose { arg }
             | Inst::Reduce { arg, .. }
             | Inst::SliceCols { arg, .. }
-            | Inst::RopePartner { arg, .. } => *arg = f(*arg),
+            | Inst::RopePartner { arg, .. }
+            | Inst::PermuteRows { arg, .. }
+            | Inst::UnpermuteCols { arg, .. } => *arg = f(*arg),
             Inst::Binary { lhs: a, rhs: b, .. }
             | Inst::MatMul { lhs: a, rhs: b, .. }
             | Inst::Interleave { even: a, odd: b }
@@ -380,7 +449,9 @@ impl Inst {
             | Inst::Transpose { arg }
             | Inst::Reduce { arg, .. }
             | Inst::SliceCols { arg, .. }
-            | Inst::RopePartner { arg, .. } => vec![*arg],
+            | Inst::RopePartner { arg, .. }
+            | Inst::PermuteRows { arg, .. }
+            | Inst::UnpermuteCols { arg, .. } => vec![*arg],
             Inst::Binary { lhs, rhs, .. } | Inst::MatMul { lhs, rhs, .. } => vec![*lhs, *rhs],
             Inst::Select { cond, on_true, on_false } => vec![*cond, *on_true, *on_false],
             Inst::ConcatCols { parts } => parts.clone(),

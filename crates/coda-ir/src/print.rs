@@ -112,6 +112,8 @@ fn describe(block: &Block, inst: &Inst) -> String {
             format!("rope_table.{table} {}, cols {cols}", rope(spec))
         }
         Inst::RopePartner { spec, arg } => format!("rope_partner {arg}, {}", rope(spec)),
+        Inst::PermuteRows { arg, perm } => format!("permute_rows {arg}, {perm}"),
+        Inst::UnpermuteCols { arg, perm } => format!("unpermute_cols {arg}, {perm}"),
     }
 }
 

@@ -11,11 +11,13 @@ pub struct CompileOptions {
     pub arch: String,
     /// Compile only this block (default: every block).
     pub block: Option<String>,
+    /// Which rewrites the reparameterizer applies before partitioning.
+    pub rewrite: coda_opt::Options,
 }
 
 impl Default for CompileOptions {
     fn default() -> Self {
-        CompileOptions { arch: "sm_90a".into(), block: None }
+        CompileOptions { arch: "sm_90a".into(), block: None, rewrite: coda_opt::Options::default() }
     }
 }
 
@@ -49,6 +51,9 @@ pub enum CompileError {
         /// The file.
         file: String,
     },
+    /// A rewrite rule misfired (a bug in codac).
+    #[error(transparent)]
+    Rewrite(#[from] coda_opt::RewriteError),
     /// Code generation rejected a block (or failed).
     #[error(transparent)]
     Codegen(#[from] CodegenError),
@@ -64,6 +69,11 @@ pub fn compile(checked: &Checked, options: &CompileOptions) -> Result<Compiled, 
         module.blocks.retain(|b| &b.name == name);
         if module.blocks.is_empty() {
             return Err(CompileError::NoSuchBlock { block: name.clone(), file: checked.source.name.clone() });
+        }
+    }
+    for block in &mut module.blocks {
+        if block.kind == coda_ir::BlockKind::Block {
+            *block = coda_opt::reparameterize(block, &options.rewrite)?.block;
         }
     }
     let codegen = CodegenOptions { arch: options.arch.clone() };

@@ -3,12 +3,19 @@
 //! The JSON schema is documented in `docs/explain-json.md`; keys are sorted
 //! (serde_json's default map), so the output is byte-for-byte deterministic.
 
-use crate::Checked;
+use crate::report;
+use crate::{Checked, ExplainOptions};
 use coda_ir::{print, Block, BlockKind, Shape, Tensor};
 use serde_json::{json, Value};
 
-/// The IR of every block, with a header per block.
+/// The kernel report and the IR of every block, with a header per block
+/// (traffic figures at 8192 for every run-time dim).
 pub fn explain_text(checked: &Checked) -> String {
+    explain_text_with(checked, &ExplainOptions::default())
+}
+
+/// [`explain_text`] with options.
+pub fn explain_text_with(checked: &Checked, options: &ExplainOptions) -> String {
     let mut out = String::new();
     for block in &checked.module.blocks {
         out.push_str(&format!(
@@ -20,19 +27,34 @@ pub fn explain_text(checked: &Checked) -> String {
             block.matmul_count(),
             block.insts.len()
         ));
+        out.push_str(&report::report_text(&report::block_report(block, &checked.source, options)));
         out.push_str(&print::print_block(block, Some(&checked.source)));
         out.push('\n');
     }
     out
 }
 
-/// The machine-readable form (schema version 1).
+/// The machine-readable form (schema version 2).
 pub fn explain_json(checked: &Checked) -> Value {
-    let blocks: Vec<Value> = checked.module.blocks.iter().map(|b| block_json(b, checked)).collect();
+    explain_json_with(checked, &ExplainOptions::default())
+}
+
+/// [`explain_json`] with options.
+pub fn explain_json_with(checked: &Checked, options: &ExplainOptions) -> Value {
+    let mut blocks = Vec::new();
+    let mut kernels = Vec::new();
+    for block in &checked.module.blocks {
+        let mut entry = block_json(block, checked);
+        let (plan, ks) = report::report_json(&block.name, &report::block_report(block, &checked.source, options));
+        entry["plan"] = plan;
+        blocks.push(entry);
+        kernels.extend(ks);
+    }
     json!({
-        "schema": 1,
+        "schema": 2,
         "file": checked.source.name,
         "blocks": blocks,
+        "kernels": kernels,
     })
 }
 

@@ -13,13 +13,16 @@
 
 mod compile;
 mod explain;
+mod report;
 
 pub use coda_cuda as cuda;
 pub use coda_diagnostics::{has_errors, render, render_to_string, ColorChoice, Diagnostic, Severity, SourceFile, Span};
 pub use coda_ir as ir;
+pub use coda_opt as opt;
 pub use coda_ir::interp::{eval, random_inputs, DimBindings, EvalError, EvalOptions, HostTensor};
 pub use compile::{compile, CompileError, CompileOptions, Compiled};
-pub use explain::{explain_json, explain_text};
+pub use explain::{explain_json, explain_json_with, explain_text, explain_text_with};
+pub use report::ExplainOptions;
 
 /// A bug in codac, as opposed to an error in the user's program.
 #[derive(Debug, thiserror::Error)]

@@ -16,7 +16,7 @@ pub(crate) fn compile(args: &CompileArgs, color: ColorChoice) -> Result<Outcome>
     }
     let arch: Arch = args.arch.parse()?;
     let (cu, ptx, cubin) = parse_emit(&args.emit)?;
-    let options = coda::CompileOptions { arch: arch.to_string(), block: args.block.clone() };
+    let options = coda::CompileOptions { arch: arch.to_string(), block: args.block.clone(), ..Default::default() };
     let compiled = coda::compile(&checked, &options)?;
     std::fs::create_dir_all(&args.out).with_context(|| format!("cannot create {}", args.out.display()))?;
     let compiler = if ptx || cubin { Some(nvrtc()?) } else { None };

@@ -37,7 +37,8 @@ pub(crate) fn run(args: &RunArgs, color: ColorChoice) -> Result<Outcome> {
     let device = open_device()?;
     let info = device.info();
     println!("device: {} ({}, {} SMs)", info.name, info.arch, info.multiprocessors);
-    let options = coda::CompileOptions { arch: device.arch().to_string(), block: args.block.clone() };
+    let options =
+        coda::CompileOptions { arch: device.arch().to_string(), block: args.block.clone(), ..Default::default() };
     let compiled = coda::compile(&checked, &options)?;
     let mut all_ok = true;
     for manifest in &compiled.manifest.blocks {

@@ -233,6 +233,10 @@ impl<'a> Emitter<'a> {
                 let idx = self.index("kp", format!("cg::rope_partner({k}, {args})"));
                 return self.eval(*a, &m, &idx);
             }
+            Op::Unpermute(perm, a) => {
+                let idx = self.index("kq", format!("cg::pair_position({k}, {})", perm_args(perm)));
+                return self.eval(*a, &m, &idx);
+            }
             Op::Load(id) => format!("cg::load({})", self.access(*id, &m, &k, false)),
             Op::Rope(spec, table) => self.rope_table(spec, *table, &k),
             Op::FinishRow(kind, bufs) => self.finish_row(*kind, bufs, &m)?,
@@ -500,4 +504,9 @@ mod tests {
         assert_eq!(float_lit(f64::INFINITY), "coda::pos_inf()");
         assert_eq!(double_lit(500000.0), "500000.0");
     }
+}
+
+/// `start, end, group` of a pair permutation, as C arguments.
+pub(crate) fn perm_args(perm: &coda_ir::PairPerm) -> String {
+    format!("{}, {}, {}", perm.start, perm.end, perm.group)
 }

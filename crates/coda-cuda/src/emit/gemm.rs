@@ -64,10 +64,14 @@ pub(crate) fn emit(em: &mut Emitter<'_>, spec: &GemmSpec, entry: &str) -> Result
          template <class Frag, class Tile>\n    static __device__ void apply(const Params& p, Frag& f, const Tile& t, float* smem) {{\n\
          {body}\n    }}\n}};\n\n\
          extern \"C\" __global__ void __launch_bounds__({cfg}::kThreads, {cfg}::kMinBlocks)\n\
-         {entry}(coda::GemmArgs g, {epi}::Params e) {{\n    coda::gemm_sm80<{cfg}, {la}, {lb}, {elem}, {epi}>(g, e);\n}}\n",
+         {entry}(coda::GemmArgs g, {epi}::Params e) {{\n    coda::gemm_sm80<{cfg}, {la}, {lb}, {elem}, {epi}{rows}>(g, e);\n}}\n",
         fields = em.params.c_fields("        "),
         la = spec.a.layout.tag(),
         lb = spec.b.layout.tag(),
+        rows = match &spec.b.row_perm {
+            Some(p) => format!(", coda::PairRows<{}, {}, {}>", p.start, p.end, p.group),
+            None => String::new(),
+        },
     );
     Ok((code, gemm_args(em, spec)))
 }
@@ -117,7 +121,7 @@ fn staged_store(em: &Emitter<'_>, spec: &GemmSpec) -> Option<usize> {
         let buf = &em.ir.buffers[s.buf];
         let identity = node.reg.as_ref().is_some_and(|m| m.offset == 0 && m.stride == 1 && m.len == spec.n);
         let rows = buf.rows == crate::symexpr::SymExpr::from(&spec.m);
-        identity && rows && !s.accumulate
+        identity && rows && !s.accumulate && s.col_perm.is_none()
     };
     (0..em.kernel.stores.len())
         .find(|i| fits(&em.kernel.stores[*i]) && em.ir.buffers[em.kernel.stores[*i].buf].dtype.is_half())
@@ -219,7 +223,7 @@ impl Gemm {
         }
         for (idx, store) in em.kernel.stores.clone().into_iter().enumerate() {
             if self.staged != Some(idx) {
-                self.store(em, store.node, store.buf, store.accumulate)?;
+                self.store(em, &store)?;
             }
         }
         for (idx, part) in em.kernel.partials.clone().iter().enumerate() {
@@ -392,10 +396,22 @@ impl Gemm {
         })
     }
 
-    fn store(&mut self, em: &mut Emitter<'_>, node: NodeId, buf: usize, accumulate: bool) -> Result<(), CodegenError> {
+    fn store(&mut self, em: &mut Emitter<'_>, store: &crate::kir::Store) -> Result<(), CodegenError> {
+        let (node, buf, accumulate) = (store.node, store.buf, store.accumulate);
         let map = em.kernel.nodes[node].reg.clone().ok_or_else(|| em.internal("GEMM store of a non-register"))?;
         let vars = self.regs.get(&node).cloned().ok_or_else(|| em.internal("store of an unevaluated node"))?;
         let value = em.kernel.nodes[node].value;
+        if let Some(perm) = store.col_perm {
+            // Pair layout put back in column order: one element store per slot.
+            let op = if accumulate { "st_acc" } else { "st" };
+            for (slot, v) in vars.iter().enumerate() {
+                let c = self.col(em, &map, slot);
+                let col = format!("cg::pair_source({c}, {})", super::expr::perm_args(&perm));
+                let access = em.access(buf, "m", &col, true);
+                em.stmt(format!("cg::{op}({access}, {v});"), value);
+            }
+            return Ok(());
+        }
         let c0 = self.col(em, &map, 0);
         let access = em.access(buf, "m", &c0, true);
         let text = match (vars.as_slice(), accumulate) {

@@ -209,19 +209,45 @@ impl Builder<'_> {
         for (v, dtype) in targets {
             let node = self.node_of(&mut ctx, v)?;
             let buf = self.scratch_buf(v, dtype);
-            stores.push(Store { node, buf, accumulate: false });
+            stores.push(Store { node, buf, accumulate: false, col_perm: None });
         }
         for (i, output) in self.block.outputs.iter().enumerate() {
             if self.plan.output_kernels.get(i) != Some(&k) {
                 continue;
             }
-            let node = self.node_of(&mut ctx, output.value)?;
+            let (value, col_perm) = match self.block.inst(self.c(output.value)) {
+                Inst::UnpermuteCols { arg, perm } => (*arg, Some(*perm)),
+                _ => (output.value, None),
+            };
+            let node = self.node_of(&mut ctx, value)?;
             let buf = self.output_bufs[i];
-            stores.push(Store { node, buf, accumulate: output.accumulate });
+            stores.push(Store { node, buf, accumulate: output.accumulate, col_perm });
         }
         let partials = self.partials_of(&mut ctx)?;
         let kind = self.kernel_kind(&ctx, &stores)?;
-        Ok(Kernel { name: String::new(), kind, nodes: ctx.nodes, stores, partials })
+        let why = self.why_not_epilogue(k);
+        Ok(Kernel { name: String::new(), kind, nodes: ctx.nodes, stores, partials, why })
+    }
+
+    /// Why the values computed by row or column kernel `k` found no GEMM
+    /// epilogue (one line per distinct reason, with the value).
+    fn why_not_epilogue(&self, k: usize) -> Vec<String> {
+        let mut why: Vec<String> = Vec::new();
+        for (index, home) in self.plan.homes.iter().enumerate() {
+            if !matches!(home, Home::Row(x) | Home::Col(x) if *x == k) {
+                continue;
+            }
+            let Some(reason) = &self.plan.why_not_epilogue[index] else { continue };
+            let v = Value::from_index(index);
+            let what = match self.block.names.get(index).cloned().flatten() {
+                Some(name) => format!("`{name}`"),
+                None => coda_ir::print::print_value(self.block, v).split_whitespace().next().unwrap_or("value").to_string(),
+            };
+            if !why.iter().any(|w| w.ends_with(reason.as_str())) {
+                why.push(format!("{what}: {reason}"));
+            }
+        }
+        why
     }
 
     fn partials_of(&mut self, ctx: &mut Ctx) -> Result<Vec<PartialOut>, CodegenError> {
@@ -291,9 +317,11 @@ impl Builder<'_> {
     }
 
     fn operand(&mut self, plan: &OperandPlan, dtype: DType, is_a: bool) -> Operand {
-        let (buf, transposed) = match plan {
-            OperandPlan::Param { index, transposed } => (self.staging_buf(*index), *transposed),
-            OperandPlan::Mat { value, transposed } => (self.scratch_buf(*value, dtype), *transposed),
+        let (buf, transposed, row_perm) = match plan {
+            OperandPlan::Param { index, transposed, row_perm } => (self.staging_buf(*index), *transposed, *row_perm),
+            OperandPlan::Mat { value, transposed, row_perm } => {
+                (self.scratch_buf(*value, dtype), *transposed, *row_perm)
+            }
         };
         let layout = match (is_a, transposed) {
             (true, false) => Layout::AMxK,
@@ -301,7 +329,7 @@ impl Builder<'_> {
             (false, false) => Layout::BKxN,
             (false, true) => Layout::BNxK,
         };
-        Operand { buf, layout }
+        Operand { buf, layout, row_perm }
     }
 
     fn staging_buf(&mut self, param: usize) -> BufId {
@@ -329,6 +357,7 @@ impl Builder<'_> {
             .filter_map(|dst| {
                 let src = self.buffers[*dst].staging_of?;
                 Some(Kernel {
+                    why: vec!["runs only when the input is not 16-byte aligned with a leading dimension that is a multiple of 8".into()],
                     name: String::new(),
                     kind: KernelKind::Copy { src, dst: *dst },
                     nodes: Vec::new(),
@@ -422,6 +451,8 @@ impl Builder<'_> {
                 Op::Take { arg: n(self, arg)?, index: n(self, index)?, width }
             }
             Inst::RopePartner { spec, arg } => Op::RopePartner(spec, n(self, arg)?),
+            Inst::UnpermuteCols { arg, perm } => Op::Unpermute(perm, n(self, arg)?),
+            Inst::PermuteRows { .. } => return Err(self.internal("rows in pair order outside a GEMM operand")),
             Inst::Reduce { op, axis: Axis::Cols, arg } => {
                 let width = self.block.ty(arg).shape.cols.clone();
                 Op::RowReduce { op, arg: n(self, arg)?, width }

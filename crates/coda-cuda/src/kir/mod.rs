@@ -36,7 +36,7 @@ pub(crate) mod build;
 
 use crate::config::TileConfig;
 use crate::symexpr::SymExpr;
-use coda_ir::{BinaryOp, BlockKind, DType, Dim, ReduceOp, RopeSpec, RopeTable, UnaryOp, Value};
+use coda_ir::{BinaryOp, BlockKind, DType, Dim, PairPerm, ReduceOp, RopeSpec, RopeTable, UnaryOp, Value};
 
 /// Index of a node in [`Kernel::nodes`].
 pub type NodeId = usize;
@@ -151,6 +151,9 @@ pub enum Op {
     Interleave(NodeId, NodeId),
     /// The rotary partner column.
     RopePartner(RopeSpec, NodeId),
+    /// Column `c` is the operand's column `perm.position(c)` (a pair-layout
+    /// value put back in column order, outside a GEMM store).
+    Unpermute(PairPerm, NodeId),
     /// `arg[m, index[m]]`, 0 when the index is outside the columns.
     Take {
         /// The table.
@@ -187,7 +190,7 @@ impl Op {
             Op::Acc | Op::Load(_) | Op::Const(_) | Op::Dim(_) | Op::Rope(..) => vec![],
             Op::FinishRow(..) | Op::FinishCol(_) => vec![],
             Op::Unary(_, a) | Op::Cast(_, a) | Op::Broadcast(a) | Op::Transpose(a) => vec![*a],
-            Op::Slice { arg, .. } | Op::RopePartner(_, arg) => vec![*arg],
+            Op::Slice { arg, .. } | Op::RopePartner(_, arg) | Op::Unpermute(_, arg) => vec![*arg],
             Op::RowReduce { arg, .. } | Op::ColReduce { arg, .. } => vec![*arg],
             Op::Binary(_, a, b) | Op::Interleave(a, b) => vec![*a, *b],
             Op::Take { arg, index, .. } => vec![*arg, *index],
@@ -219,6 +222,9 @@ pub struct Store {
     pub buf: BufId,
     /// `+=`: read-modify-write.
     pub accumulate: bool,
+    /// For a value computed in pair layout: column `c` of the node goes to
+    /// column `perm.source(c)` of the buffer.
+    pub col_perm: Option<PairPerm>,
 }
 
 /// A per-tile reduction a GEMM epilogue writes for later kernels.
@@ -268,6 +274,9 @@ pub struct Operand {
     pub buf: BufId,
     /// Its layout.
     pub layout: Layout,
+    /// For a weight read in pair layout (`B_NxK` only): the loader reads
+    /// row `perm.source(n)` of the buffer for accumulator column `n`.
+    pub row_perm: Option<PairPerm>,
 }
 
 /// The GEMM of a GEMM kernel.
@@ -333,6 +342,8 @@ pub struct Kernel {
     pub stores: Vec<Store>,
     /// Per-tile partial reductions (GEMM kernels).
     pub partials: Vec<PartialOut>,
+    /// For kernels other than GEMMs: why their work found no GEMM epilogue.
+    pub why: Vec<String>,
 }
 
 /// What a buffer is for.

@@ -74,6 +74,8 @@ pub(crate) enum OperandPlan {
         index: usize,
         /// Whether the matmul reads it transposed.
         transposed: bool,
+        /// Rows read in pair order (a weight in pair layout).
+        row_perm: Option<coda_ir::PairPerm>,
     },
     /// A value materialized in the operand type by an earlier kernel.
     Mat {
@@ -81,6 +83,8 @@ pub(crate) enum OperandPlan {
         value: Value,
         /// Whether the matmul reads it transposed.
         transposed: bool,
+        /// Rows read in pair order (a weight in pair layout).
+        row_perm: Option<coda_ir::PairPerm>,
     },
 }
 

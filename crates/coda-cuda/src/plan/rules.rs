@@ -104,9 +104,12 @@ impl Planner<'_> {
         }
         let mut ready = 0;
         let mut dep = false;
+        // A broadcast of a vector an earlier kernel stored is a load of it.
+        let broadcast = matches!(inst, Inst::Broadcast { .. });
         for o in self.operands(v) {
             match self.home(o) {
                 Home::Param | Home::Inline | Home::RowPartial(..) | Home::ColPartial(_) => {}
+                Home::Row(_) | Home::Col(_) if broadcast => {}
                 _ => return None,
             }
             ready = ready.max(self.avail(o));
@@ -201,6 +204,9 @@ impl Planner<'_> {
         let reg = |o: &Value| -> Option<ColMap> {
             (*self.home(*o) == Home::Acc(k)).then(|| self.plan.maps[self.c(*o).index()].clone()).flatten()
         };
+        if inst.operands().iter().any(|o| matches!(self.block.inst(self.c(*o)), Inst::UnpermuteCols { .. })) {
+            return Err("it reads a pair-layout value put back in column order, which only a store can do".into());
+        }
         let maps: Vec<ColMap> = inst.operands().iter().filter_map(reg).collect();
         let first = maps.first().cloned().ok_or("no register operand")?;
         let same = maps.iter().all(|m| *m == first);
@@ -238,6 +244,8 @@ impl Planner<'_> {
                     spec.head_dim / 2
                 )),
             },
+            // Only stored: the store writes column `c` to `perm.source(c)`.
+            Inst::UnpermuteCols { .. } if first.offset == 0 && first.stride == 1 => Ok(first),
             Inst::Broadcast { .. } => Err("it broadcasts an accumulator value across rows or columns".into()),
             Inst::Transpose { .. } => Err("it transposes an accumulator value".into()),
             Inst::ConcatCols { .. } => Err("it concatenates accumulator columns".into()),
@@ -257,23 +265,29 @@ impl Planner<'_> {
         let Inst::MatMul { lhs, rhs, lhs_transposed, rhs_transposed, operand_dtype } = inst else {
             return Home::Dead;
         };
-        let a = self.operand(*lhs, *lhs_transposed, *operand_dtype);
-        let b = self.operand(*rhs, *rhs_transposed, *operand_dtype);
+        let a = self.operand(*lhs, *lhs_transposed, *operand_dtype, false);
+        let b = self.operand(*rhs, *rhs_transposed, *operand_dtype, true);
         let k = self.push_kernel(KernelPlan::Gemm { matmul: v, a, b });
         let len = self.block.ty(v).shape.cols.clone();
         self.plan.maps[v.index()] = Some(ColMap { offset: 0, stride: 1, len });
         Home::Acc(k)
     }
 
-    fn operand(&mut self, w: Value, transposed: bool, dtype: DType) -> OperandPlan {
+    fn operand(&mut self, w: Value, transposed: bool, dtype: DType, is_rhs: bool) -> OperandPlan {
         let (w, transposed) = self.peel(w, transposed, dtype);
+        let (w, row_perm) = match self.block.inst(w) {
+            // Only the loader of a `B_NxK` operand can gather rows.
+            Inst::PermuteRows { arg, perm } if transposed && is_rhs => (self.c(*arg), Some(*perm)),
+            _ => (w, None),
+        };
         if let Inst::Param(index) = self.block.inst(w) {
             if self.block.params.get(*index).is_some_and(|p| p.dtype == dtype) {
-                return OperandPlan::Param { index: *index, transposed };
+                return OperandPlan::Param { index: *index, transposed, row_perm };
             }
         }
+
         self.request_mat(w, dtype);
-        OperandPlan::Mat { value: w, transposed }
+        OperandPlan::Mat { value: w, transposed, row_perm }
     }
 
     /// Sees through transposes and casts to the operand type (the matmul
@@ -342,9 +356,17 @@ impl Planner<'_> {
         self.operands(v).into_iter().all(|o| match self.home(o) {
             Home::Row(x) if *x == c => !transpose,
             Home::Param => true,
-            Home::Inline => self.avail(o) <= c,
+            Home::Inline => self.avail(o) <= c || self.broadcast_of(o, c),
             other => other.kernel().is_some_and(|x| x < c),
         })
+    }
+
+    /// Whether `o` is a broadcast of a value row kernel `c` computes itself.
+    fn broadcast_of(&self, o: Value, c: usize) -> bool {
+        match self.block.inst(self.c(o)) {
+            Inst::Broadcast { arg, .. } => *self.home(*arg) == Home::Row(c),
+            _ => false,
+        }
     }
 
     /// Moves an epilogue value nothing else in its GEMM uses into row kernel `k`.

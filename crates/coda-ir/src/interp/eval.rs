@@ -267,6 +267,14 @@ impl<'a> Machine<'a> {
                 Ok(bind_rope(spec, &self.dims, &self.describe(value))?.table(*table, cols))
             }
             Inst::RopePartner { spec, arg } => self.rope_partner(value, spec, *arg),
+            Inst::PermuteRows { arg, perm } => {
+                let rows: Vec<usize> = (0..rows as i64).map(|p| perm.source(p) as usize).collect();
+                layout::gather_rows(self.operand(*arg)?, &rows).map_err(shape_error)
+            }
+            Inst::UnpermuteCols { arg, perm } => {
+                let columns: Vec<usize> = (0..cols as i64).map(|c| perm.position(c) as usize).collect();
+                layout::gather_cols(self.operand(*arg)?, &columns).map_err(shape_error)
+            }
             _ => Err(self.malformed(format!("{value}: unexpected instruction"))),
         }
     }

@@ -57,6 +57,16 @@ pub(super) fn gather_cols(arg: &HostTensor, columns: &[usize]) -> Result<Vec<f64
     Ok(out)
 }
 
+/// `out[r, :] = arg[rows[r], :]`; fails on a row outside `arg`.
+pub(super) fn gather_rows(arg: &HostTensor, rows: &[usize]) -> Result<Vec<f64>, String> {
+    let mut out = Vec::with_capacity(rows.len().saturating_mul(arg.cols));
+    for &r in rows {
+        let row = arg.row(r).ok_or_else(|| format!("row {r} of a tensor with {} rows", arg.rows))?;
+        out.extend_from_slice(row);
+    }
+    Ok(out)
+}
+
 /// The parts side by side; all must have `rows` rows.
 pub(super) fn concat_cols(parts: &[&HostTensor], rows: usize) -> Result<Vec<f64>, String> {
     if let Some(bad) = parts.iter().find(|p| p.rows != rows) {

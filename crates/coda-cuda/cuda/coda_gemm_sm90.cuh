@@ -1,0 +1,536 @@
+// coda_gemm_sm90.cuh -- Hopper (sm_90a) GEMM mainloop for codac: TMA loads
+// into an mbarrier-guarded shared-memory ring, one producer warpgroup, two
+// consumer warpgroups issuing wgmma.mma_async, a persistent grid, and the
+// same epilogue functor interface as gemm_sm80 (see coda_epilogue.cuh).
+//
+// Embedded verbatim after coda_common.cuh, coda_epilogue.cuh and
+// coda_gemm_sm80.cuh (it reuses GemmArgs, the layout tags, smem_u32 and
+// raster_grouped from the latter).  Compile for sm_90a only
+// (--gpu-architecture=sm_90a with NVRTC, -gencode=arch=compute_90a,code=sm_90a
+// with nvcc): wgmma and setmaxnreg do not exist on plain sm_90.
+//
+// ===========================================================================
+// Host contract
+// ===========================================================================
+// Entry point (emitted):
+//   extern "C" __global__ void __launch_bounds__(Cfg::kThreads, 1)
+//   name(const __grid_constant__ coda::TmaDesc ta, const __grid_constant__ coda::TmaDesc tb,
+//        coda::GemmArgs g, Epi::Params e) {
+//       coda::gemm_sm90<Cfg, coda::A_MxK, coda::B_NxK, __nv_bfloat16, Epi>(ta, tb, g, e);
+//   }
+// Parameters, in this order:
+//   ta, tb : the CUtensorMap (128 bytes, 128-byte aligned in CUDA 13's
+//            cuda.h) of A and of B, by value: parameter offsets 0 and 128.
+//            coda::TmaDesc is an opaque struct of the same size and alignment
+//            (NVRTC has no cuda.h).  g then starts at offset 256.
+//   g      : coda::GemmArgs as for gemm_sm80; the kernel reads only m, n, k
+//            (a, b, lda, ldb are carried by the tensor maps; pass them
+//            anyway, they are ignored).
+//   e      : Epi::Params.
+// Grid:  1D, min(num_tiles, #SMs) CTAs, num_tiles = ceil(M/BM) * ceil(N/BN)
+//        (persistent: CTA b takes tiles b, b + gridDim.x, ...; any grid size
+//        >= 1 is correct, #SMs is the fast one).  Do not launch when M or N
+//        is 0.  K = 0 gives acc = 0.
+// Block: Cfg::kThreads = 384 threads (1 producer + 2 consumer warpgroups).
+// Dynamic shared memory: coda::gemm_sm90_smem_bytes<Cfg, Epi>() bytes
+//        (always > 48 KiB: set CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+//        first) =
+//          1024                                   (alignment slack)
+//        + kStages * (BM + BN) * 64 * 2           (the TMA ring)
+//        + kUnits * scratch                       (epilogue scratch per tile in flight)
+//        + 16 * kStages + 16                      (mbarriers)
+//        scratch = round_up(max(BM * (BN + 8) * 2, 4 * Epi::kSmemFloats,
+//                               4 * Frag::kReduceFloats), 128)
+//        (Frag::kReduceFloats = max(2 * BM, BN * kWarpsM) here, always below
+//        the first term); kUnits = 2 for ping-pong configs, 1 otherwise.
+//        The table below lists the value for kSmemFloats = 0.
+// Tensor maps (cuTensorMapEncodeTiled), one per operand, independent of the
+// tile configuration:
+//   tensorDataType   CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 (bf16) / _FLOAT16 (f16)
+//   tensorRank       2
+//   globalAddress    a (resp. b); 16-byte aligned
+//   globalDim        {inner, outer} in elements, innermost first:
+//                      A_MxK: {K, M}   A_KxM: {M, K}   B_NxK: {K, N}   B_KxN: {N, K}
+//   globalStrides    {ld * 2} bytes (ld = lda resp. ldb, a multiple of 8
+//                    elements: the stride must be a multiple of 16 bytes)
+//   boxDim           {64, 64}
+//   elementStrides   {1, 1}
+//   interleave       CU_TENSOR_MAP_INTERLEAVE_NONE
+//   swizzle          CU_TENSOR_MAP_SWIZZLE_128B
+//   l2Promotion      CU_TENSOR_MAP_L2_PROMOTION_L2_256B
+//   oobFill          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE (out-of-range elements
+//                    read as zero: this is what makes ragged M, N, K work)
+//
+// ===========================================================================
+// Design
+// ===========================================================================
+// Warpgroup 0 is the producer: it lowers its registers (setmaxnreg.dec) and
+// one thread issues, for every k block (BK = 64) of every tile of this CTA,
+// the TMA copies of the A tile (BM x 64) and the B tile (BN x 64) into ring
+// slot s, after waiting for the slot's "empty" mbarrier; the copies complete
+// on the slot's "full" mbarrier (expect-tx of the stage's byte count).
+// Warpgroups 1 and 2 are consumers (setmaxnreg.inc): they wait on "full",
+// issue 4 wgmma.mma_async m64nBNk16 per 64-row slab, commit, keep one
+// commit group in flight (wgmma.wait_group 1) and release the previous slot
+// (one arrive per warpgroup on its "empty" mbarrier).
+//   cooperative (kPingPong = false): both consumer warpgroups work on one
+//     BM x BN tile, warpgroup w on rows [w*BM/2, (w+1)*BM/2); the epilogue
+//     runs on 256 threads (named barrier 1) while the producer already loads
+//     the next tile.
+//   ping-pong (kPingPong = true): each consumer warpgroup owns whole tiles
+//     (the CTA's tiles alternate between them); since the ring is filled in
+//     tile order, one warpgroup's epilogue overlaps the other's mainloop.
+//     The epilogue runs on 128 threads (named barrier 1 + warpgroup).  A
+//     warpgroup starts waiting on its tile's slots only after the other one
+//     has issued its last k block (mbarrier turn[unit]): mbarrier phases are
+//     tracked by parity, so no waiter may run more than one phase ahead of
+//     a slot, and the hand-off also keeps the two mainloops from interleaving.
+// Every tile in flight has its own epilogue scratch region in shared memory
+// (the ring is never reused as scratch, since the producer runs ahead).
+//
+// Shared-memory operand layout (what the TMA writes with SWIZZLE_128B and
+// the wgmma descriptors describe): per stage, A then B; each operand is a
+// sequence of 8 KiB sub-tiles of 64 x 64 elements, each sub-tile 64 rows of
+// 128 bytes (16-byte chunks XOR-swizzled by row % 8; 1024-byte aligned).
+//   K-contiguous operand (A_MxK, B_NxK): sub-tile i = rows mn 64i..64i+63,
+//     each row the 64 k of one mn.  wgmma K-major: start = row * 128 +
+//     kk * 32 bytes (k16 step kk), SBO = 1024 (8 rows), LBO unused (1).
+//   MN-contiguous operand (A_KxM, B_KxN): sub-tile i = mn 64i..64i+63, each
+//     row the 64 mn of one k.  wgmma MN-major (transpose bit set): start =
+//     i * 8192 + kk * 2048, SBO = 1024 (8 k rows), LBO = 8192 (next 64 mn).
+//
+// Accumulators: the wgmma m64nNk16 D fragment of warp w (of its warpgroup),
+// lane 4g + t, holds (row 16w + g + 8h, col 8j + 2t + e) in register
+// 4j + 2h + e, which is AccFrag's acc[2s + h][j][e] for slab s (row block
+// stride 64).  So the functor sees exactly the AccFrag layout:
+//   RI = 2 * (rows per warpgroup / 64), CJ = BN / 8, kWarpsM = warps holding
+//   the tile (8 cooperative, 4 ping-pong), kWarpsN = 1, and f.sync() is a
+//   named barrier over those warps only.
+#ifndef CODA_GEMM_SM90_CUH
+#define CODA_GEMM_SM90_CUH
+
+#ifndef CODA_GEMM_SM80_CUH
+#error "coda_gemm_sm90.cuh needs coda_common.cuh, coda_epilogue.cuh and coda_gemm_sm80.cuh before it"
+#endif
+
+namespace coda {
+
+// Opaque stand-in for CUtensorMap (cuda.h is not available under NVRTC): the
+// same 128 bytes and the same 128-byte alignment as CUDA 13's cuda.h (the
+// hardware needs 64).
+struct alignas(128) TmaDesc {
+    unsigned long long opaque[16];
+};
+
+// ---------------------------------------------------------------------------
+// Configuration
+// ---------------------------------------------------------------------------
+// BM x BN output tile, BK = 64, kStages ring slots.  Cooperative: the two
+// consumer warpgroups split BM (BM = 128: m64 per warpgroup; BM = 256: two
+// m64 slabs per warpgroup).  Ping-pong: one warpgroup per tile (BM = 64 or
+// 128).  Accumulators per consumer thread: (BM / warpgroups per tile) * BN / 128
+// <= 128.  GROUP_M: rasterization group (tiles along M).
+template <int BM_, int BN_, int STAGES, bool PINGPONG, int GROUP_M = 16>
+struct Sm90Config {
+    static constexpr bool kIsSm90 = true;
+    static constexpr int BM = BM_;
+    static constexpr int BN = BN_;
+    static constexpr int BK = 64;
+    static constexpr int kStages = STAGES;
+    static constexpr bool kPingPong = PINGPONG;
+    static constexpr int kGroupM = GROUP_M;
+    static constexpr int kThreads = 384;
+    static constexpr int kMinBlocks = 1;
+    static constexpr int kUnitWGs = PINGPONG ? 1 : 2;   // consumer warpgroups per tile
+    static constexpr int kUnits = 2 / kUnitWGs;         // tiles in flight per CTA
+    static constexpr int kUnitThreads = 128 * kUnitWGs;
+    static constexpr int kWgRows = BM / kUnitWGs;       // tile rows per consumer warpgroup
+    static constexpr int kSlabs = kWgRows / 64;         // m64 wgmma slabs per warpgroup
+    static constexpr int kStageBytesA = BM * BK * 2;
+    static constexpr int kStageBytesB = BN * BK * 2;
+    static constexpr int kStageBytes = kStageBytesA + kStageBytesB;
+    static constexpr int kRingBytes = kStages * kStageBytes;
+    // Register split (setmaxnreg): 24 + 2 * 240 = 3 * 168, the per-thread
+    // count of a 384-thread CTA at one CTA per SM.
+    static constexpr int kProducerRegs = 24;
+    static constexpr int kConsumerRegs = 240;
+
+    static_assert(kWgRows % 64 == 0 && kSlabs >= 1, "rows per consumer warpgroup must be a multiple of 64");
+    static_assert(BN == 64 || BN == 128 || BN == 256, "BN must be 64, 128 or 256");
+    static_assert(kSlabs * BN <= 256, "at most 128 accumulators per consumer thread");
+    static_assert(kStages >= 2, "at least 2 stages");
+};
+
+// Predefined configurations (TFLOP/s: scripts/gemm-harness/NOTES.md, "sm90").
+//   name              tile      mode         stages  smem (kSmemFloats = 0)
+//   Sm90Cfg128x256    128x256   cooperative  3       216,096
+//   Sm90Cfg256x128    256x128   cooperative  3       218,144
+//   Sm90Cfg128x128    128x128   cooperative  6       231,456? (see gemm_sm90_smem_bytes)
+//   Sm90Cfg128x128pp  128x128   ping-pong    4       201,760
+//   Sm90Cfg64x256pp   64x256    ping-pong    4       ...
+typedef Sm90Config<128, 256, 3, false> Sm90Cfg128x256;
+typedef Sm90Config<256, 128, 3, false, 8> Sm90Cfg256x128;
+typedef Sm90Config<128, 128, 5, false> Sm90Cfg128x128;
+typedef Sm90Config<128, 128, 4, true> Sm90Cfg128x128pp;
+typedef Sm90Config<64, 256, 3, true> Sm90Cfg64x256pp;
+
+// The epilogue fragment: AccFrag (same layout and members) whose sync() is a
+// named barrier over the consumer threads holding the tile.
+template <class Cfg>
+struct Sm90Frag : AccFrag<2 * Cfg::kSlabs, Cfg::BN / 8, 64, Cfg::BM, Cfg::BN, 4 * Cfg::kUnitWGs, 1> {
+    int bar_id;  // named barrier of this tile's threads (1 or 2)
+    __device__ __forceinline__ void sync() const {
+        asm volatile("bar.sync %0, %1;\n" ::"r"(bar_id), "n"(Cfg::kUnitThreads) : "memory");
+    }
+};
+
+// Epilogue scratch bytes per tile in flight (see the host contract).
+template <class Cfg, class Epi>
+__host__ __device__ constexpr int sm90_scratch_bytes() {
+    typedef Sm90Frag<Cfg> F;
+    constexpr int a = staged_store_bytes<Cfg::BM, Cfg::BN, bf16>();
+    constexpr int b = 4 * Epi::kSmemFloats;
+    constexpr int c = 4 * F::kReduceFloats;
+    constexpr int m = a > b ? (a > c ? a : c) : (b > c ? b : c);
+    return (m + 127) / 128 * 128;
+}
+// Dynamic shared memory of gemm_sm90<Cfg, ..., Epi> (bytes); the host mirrors this.
+template <class Cfg, class Epi>
+__host__ __device__ constexpr int gemm_sm90_smem_bytes() {
+    return 1024 + Cfg::kRingBytes + Cfg::kUnits * sm90_scratch_bytes<Cfg, Epi>() + 16 * Cfg::kStages + 16;
+}
+
+extern __shared__ __align__(1024) unsigned char coda_dyn_smem_sm90[];
+
+// ---------------------------------------------------------------------------
+// PTX wrappers: mbarrier, TMA, wgmma, setmaxnreg
+// ---------------------------------------------------------------------------
+__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(unsigned bar) {
+    asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive_expect_tx(unsigned bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+                 : "memory");
+}
+// Blocks until the phase with the given parity has completed.
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "CODA_MBAR_WAIT:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+        "@!p bra CODA_MBAR_WAIT;\n"
+        "}\n" ::"r"(bar),
+        "r"(parity)
+        : "memory");
+}
+// 2D tiled TMA load of box (c0, c1) (innermost coordinate first) into smem
+// address dst, completing on mbarrier bar.
+__device__ __forceinline__ void tma_load_2d(unsigned dst, const TmaDesc& desc, unsigned bar, int c0, int c1) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], "
+        "[%2];\n" ::"r"(dst),
+        "l"(reinterpret_cast<unsigned long long>(&desc)), "r"(bar), "r"(c0), "r"(c1)
+        : "memory");
+}
+__device__ __forceinline__ void tma_prefetch_desc(const TmaDesc& desc) {
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<unsigned long long>(&desc)) : "memory");
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Keeps the compiler from moving accesses of an accumulator register across
+// the wgmma fence / wait points (no instruction is emitted).
+__device__ __forceinline__ void reg_fence(float& x) { asm volatile("" : "+f"(x)::"memory"); }
+
+template <int REGS>
+__device__ __forceinline__ void setmaxnreg_inc() {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(REGS));
+}
+template <int REGS>
+__device__ __forceinline__ void setmaxnreg_dec() {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(REGS));
+}
+
+// wgmma shared-memory matrix descriptor: start address, LBO, SBO (all >> 4),
+// layout type 1 = 128-byte swizzle (bits 62-63).
+__device__ __forceinline__ unsigned long long wgmma_desc(unsigned addr, unsigned lbo, unsigned sbo) {
+    return (unsigned long long)((addr & 0x3FFFF) >> 4) | ((unsigned long long)(lbo >> 4) << 16) |
+           ((unsigned long long)(sbo >> 4) << 32) | (1ull << 62);
+}
+
+// One wgmma.mma_async m64nNk16 (fp32 accumulate) of one 64-row slab:
+// lo = acc[2s], hi = acc[2s + 1] (rows g and g + 8 of the warp's 16).
+// TA / TB: transpose bits (1 = operand stored MN-major in smem).
+template <int N, class Elem, int TA, int TB>
+struct Wgmma;
+
+// Register lists %0 .. %(N/2 - 1), 16 per chunk.
+#define CODA_WG_R0 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+#define CODA_WG_R1 ", %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define CODA_WG_R2 ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47"
+#define CODA_WG_R3 ", %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define CODA_WG_R4 ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79"
+#define CODA_WG_R5 ", %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
+#define CODA_WG_R6 ", %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111"
+#define CODA_WG_R7 ", %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+// Accumulator operands in D-register order: n8 block j = lo[j][0..1], hi[j][0..1].
+#define CODA_WG_A1(j) "+f"(lo[j][0]), "+f"(lo[j][1]), "+f"(hi[j][0]), "+f"(hi[j][1])
+#define CODA_WG_A4(j) CODA_WG_A1(j), CODA_WG_A1(j + 1), CODA_WG_A1(j + 2), CODA_WG_A1(j + 3)
+#define CODA_WG_A8(j) CODA_WG_A4(j), CODA_WG_A4(j + 4)
+// OPS: the positions of the two descriptors and the two transpose immediates.
+#define CODA_WG_DEFINE(N, ELEM, TY, REGS, OPS, ACCS)                                                         \
+    template <int TA, int TB>                                                                                \
+    struct Wgmma<N, ELEM, TA, TB> {                                                                          \
+        static __device__ __forceinline__ void run(float (&lo)[N / 8][2], float (&hi)[N / 8][2],             \
+                                                   unsigned long long da, unsigned long long db) {           \
+            asm volatile("wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TY "." TY " {" REGS "}, " OPS     \
+                         ";\n"                                                                               \
+                         : ACCS                                                                              \
+                         : "l"(da), "l"(db), "n"(TA), "n"(TB));                                              \
+        }                                                                                                    \
+    };
+#define CODA_WG_REGS_64 CODA_WG_R0 CODA_WG_R1
+#define CODA_WG_REGS_128 CODA_WG_R0 CODA_WG_R1 CODA_WG_R2 CODA_WG_R3
+#define CODA_WG_REGS_256 CODA_WG_R0 CODA_WG_R1 CODA_WG_R2 CODA_WG_R3 CODA_WG_R4 CODA_WG_R5 CODA_WG_R6 CODA_WG_R7
+#define CODA_WG_ACCS_64 CODA_WG_A8(0)
+#define CODA_WG_ACCS_128 CODA_WG_A8(0), CODA_WG_A8(8)
+#define CODA_WG_ACCS_256 CODA_WG_A8(0), CODA_WG_A8(8), CODA_WG_A8(16), CODA_WG_A8(24)
+#define CODA_WG_OPS_64 "%32, %33, 1, 1, 1, %34, %35"
+#define CODA_WG_OPS_128 "%64, %65, 1, 1, 1, %66, %67"
+#define CODA_WG_OPS_256 "%128, %129, 1, 1, 1, %130, %131"
+CODA_WG_DEFINE(64, bf16, "bf16", CODA_WG_REGS_64, CODA_WG_OPS_64, CODA_WG_ACCS_64)
+CODA_WG_DEFINE(128, bf16, "bf16", CODA_WG_REGS_128, CODA_WG_OPS_128, CODA_WG_ACCS_128)
+CODA_WG_DEFINE(256, bf16, "bf16", CODA_WG_REGS_256, CODA_WG_OPS_256, CODA_WG_ACCS_256)
+CODA_WG_DEFINE(64, f16, "f16", CODA_WG_REGS_64, CODA_WG_OPS_64, CODA_WG_ACCS_64)
+CODA_WG_DEFINE(128, f16, "f16", CODA_WG_REGS_128, CODA_WG_OPS_128, CODA_WG_ACCS_128)
+CODA_WG_DEFINE(256, f16, "f16", CODA_WG_REGS_256, CODA_WG_OPS_256, CODA_WG_ACCS_256)
+#undef CODA_WG_OPS_64
+#undef CODA_WG_OPS_128
+#undef CODA_WG_OPS_256
+#undef CODA_WG_DEFINE
+#undef CODA_WG_REGS_64
+#undef CODA_WG_REGS_128
+#undef CODA_WG_REGS_256
+#undef CODA_WG_ACCS_64
+#undef CODA_WG_ACCS_128
+#undef CODA_WG_ACCS_256
+#undef CODA_WG_A8
+#undef CODA_WG_A4
+#undef CODA_WG_A1
+#undef CODA_WG_R0
+#undef CODA_WG_R1
+#undef CODA_WG_R2
+#undef CODA_WG_R3
+#undef CODA_WG_R4
+#undef CODA_WG_R5
+#undef CODA_WG_R6
+#undef CODA_WG_R7
+
+// ---------------------------------------------------------------------------
+// The GEMM
+// ---------------------------------------------------------------------------
+template <class Cfg, class LayoutA, class LayoutB, class Elem, class Epi>
+__device__ __forceinline__ void gemm_sm90(const TmaDesc& ta, const TmaDesc& tb, const GemmArgs& g,
+                                          const typename Epi::Params& ep) {
+    static_assert(is_same<Elem, bf16>::value || is_same<Elem, f16>::value, "Elem must be bf16 or f16");
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    static_assert(sizeof(Elem) == 0, "gemm_sm90 needs sm_90a (wgmma, setmaxnreg)");
+#endif
+    typedef Sm90Frag<Cfg> Frag;
+    constexpr int S = Cfg::kStages;
+    constexpr bool kAK = LayoutA::kKContiguous;
+    constexpr bool kBK = LayoutB::kKContiguous;
+    constexpr int kScratch = sm90_scratch_bytes<Cfg, Epi>();
+    static_assert(gemm_sm90_smem_bytes<Cfg, Epi>() <= 232448, "exceeds the 227 KiB of shared memory per CTA");
+
+    // Shared memory map (1024-aligned base): ring [stage][A | B], scratch per
+    // unit, full[S], empty[S], turn[2].
+    const unsigned base = (smem_u32(coda_dyn_smem_sm90) + 1023u) & ~1023u;
+    const unsigned ring = base;
+    const unsigned scratch0 = ring + Cfg::kRingBytes;
+    const unsigned bars = scratch0 + Cfg::kUnits * kScratch;
+    // full[s] at bars + 8 s, empty[s] at bars + 8 (S + s), turn[u] at bars + 8 (2 S + u).
+
+    const int tid = threadIdx.x;
+    const int wg = tid >> 7;  // 0 = producer, 1..2 = consumers
+
+    const int tiles_m = (g.m + Cfg::BM - 1) / Cfg::BM;
+    const int tiles_n = (g.n + Cfg::BN - 1) / Cfg::BN;
+    const int num_tiles = tiles_m * tiles_n;
+    const int ktiles = (g.k + Cfg::BK - 1) / Cfg::BK;
+
+    if (tid == 0) {
+        tma_prefetch_desc(ta);
+        tma_prefetch_desc(tb);
+#pragma unroll 1
+        for (int s = 0; s < S; ++s) {
+            mbar_init(bars + 8 * s, 1);                       // full: the producer's expect-tx arrive
+            mbar_init(bars + 8 * (S + s), Cfg::kUnitWGs);      // empty: one arrive per consuming warpgroup
+        }
+        mbar_init(bars + 8 * (2 * S), 1);  // turn[0] (ping-pong hand-off)
+        mbar_init(bars + 8 * (2 * S + 1), 1);  // turn[1]
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    }
+    __syncthreads();
+
+    if (wg == 0) {
+        // ---------------- producer ----------------
+        setmaxnreg_dec<Cfg::kProducerRegs>();
+        if (tid == 0) {
+            int slot = 0;
+            unsigned phase = 0;
+#pragma unroll 1
+            for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
+                int tm, tn;
+                raster_grouped(tile, tiles_m, tiles_n, Cfg::kGroupM, tm, tn);
+                const int m0 = tm * Cfg::BM, n0 = tn * Cfg::BN;
+#pragma unroll 1
+                for (int kb = 0; kb < ktiles; ++kb) {
+                    const unsigned full = bars + 8 * slot;
+                    mbar_wait(bars + 8 * (S + slot), phase ^ 1u);  // slot free (first round: passes)
+                    mbar_arrive_expect_tx(full, Cfg::kStageBytes);
+                    const unsigned sa = ring + slot * Cfg::kStageBytes;
+                    const unsigned sb = sa + Cfg::kStageBytesA;
+                    const int k0 = kb * Cfg::BK;
+#pragma unroll
+                    for (int i = 0; i < Cfg::BM / 64; ++i) {
+                        if (kAK) tma_load_2d(sa + i * 8192, ta, full, k0, m0 + 64 * i);
+                        else tma_load_2d(sa + i * 8192, ta, full, m0 + 64 * i, k0);
+                    }
+#pragma unroll
+                    for (int i = 0; i < Cfg::BN / 64; ++i) {
+                        if (kBK) tma_load_2d(sb + i * 8192, tb, full, k0, n0 + 64 * i);
+                        else tma_load_2d(sb + i * 8192, tb, full, n0 + 64 * i, k0);
+                    }
+                    if (++slot == S) {
+                        slot = 0;
+                        phase ^= 1u;
+                    }
+                }
+            }
+        }
+        return;
+    }
+
+    // ---------------- consumers ----------------
+    setmaxnreg_inc<Cfg::kConsumerRegs>();
+    const int cw = wg - 1;                              // consumer warpgroup 0 / 1
+    const int unit = Cfg::kPingPong ? cw : 0;           // which tile stream
+    const int wg_in_unit = Cfg::kPingPong ? 0 : cw;     // row block within the tile
+    const int ctid = tid & 127;
+    const int lane = tid & 31;
+    const int warp_in_wg = ctid >> 5;
+    const bool release_thread = ctid == 0;
+
+    Frag f;
+    f.bar_id = 1 + unit;
+    f.lane = lane;
+    f.warp_m = wg_in_unit * 4 + warp_in_wg;
+    f.warp_n = 0;
+    f.lrow0 = wg_in_unit * Cfg::kWgRows + 16 * warp_in_wg + (lane >> 2);
+    f.lcol0 = 2 * (lane & 3);
+    f.m = g.m;
+    f.n = g.n;
+    float* const scratch = reinterpret_cast<float*>(coda_dyn_smem_sm90 + (scratch0 + unit * kScratch -
+                                                                         smem_u32(coda_dyn_smem_sm90)));
+
+    // wgmma descriptor constants: K-major operand: LBO 16 (unused), SBO 1024;
+    // MN-major: LBO 8192 (next 64 mn), SBO 1024.
+    constexpr unsigned kLboA = kAK ? 16u : 8192u;
+    constexpr unsigned kLboB = kBK ? 16u : 8192u;
+    // Byte offset of this warpgroup's slab s (A) within a stage, and of k16 step kk.
+    const unsigned a_wg_off = kAK ? (unsigned)(wg_in_unit * Cfg::kWgRows * 128) : (unsigned)(wg_in_unit * Cfg::kWgRows / 64 * 8192);
+    constexpr unsigned kSlabStrideA = kAK ? 64u * 128u : 8192u;
+    constexpr unsigned kKStepA = kAK ? 32u : 2048u;
+    constexpr unsigned kKStepB = kBK ? 32u : 2048u;
+
+    int seq = 0;      // index of the tile among this CTA's tiles
+    int kdone = 0;    // k blocks of this CTA's tiles before the current one (ring position)
+    unsigned turn_phase = 0;
+#pragma unroll 1
+    for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x, ++seq, kdone += ktiles) {
+        if (Cfg::kPingPong && (seq & 1) != unit) continue;
+        int tm, tn;
+        raster_grouped(tile, tiles_m, tiles_n, Cfg::kGroupM, tm, tn);
+        const int m0 = tm * Cfg::BM, n0 = tn * Cfg::BN;
+
+#pragma unroll
+        for (int i = 0; i < Frag::RI; ++i)
+#pragma unroll
+            for (int j = 0; j < Frag::CJ; ++j) {
+                f.acc[i][j][0] = 0.0f;
+                f.acc[i][j][1] = 0.0f;
+            }
+
+        if (Cfg::kPingPong && seq > 0) {
+            // Wait until the other warpgroup has issued its previous tile's
+            // last k block (see the design notes).
+            mbar_wait(bars + 8 * (2 * S + unit), turn_phase);
+            turn_phase ^= 1u;
+        }
+        int slot = kdone % S;
+        unsigned phase = (unsigned)(kdone / S) & 1u;
+        int prev_slot = -1;
+#pragma unroll 1
+        for (int kb = 0; kb < ktiles; ++kb) {
+            mbar_wait(bars + 8 * slot, phase);
+            const unsigned sa = ring + slot * Cfg::kStageBytes + a_wg_off;
+            const unsigned sb = ring + slot * Cfg::kStageBytes + Cfg::kStageBytesA;
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < Cfg::BK / 16; ++kk) {
+                const unsigned long long db = wgmma_desc(sb + kk * kKStepB, kLboB, 1024u);
+#pragma unroll
+                for (int s = 0; s < Cfg::kSlabs; ++s) {
+                    const unsigned long long da = wgmma_desc(sa + s * kSlabStrideA + kk * kKStepA, kLboA, 1024u);
+                    Wgmma<Cfg::BN, Elem, kAK ? 0 : 1, kBK ? 0 : 1>::run(f.acc[2 * s], f.acc[2 * s + 1], da, db);
+                }
+            }
+            wgmma_commit();
+            wgmma_wait<1>();  // the previous k block's wgmmas are done: release its slot
+            if (prev_slot >= 0 && release_thread) mbar_arrive(bars + 8 * (S + prev_slot));
+            prev_slot = slot;
+            if (++slot == S) {
+                slot = 0;
+                phase ^= 1u;
+            }
+        }
+        if (Cfg::kPingPong && release_thread) mbar_arrive(bars + 8 * (2 * S + (unit ^ 1)));  // hand-off
+        wgmma_wait<0>();
+        if (prev_slot >= 0 && release_thread) mbar_arrive(bars + 8 * (S + prev_slot));
+#pragma unroll
+        for (int i = 0; i < Frag::RI; ++i)
+#pragma unroll
+            for (int j = 0; j < Frag::CJ; ++j) {
+                reg_fence(f.acc[i][j][0]);
+                reg_fence(f.acc[i][j][1]);
+            }
+
+        f.grow0 = m0 + f.lrow0;
+        f.gcol0 = n0 + f.lcol0;
+        TileInfo t;
+        t.tile_m0 = m0;
+        t.tile_n0 = n0;
+        t.tile_m_idx = tm;
+        t.tile_n_idx = tn;
+        t.num_m_tiles = tiles_m;
+        t.num_n_tiles = tiles_n;
+        t.m = g.m;
+        t.n = g.n;
+        t.smem_bytes = kScratch;
+        Epi::apply(ep, f, t, scratch);
+    }
+}
+
+}  // namespace coda
+
+#endif  // CODA_GEMM_SM90_CUH

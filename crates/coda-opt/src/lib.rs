@@ -1,0 +1,92 @@
+//! The reparameterizer: rewrites a verified block into an equivalent block
+//! whose memory-bound work fits GEMM epilogues, before the partitioner
+//! places it.
+//!
+//! Rules, by family (each identity is written above its code):
+//!
+//! * **norm deferral** ([`rowscale`]): a per-row scale leaves a matmul's left
+//!   operand, `(r ⊙ X) @ W = r ⊙ (X @ W)`, so `rmsnorm(x, g) @ W` becomes
+//!   `r ⊙ ((x ⊙ g) @ W)`: the producer stores `x ⊙ g` and row partials of
+//!   `x²`, the consumer applies `r` in its epilogue.
+//! * **pair layouts** ([`pairs`]): a matmul whose output is split into
+//!   `[gate | up]` halves, or rotated by rotate-half RoPE, reads its weight's
+//!   rows in interleaved order ([`coda_ir::Inst::PermuteRows`], done by the
+//!   GEMM's operand loader, so the weight in memory is untouched), which puts
+//!   every pair in adjacent accumulator columns; halves become even/odd
+//!   columns, rotate-half RoPE becomes interleaved RoPE, and an output
+//!   leaving the block is put back in order by its store
+//!   ([`coda_ir::Inst::UnpermuteCols`]).
+//!
+//! Common subexpressions, dead values and scalars are handled by the
+//! partitioner's value numbering and liveness. Every rule is checked by the
+//! interpreter: the rewritten block must agree with the original on random
+//! inputs (`tests/it/rewrites.rs`).
+
+mod pairs;
+mod rewriter;
+mod rowscale;
+
+use coda_ir::Block;
+use std::collections::BTreeMap;
+
+/// Options of the reparameterizer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Options {
+    /// Apply the norm-deferral rules.
+    pub defer_norms: bool,
+    /// Apply the pair-layout rules.
+    pub pair_layouts: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { defer_norms: true, pair_layouts: true }
+    }
+}
+
+impl Options {
+    /// No rewriting at all (the greedy partition of the plain block).
+    pub fn none() -> Self {
+        Options { defer_norms: false, pair_layouts: false }
+    }
+}
+
+/// A rewritten block and the rules that made it.
+#[derive(Debug, Clone)]
+pub struct Reparameterized {
+    /// The equivalent block.
+    pub block: Block,
+    /// How many times each rule applied, by rule name.
+    pub applied: BTreeMap<&'static str, usize>,
+}
+
+/// A rule built an ill-typed block: a bug in codac, not in the program.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RewriteError(pub String);
+
+impl std::fmt::Display for RewriteError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the reparameterizer built an invalid block: {}", self.0)
+    }
+}
+
+impl std::error::Error for RewriteError {}
+
+/// Rewrites one verified block into an equivalent verified block.
+pub fn reparameterize(block: &Block, options: &Options) -> Result<Reparameterized, RewriteError> {
+    let mut excluded = std::collections::BTreeSet::new();
+    loop {
+        let plan = pairs::choose(block, options, &excluded);
+        let outcome = rewriter::rewrite(block, options, &plan).map_err(|e| RewriteError(e.0))?;
+        // A pair layout that some user could not absorb is dropped and the
+        // block is rewritten again without it (at most once per matmul).
+        if outcome.unabsorbed.is_empty() || outcome.unabsorbed.iter().all(|m| excluded.contains(m)) {
+            coda_ir::verify::verify(&outcome.block).map_err(|e| RewriteError(e.to_string()))?;
+            return Ok(Reparameterized { block: outcome.block, applied: outcome.applied });
+        }
+        excluded.extend(outcome.unabsorbed);
+    }
+}
+
+/// The rule names, in the order `codac explain` lists them.
+pub const RULES: [&str; 4] = [rowscale::RULE, pairs::RULE_GATED, pairs::RULE_ROPE, pairs::RULE_UNPERMUTE_STORE];

@@ -1,0 +1,305 @@
+//! The rewriting walk: rebuilds a block instruction by instruction, applying
+//! the norm-deferral and pair-layout rules, then drops dead values.
+//!
+//! Each old value maps to a new value in its original column order
+//! ([`Mapped::Plain`]) or in a matmul's pair order ([`Mapped::Paired`]:
+//! the old value equals `unpermute_cols(new, perm)`). Paired values flow
+//! through elementwise work whose other operands can be put in pair order
+//! too; halves, rotate-half RoPE and row reductions consume them; anything
+//! else puts them back in order and marks the layout as not absorbed.
+
+use crate::pairs::{self, Choice};
+use crate::{rowscale, Options};
+use coda_ir::infer::TypeError;
+use coda_ir::{Axis, Block, Dim, Inst, Output, PairPerm, RopeSpec, RopeStyle, Value};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+/// The result of one rewriting walk.
+pub(crate) struct Outcome {
+    /// The rewritten block.
+    pub(crate) block: Block,
+    /// Rule counts.
+    pub(crate) applied: BTreeMap<&'static str, usize>,
+    /// Matmuls whose pair layout some user could not absorb.
+    pub(crate) unabsorbed: BTreeSet<Value>,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Mapped {
+    Plain(Value),
+    Paired { value: Value, perm: PairPerm, origin: Value },
+}
+
+struct Rewriter<'a> {
+    old: &'a Block,
+    new: Block,
+    map: Vec<Mapped>,
+    options: &'a Options,
+    plan: &'a BTreeMap<Value, Choice>,
+    applied: BTreeMap<&'static str, usize>,
+    unabsorbed: BTreeSet<Value>,
+    in_layout_memo: HashMap<(Value, PairPerm), Option<Value>>,
+}
+
+/// Rewrites `old` with the chosen pair layouts; an error is a bug in a rule
+/// (it built an ill-typed instruction).
+pub(crate) fn rewrite(old: &Block, options: &Options, plan: &BTreeMap<Value, Choice>) -> Result<Outcome, TypeError> {
+    let mut new = Block::new(old.name.clone(), old.kind, old.span);
+    new.dims = old.dims.clone();
+    new.params = old.params.clone();
+    let mut r = Rewriter {
+        old,
+        new,
+        map: Vec::with_capacity(old.insts.len()),
+        options,
+        plan,
+        applied: BTreeMap::new(),
+        unabsorbed: BTreeSet::new(),
+        in_layout_memo: HashMap::new(),
+    };
+    r.run()?;
+    let block = compact(&r.new)?;
+    Ok(Outcome { block, applied: r.applied, unabsorbed: r.unabsorbed })
+}
+
+impl Rewriter<'_> {
+    fn run(&mut self) -> Result<(), TypeError> {
+        for (v, inst) in self.old.insts.iter() {
+            let mapped = self.rewrite_inst(v, inst)?;
+            if let Some(name) = self.old.names.get(v.index()).cloned().flatten() {
+                let (Mapped::Plain(x) | Mapped::Paired { value: x, .. }) = mapped;
+                self.new.set_name(x, &name);
+            }
+            self.map.push(mapped);
+        }
+        for output in &self.old.outputs {
+            let value = match self.map[output.value.index()] {
+                Mapped::Plain(x) => x,
+                Mapped::Paired { value, perm, .. } => {
+                    *self.applied.entry(pairs::RULE_UNPERMUTE_STORE).or_default() += 1;
+                    self.emit(Inst::UnpermuteCols { arg: value, perm }, output.span)?
+                }
+            };
+            self.new.outputs.push(Output { value, ..output.clone() });
+        }
+        Ok(())
+    }
+
+    fn emit(&mut self, inst: Inst, span: coda_diagnostics::Span) -> Result<Value, TypeError> {
+        self.new.push(inst, span)
+    }
+
+    fn count(&mut self, rule: &'static str) {
+        *self.applied.entry(rule).or_default() += 1;
+    }
+
+    /// The new value of `old` in original column order (putting a paired
+    /// value back in order marks its layout as not absorbed).
+    fn plain(&mut self, old: Value) -> Result<Value, TypeError> {
+        match self.map[old.index()] {
+            Mapped::Plain(x) => Ok(x),
+            Mapped::Paired { value, perm, origin } => {
+                self.unabsorbed.insert(origin);
+                let span = self.old.insts.span(old);
+                self.emit(Inst::UnpermuteCols { arg: value, perm }, span)
+            }
+        }
+    }
+
+    /// The first paired operand of `inst`, if any.
+    fn paired_operand(&self, inst: &Inst) -> Option<(PairPerm, Value)> {
+        inst.operands().into_iter().find_map(|o| match self.map[o.index()] {
+            Mapped::Paired { perm, origin, .. } => Some((perm, origin)),
+            Mapped::Plain(_) => None,
+        })
+    }
+
+    fn rewrite_inst(&mut self, v: Value, inst: &Inst) -> Result<Mapped, TypeError> {
+        let span = self.old.insts.span(v);
+        if let Inst::MatMul { .. } = inst {
+            return self.matmul(v, inst);
+        }
+        if let Some((perm, origin)) = self.paired_operand(inst) {
+            if let Some(mapped) = self.absorb(v, inst, perm, origin)? {
+                return Ok(mapped);
+            }
+        }
+        let mut failed = None;
+        let copy = inst.map_operands(|o| match self.plain(o) {
+            Ok(x) => x,
+            Err(e) => {
+                failed = Some(e);
+                o
+            }
+        });
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        Ok(Mapped::Plain(self.emit(copy, span)?))
+    }
+
+    /// Uses of a paired value that keep or consume the pair layout.
+    fn absorb(&mut self, v: Value, inst: &Inst, perm: PairPerm, origin: Value) -> Result<Option<Mapped>, TypeError> {
+        let span = self.old.insts.span(v);
+        let paired = |value| Some(Mapped::Paired { value, perm, origin });
+        match inst {
+            Inst::Unary { .. } | Inst::Cast { .. } | Inst::Binary { .. } | Inst::Select { .. } => {
+                let mut operands = HashMap::new();
+                for o in inst.operands() {
+                    match self.in_layout(o, perm)? {
+                        Some(x) => operands.insert(o, x),
+                        None => return Ok(None),
+                    };
+                }
+                let copy = inst.map_operands(|o| operands.get(&o).copied().unwrap_or(o));
+                Ok(paired(self.emit(copy, span)?))
+            }
+            // Halves of a single-group layout are its even and odd columns.
+            Inst::SliceCols { arg, start, len, step: 1 } if perm.start == 0 && perm.group == perm.end => {
+                let (half, s) = (perm.end / 2, start.as_const());
+                if len.as_const() != Some(half) || !(s == Some(0) || s == Some(half)) {
+                    return Ok(None);
+                }
+                let Mapped::Paired { value, .. } = self.map[arg.index()] else { return Ok(None) };
+                let odd = i64::from(s == Some(half));
+                let slice = Inst::SliceCols { arg: value, start: Dim::constant(odd), len: len.clone(), step: 2 };
+                Ok(Some(Mapped::Plain(self.emit(slice, span)?)))
+            }
+            Inst::RopePartner { spec, arg } if same_rope(spec, perm) => {
+                let Mapped::Paired { value, .. } = self.map[arg.index()] else { return Ok(None) };
+                let spec = RopeSpec { style: RopeStyle::Interleaved, ..spec.clone() };
+                Ok(paired(self.emit(Inst::RopePartner { spec, arg: value }, span)?))
+            }
+            // A row reduction does not depend on the column order.
+            Inst::Reduce { op, axis: Axis::Cols, arg } => {
+                let Mapped::Paired { value, .. } = self.map[arg.index()] else { return Ok(None) };
+                Ok(Some(Mapped::Plain(self.emit(Inst::Reduce { op: *op, axis: Axis::Cols, arg: value }, span)?)))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// The new value of `old` with its columns in `perm` order, when it can
+    /// be built without a permutation in memory: paired values, values
+    /// constant along columns, rotary tables of the matching rope, and
+    /// elementwise combinations of those.
+    fn in_layout(&mut self, old: Value, perm: PairPerm) -> Result<Option<Value>, TypeError> {
+        if let Some(hit) = self.in_layout_memo.get(&(old, perm)) {
+            return Ok(*hit);
+        }
+        let result = self.in_layout_uncached(old, perm)?;
+        self.in_layout_memo.insert((old, perm), result);
+        Ok(result)
+    }
+
+    fn in_layout_uncached(&mut self, old: Value, perm: PairPerm) -> Result<Option<Value>, TypeError> {
+        if let Mapped::Paired { value, perm: p, .. } = self.map[old.index()] {
+            return Ok((p == perm).then_some(value));
+        }
+        let span = self.old.insts.span(old);
+        let inst = self.old.inst(old).clone();
+        if self.old.ty(old).shape.cols.is_one() {
+            return self.plain(old).map(Some);
+        }
+        match &inst {
+            Inst::Broadcast { arg, shape } => {
+                let Some(x) = self.in_layout(*arg, perm)? else { return Ok(None) };
+                Ok(Some(self.emit(Inst::Broadcast { arg: x, shape: shape.clone() }, span)?))
+            }
+            Inst::RopeTable { spec, table, cols } if same_rope(spec, perm) => {
+                let spec = RopeSpec { style: RopeStyle::Interleaved, ..spec.clone() };
+                Ok(Some(self.emit(Inst::RopeTable { spec, table: *table, cols: cols.clone() }, span)?))
+            }
+            Inst::Unary { .. } | Inst::Cast { .. } | Inst::Binary { .. } | Inst::Select { .. } => {
+                let mut operands = HashMap::new();
+                for o in inst.operands() {
+                    match self.in_layout(o, perm)? {
+                        Some(x) => operands.insert(o, x),
+                        None => return Ok(None),
+                    };
+                }
+                let copy = inst.map_operands(|o| operands.get(&o).copied().unwrap_or(o));
+                Ok(Some(self.emit(copy, span)?))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    fn matmul(&mut self, v: Value, inst: &Inst) -> Result<Mapped, TypeError> {
+        let Inst::MatMul { lhs, rhs, lhs_transposed, rhs_transposed, operand_dtype } = inst else {
+            return Err(TypeError("not a matmul".into()));
+        };
+        let span = self.old.insts.span(v);
+        let mut a = self.plain(*lhs)?;
+        let mut b = self.plain(*rhs)?;
+        let mut scale = None;
+        if self.options.defer_norms && !lhs_transposed {
+            (a, scale) = rowscale::split(&mut self.new, a, *operand_dtype)?;
+        }
+        let choice = self.plan.get(&v).copied();
+        if let Some(c) = choice {
+            b = self.emit(Inst::PermuteRows { arg: b, perm: c.perm }, span)?;
+            self.count(c.rule);
+        }
+        let mm = Inst::MatMul {
+            lhs: a,
+            rhs: b,
+            lhs_transposed: *lhs_transposed,
+            rhs_transposed: *rhs_transposed,
+            operand_dtype: *operand_dtype,
+        };
+        let mut out = self.emit(mm, span)?;
+        if let Some(r) = scale {
+            out = rowscale::apply(&mut self.new, out, r)?;
+            self.count(rowscale::RULE);
+        }
+        Ok(match choice {
+            Some(c) => Mapped::Paired { value: out, perm: c.perm, origin: v },
+            None => Mapped::Plain(out),
+        })
+    }
+}
+
+/// Whether `perm` is the per-head pair layout of the rotate-half `spec`.
+fn same_rope(spec: &RopeSpec, perm: PairPerm) -> bool {
+    spec.style == RopeStyle::Half
+        && spec.head_dim == perm.group
+        && spec.start.as_const() == Some(perm.start)
+        && spec.end.as_const() == Some(perm.end)
+}
+
+/// A copy of `block` without values no output needs.
+fn compact(block: &Block) -> Result<Block, TypeError> {
+    let mut live = vec![false; block.insts.len()];
+    for o in &block.outputs {
+        live[o.value.index()] = true;
+    }
+    for (v, inst) in block.insts.iter().collect::<Vec<_>>().into_iter().rev() {
+        if live[v.index()] {
+            for o in inst.operands() {
+                live[o.index()] = true;
+            }
+        }
+    }
+    let mut out = Block::new(block.name.clone(), block.kind, block.span);
+    out.dims = block.dims.clone();
+    out.params = block.params.clone();
+    let mut map: Vec<Option<Value>> = vec![None; block.insts.len()];
+    for (v, inst) in block.insts.iter() {
+        // Parameters stay, live or not, so that parameter indices hold.
+        if !live[v.index()] && !matches!(inst, Inst::Param(_)) {
+            continue;
+        }
+        let copy = inst.map_operands(|o| map[o.index()].unwrap_or(o));
+        let nv = out.push(copy, block.insts.span(v))?;
+        if let Some(name) = block.names.get(v.index()).cloned().flatten() {
+            out.set_name(nv, &name);
+        }
+        map[v.index()] = Some(nv);
+    }
+    for o in &block.outputs {
+        let value = map[o.value.index()].ok_or_else(|| TypeError("an output lost its value".into()))?;
+        out.outputs.push(Output { value, ..o.clone() });
+    }
+    Ok(out)
+}

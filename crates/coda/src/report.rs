@@ -1,0 +1,199 @@
+//! The kernel report of `codac explain`: the rules the reparameterizer
+//! applied, the kernels the partitioner made (kind, inputs, outputs, what
+//! each computes, why work stayed outside a GEMM), and the device-memory
+//! traffic of each kernel against the unfused program.
+
+use coda_cuda::kir::{BlockIr, KernelKind, Op, Role};
+use coda_cuda::traffic;
+use coda_diagnostics::SourceFile;
+use coda_ir::Block;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+
+/// Options of `explain`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ExplainOptions {
+    /// Run-time dims for the traffic figures (unbound dims: 8192).
+    pub dims: BTreeMap<String, i64>,
+    /// Which rewrites to apply.
+    pub rewrite: coda_opt::Options,
+}
+
+/// One kernel of the report.
+#[derive(Debug, Clone)]
+pub(crate) struct KernelReport {
+    pub(crate) name: String,
+    /// `gemm`, `elementwise`, `reduction` or `weight_prep`; `fallback` for
+    /// the alignment copies launched only for misaligned inputs.
+    pub(crate) kind: &'static str,
+    pub(crate) summary: String,
+    pub(crate) inputs: Vec<String>,
+    pub(crate) outputs: Vec<String>,
+    pub(crate) bytes_moved: u64,
+    pub(crate) why: Vec<String>,
+}
+
+/// The report of one block.
+#[derive(Debug, Clone)]
+pub(crate) struct BlockReport {
+    pub(crate) rules: BTreeMap<&'static str, usize>,
+    pub(crate) dims: BTreeMap<String, i64>,
+    /// The kernels, or why the block could not be compiled.
+    pub(crate) kernels: Result<Vec<KernelReport>, String>,
+    pub(crate) unfused_bytes: u64,
+}
+
+impl BlockReport {
+    pub(crate) fn fused_bytes(&self) -> u64 {
+        let kernels = self.kernels.as_deref().unwrap_or_default();
+        kernels.iter().filter(|k| k.kind != "fallback").map(|k| k.bytes_moved).sum()
+    }
+
+    pub(crate) fn count(&self, kind: &str) -> usize {
+        self.kernels.as_deref().unwrap_or_default().iter().filter(|k| k.kind == kind).count()
+    }
+}
+
+/// Rewrites, partitions and measures one block.
+pub(crate) fn block_report(block: &Block, source: &SourceFile, options: &ExplainOptions) -> BlockReport {
+    let mut dims = traffic::default_dims(block);
+    for (name, value) in &options.dims {
+        if let Some(slot) = dims.get_mut(name) {
+            *slot = *value;
+        }
+    }
+    let unfused_bytes = traffic::unfused_bytes(block, &dims);
+    let (rewritten, rules) = if block.kind == coda_ir::BlockKind::Block {
+        match coda_opt::reparameterize(block, &options.rewrite) {
+            Ok(r) => (r.block, r.applied),
+            Err(e) => {
+                return BlockReport { rules: BTreeMap::new(), dims, kernels: Err(e.to_string()), unfused_bytes }
+            }
+        }
+    } else {
+        (block.clone(), BTreeMap::new())
+    };
+    let kernels = coda_cuda::compile_block(&rewritten, source)
+        .map(|compiled| kernel_reports(&compiled.ir, &compiled.manifest, &dims))
+        .map_err(|e| e.to_string());
+    BlockReport { rules, dims, kernels, unfused_bytes }
+}
+
+fn kernel_reports(ir: &BlockIr, manifest: &coda_cuda::BlockManifest, dims: &BTreeMap<String, i64>) -> Vec<KernelReport> {
+    ir.kernels
+        .iter()
+        .zip(&manifest.kernels)
+        .map(|(kernel, spec)| {
+            let (reads, writes) = traffic::kernel_buffers(kernel);
+            let visible = |ids: &std::collections::BTreeSet<usize>| -> Vec<String> {
+                // A GEMM reads an input in place unless it is misaligned.
+                let source = |b: &coda_cuda::kir::Buffer| b.staging_of.map_or(b.name.clone(), |s| ir.buffers[s].name.clone());
+                ids.iter().filter_map(|b| ir.buffers.get(*b)).map(source).collect()
+            };
+            let kind = match &kernel.kind {
+                KernelKind::Gemm(_) if reads.iter().all(|b| ir.buffers[*b].role == Role::Input) && weights_only(ir, kernel) => {
+                    "weight_prep"
+                }
+                KernelKind::Gemm(_) => "gemm",
+                KernelKind::Copy { .. } => "fallback",
+                KernelKind::Col { .. } => "reduction",
+                KernelKind::Row { .. } if kernel.nodes.iter().any(|n| matches!(n.op, Op::RowReduce { .. })) => {
+                    "reduction"
+                }
+                KernelKind::Row { .. } => "elementwise",
+            };
+            KernelReport {
+                name: kernel.name.clone(),
+                kind,
+                summary: spec.summary.clone(),
+                inputs: visible(&reads),
+                outputs: visible(&writes),
+                bytes_moved: traffic::kernel_bytes(ir, kernel, dims),
+                why: kernel.why.clone(),
+            }
+        })
+        .collect()
+}
+
+/// A GEMM none of whose buffers grows with a run-time dim: it depends on
+/// weights alone, so it can run once when the weights are loaded.
+fn weights_only(ir: &BlockIr, kernel: &coda_cuda::kir::Kernel) -> bool {
+    let (reads, writes) = traffic::kernel_buffers(kernel);
+    reads.iter().chain(writes.iter()).all(|b| {
+        let buf = &ir.buffers[*b];
+        buf.rows.as_const().is_some() && buf.cols.as_const().is_some()
+    })
+}
+
+/// The report as text, one `//` comment block.
+pub(crate) fn report_text(r: &BlockReport) -> String {
+    let mut out = String::new();
+    let dims: Vec<String> = r.dims.iter().map(|(k, v)| format!("{k} = {v}")).collect();
+    let at = if dims.is_empty() { String::new() } else { format!(" at {}", dims.join(", ")) };
+    if r.rules.is_empty() {
+        out.push_str("// rules applied: none\n");
+    } else {
+        let rules: Vec<String> = r.rules.iter().map(|(name, n)| format!("{name} ×{n}")).collect();
+        out.push_str(&format!("// rules applied: {}\n", rules.join(", ")));
+    }
+    let kernels = match &r.kernels {
+        Ok(k) => k,
+        Err(e) => {
+            out.push_str(&format!("// kernels: not compiled: {e}\n"));
+            return out;
+        }
+    };
+    let kinds = ["gemm", "elementwise", "reduction", "weight_prep"];
+    let counts: Vec<String> = kinds.iter().map(|k| format!("{} {k}", r.count(k))).collect();
+    out.push_str(&format!("// kernels: {}", counts.join(", ")));
+    let fallbacks = r.count("fallback");
+    if fallbacks > 0 {
+        out.push_str(&format!("; {fallbacks} alignment fallback(s), launched only for misaligned inputs"));
+    }
+    out.push('\n');
+    for k in kernels.iter().filter(|k| k.kind != "fallback") {
+        out.push_str(&format!("//   {} {}: {}\n", k.name, k.kind, k.summary));
+        out.push_str(&format!("//      reads {}; writes {}; {}\n", k.inputs.join(", "), k.outputs.join(", "), mb(k.bytes_moved)));
+        for why in &k.why {
+            out.push_str(&format!("//      not in an epilogue: {why}\n"));
+        }
+    }
+    let (fused, unfused) = (r.fused_bytes(), r.unfused_bytes);
+    let ratio = if fused > 0 { format!(" ({:.1}× less)", unfused as f64 / fused as f64) } else { String::new() };
+    out.push_str(&format!("// bytes moved{at}: {} fused, {} unfused{ratio}\n", mb(fused), mb(unfused)));
+    out
+}
+
+fn mb(bytes: u64) -> String {
+    format!("{:.1} MB", bytes as f64 / 1e6)
+}
+
+/// The report as JSON (the block's entry) and its kernels (for the top-level array).
+pub(crate) fn report_json(block: &str, r: &BlockReport) -> (Value, Vec<Value>) {
+    let kernels: Vec<Value> = r
+        .kernels
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .map(|k| {
+            json!({
+                "block": block,
+                "name": k.name,
+                "kind": k.kind,
+                "summary": k.summary,
+                "inputs": k.inputs,
+                "outputs": k.outputs,
+                "bytes_moved": k.bytes_moved,
+                "why_not_epilogue": k.why,
+            })
+        })
+        .collect();
+    let entry = json!({
+        "rules": r.rules,
+        "traffic_dims": r.dims,
+        "bytes_moved": r.fused_bytes(),
+        "bytes_moved_unfused": r.unfused_bytes,
+        "compile_error": r.kernels.as_ref().err(),
+    });
+    (entry, kernels)
+}
