@@ -15,13 +15,13 @@
 # NVRTC: CUDA_HOME if set, else /usr/local/cuda, else the pip `nvidia`
 # package's cu13 directory. Kernel cache: $CODAC_CACHE_DIR or
 # /tmp/codac-cache. Whole-script deadline: CODAC_GPU_TEST_BUDGET seconds
-# (default 430); runs that would start later are reported as skipped.
+# (default 540); runs that would start later are reported as skipped.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 BIN=${CODAC_BIN:-target/release/codac}
 OUT=${OUT:-/tmp/codac-gpu-test}
-BUDGET=${CODAC_GPU_TEST_BUDGET:-430}
+BUDGET=${CODAC_GPU_TEST_BUDGET:-540}
 mkdir -p "$OUT"
 LOG="$OUT/gpu-test.log"
 TABLE="$OUT/gpu-test-table.txt"
@@ -104,6 +104,10 @@ run examples/gpt2_block.coda 1000
 run examples/gpt2_block.coda 4096
 run examples/llama3_block.coda 333
 run examples/llama3_block.coda 1000
+run examples/gemma_mlp.coda 333
+run examples/gemma_mlp.coda 1000
+run examples/parallel_block.coda 333
+run examples/parallel_block.coda 4096 200
 run examples/lm_head_ce.coda 333 200
 run examples/llama3_block.coda 4096 200
 

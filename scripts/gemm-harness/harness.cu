@@ -1139,6 +1139,12 @@ static double time_median_rot(F fn, int R, int warm = 10, int reps = 100) {
     std::sort(t.begin(), t.end());
     return t[reps / 2];
 }
+// Records a timing row and prints it at once (a later hang keeps it in the log).
+static void push_timing(const std::string& what, double ms, double tflops) {
+    g_timing.push_back({what, ms, tflops});
+    printf("TIMING %-78s %8.3f ms  %7.1f TFLOP/s\n", what.c_str(), ms, tflops);
+    fflush(stdout);
+}
 static std::string shape_name(const BigProblem& B) {
     char buf[64];
     snprintf(buf, sizeof buf, "%dx%dx%d", B.M, B.N, B.K);
@@ -1159,9 +1165,9 @@ static void big_case(const BigProblem& B, DevBuf& d, const char* tag = "") {
              a_name<LA>(), b_name<LB>(), shape_name(B).c_str());
     report(name, err.ok(kTolRelHalf, kTolMaxHalf), fmt_err("D", err));
     const double ms = time_median_rot([&](int r) { launch<Cfg, LA, LB, bf16, Epi>(B.args<LA, LB>(r), e); }, B.R);
-    g_timing.push_back({shape_name(B) + " ours " + cfg_name<Cfg>() + " " + a_name<LA>() + "*" + b_name<LB>() +
-                            (staged ? " staged" : " pairs") + tag,
-                        ms, 2.0 * B.M * B.N * (double)B.K / (ms * 1e-3) / 1e12});
+    push_timing(shape_name(B) + " ours " + cfg_name<Cfg>() + " " + a_name<LA>() + "*" + b_name<LB>() +
+                    (staged ? " staged" : " pairs") + tag,
+                ms, 2.0 * B.M * B.N * (double)B.K / (ms * 1e-3) / 1e12);
 }
 template <class LA, class LB>
 static void big_cublas(const Cublas& cb, const BigProblem& B, DevBuf& d, const char* tag = "") {
@@ -1186,8 +1192,8 @@ static void big_cublas(const Cublas& cb, const BigProblem& B, DevBuf& d, const c
     snprintf(name, sizeof name, "cuBLAS %s*%s %s bf16 (sampled)", a_name<LA>(), b_name<LB>(), shape_name(B).c_str());
     report(name, err.ok(kTolRelHalf, kTolMaxHalf), fmt_err("D", err));
     const double ms = time_median_rot(run, B.R);
-    g_timing.push_back({shape_name(B) + " cuBLAS " + a_name<LA>() + "*" + b_name<LB>() + tag, ms,
-                        2.0 * B.M * B.N * (double)B.K / (ms * 1e-3) / 1e12});
+    push_timing(shape_name(B) + " cuBLAS " + a_name<LA>() + "*" + b_name<LB>() + tag, ms,
+                2.0 * B.M * B.N * (double)B.K / (ms * 1e-3) / 1e12);
 }
 // Epilogue cost at a large shape (A_MxK * B_NxK): residual + row sum of
 // squares partials, SwiGLU + column-sum partials.
@@ -1217,7 +1223,7 @@ static void big_epilogues(const BigProblem& B) {
     e.ss_partial = dSS.as<float>();
     const double flop = 2.0 * M * N * (double)B.K;
     double ms = time_median_rot([&](int r) { launch<Cfg, MK, NK, bf16, Epi_residual>(B.args<MK, NK>(r), e); }, B.R);
-    g_timing.push_back({shape_name(B) + " ours " + cfg_name<Cfg>() + " +residual/H/rowsumsq", ms, flop / (ms * 1e-3) / 1e12});
+    push_timing(shape_name(B) + " ours " + cfg_name<Cfg>() + " +residual/H/rowsumsq", ms, flop / (ms * 1e-3) / 1e12);
     DevBuf dO((size_t)M * (N / 2) * 2), dCS((size_t)(N / 2) * tiles_m<Cfg>(M) * 4);
     Epi_swiglu::Params s;
     s.out = dO.as<bf16>();
@@ -1225,7 +1231,7 @@ static void big_epilogues(const BigProblem& B) {
     s.n_out = N / 2;
     s.cs_partial = dCS.as<float>();
     ms = time_median_rot([&](int r) { launch<Cfg, MK, NK, bf16, Epi_swiglu>(B.args<MK, NK>(r), s); }, B.R);
-    g_timing.push_back({shape_name(B) + " ours " + cfg_name<Cfg>() + " +swiglu/colsum", ms, flop / (ms * 1e-3) / 1e12});
+    push_timing(shape_name(B) + " ours " + cfg_name<Cfg>() + " +swiglu/colsum", ms, flop / (ms * 1e-3) / 1e12);
 }
 
 template <class Cfg, class Epi = Epi_store<bf16> >
@@ -1233,6 +1239,7 @@ static void big_mk_nk(const BigProblem& B, DevBuf& d, const char* tag = "") {
     big_case<Cfg, coda::A_MxK, coda::B_NxK, Epi>(B, d, tag);
 }
 
+static void big_shapes(const Cublas& cb, bool pingpong);
 static void run_sm90(bool skip_large, bool profile) {
     typedef coda::A_MxK MK;
     typedef coda::B_NxK NK;
@@ -1244,8 +1251,8 @@ static void run_sm90(bool skip_large, bool profile) {
         Epi_store<bf16>::Params e{d.as<bf16>(), B.N};
         Staged::Params es{d.as<bf16>(), B.N};
         launch<H128x256, MK, NK, bf16, Staged>(B.args<MK, NK>(0), es);
-        launch<H128x128pp, MK, NK, bf16, Staged>(B.args<MK, NK>(0), es);
         launch<H128x256, MK, NK, bf16, Epi_store<bf16> >(B.args<MK, NK>(0), e);
+        launch<H128x128pp, MK, NK, bf16, Staged>(B.args<MK, NK>(0), es);
         CK(cudaDeviceSynchronize());
         printf("profile launches done\n");
         return;
@@ -1260,6 +1267,13 @@ static void run_sm90(bool skip_large, bool profile) {
         sm90_ragged<H128x128>(P, false);
         sm90_ragged<H128x128pp>(P, true);
         sm90_ragged<H64x256pp>(P, false);
+    }
+    // Large shapes: cooperative configurations first, then the persistence
+    // tests (ping-pong with several tiles per CTA), then ping-pong timings.
+    Cublas cb;
+    if (!skip_large) {
+        cb = load_cublas();
+        big_shapes(cb, false);
     }
     {   // persistence: many tiles per CTA (small grids), ring phases wrapping across tiles
         Problem P;
@@ -1285,48 +1299,56 @@ static void run_sm90(bool skip_large, bool profile) {
             test_store<H128x128pp, f16, decltype(la), decltype(lb)>(P);
         });
     }
-    if (skip_large) return;
+    if (!skip_large) big_shapes(cb, true);
+}
 
-    // ---- large shapes: sampled checks and timing next to cuBLAS ----------
-    Cublas cb = load_cublas();
+static void big_shapes(const Cublas& cb, bool pingpong) {
+    typedef coda::A_MxK MK;
+    typedef coda::B_NxK NK;
+    typedef Epi_store_staged<bf16> Staged;
     {
         BigProblem B;
         make_big(B, 4096, 4096, 4096, 3, true);
         DevBuf d((size_t)B.M * B.N * 2);
-        big_cublas<MK, NK>(cb, B, d, " (first)");
-        for_each_layout([&](auto la, auto lb) {
-            typedef decltype(la) LA;
-            typedef decltype(lb) LB;
-            big_case<H128x256, LA, LB, Staged>(B, d);
-            big_case<H128x128pp, LA, LB, Staged>(B, d);
-            big_cublas<LA, LB>(cb, B, d);
-        });
-        big_mk_nk<H128x256>(B, d);
-        big_mk_nk<H256x128, Staged>(B, d);
-        big_mk_nk<H128x128, Staged>(B, d);
-        big_mk_nk<H64x256pp, Staged>(B, d);
+        if (!pingpong) {
+            big_cublas<MK, NK>(cb, B, d, " (first)");
+            for_each_layout([&](auto la, auto lb) {
+                typedef decltype(la) LA;
+                typedef decltype(lb) LB;
+                big_case<H128x256, LA, LB, Staged>(B, d);
+                big_cublas<LA, LB>(cb, B, d);
+            });
+            big_mk_nk<H128x256>(B, d);
+            big_mk_nk<H256x128, Staged>(B, d);
+            big_mk_nk<H128x128, Staged>(B, d);
+        } else {
+            for_each_layout([&](auto la, auto lb) { big_case<H128x128pp, decltype(la), decltype(lb), Staged>(B, d); });
+            big_mk_nk<H64x256pp, Staged>(B, d);
+            big_cublas<MK, NK>(cb, B, d, " (again)");
+        }
     }
     const int big[][3] = {{8192, 4096, 4096}, {8192, 28672, 4096}, {8192, 4096, 14336}};
     for (auto& sh : big) {
         BigProblem B;
         make_big(B, sh[0], sh[1], sh[2], 3, false);
         DevBuf d((size_t)B.M * B.N * 2);
-        big_cublas<MK, NK>(cb, B, d, " (first)");
-        big_mk_nk<H128x256>(B, d);
-        big_mk_nk<H128x256, Staged>(B, d);
-        big_mk_nk<H128x256g8, Staged>(B, d);
-        big_mk_nk<H256x128>(B, d);
-        big_mk_nk<H256x128, Staged>(B, d);
-        big_mk_nk<H128x128, Staged>(B, d);
-        big_mk_nk<H128x128pp>(B, d);
-        big_mk_nk<H128x128pp, Staged>(B, d);
-        big_mk_nk<H128x128ppg8, Staged>(B, d);
-        big_mk_nk<H64x256pp, Staged>(B, d);
-        if (sh[1] == 4096 && sh[2] == 4096) {
-            big_epilogues<H128x256>(B);
-            big_epilogues<H128x128pp>(B);
+        if (!pingpong) {
+            big_cublas<MK, NK>(cb, B, d, " (first)");
+            big_mk_nk<H128x256>(B, d);
+            big_mk_nk<H128x256, Staged>(B, d);
+            big_mk_nk<H128x256g8, Staged>(B, d);
+            big_mk_nk<H256x128>(B, d);
+            big_mk_nk<H256x128, Staged>(B, d);
+            big_mk_nk<H128x128, Staged>(B, d);
+            if (sh[1] == 4096 && sh[2] == 4096) big_epilogues<H128x256>(B);
+        } else {
+            big_mk_nk<H128x128pp>(B, d);
+            big_mk_nk<H128x128pp, Staged>(B, d);
+            big_mk_nk<H128x128ppg8, Staged>(B, d);
+            big_mk_nk<H64x256pp, Staged>(B, d);
+            if (sh[1] == 4096 && sh[2] == 4096) big_epilogues<H128x128pp>(B);
+            big_cublas<MK, NK>(cb, B, d, " (again)");
         }
-        big_cublas<MK, NK>(cb, B, d, " (again)");
     }
 }
 #endif

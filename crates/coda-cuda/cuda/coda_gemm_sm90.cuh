@@ -162,12 +162,12 @@ struct Sm90Config {
 };
 
 // Predefined configurations (TFLOP/s: scripts/gemm-harness/NOTES.md, "sm90").
-//   name              tile      mode         stages  smem (kSmemFloats = 0)
-//   Sm90Cfg128x256    128x256   cooperative  3       216,096
-//   Sm90Cfg256x128    256x128   cooperative  3       218,144
-//   Sm90Cfg128x128    128x128   cooperative  6       231,456? (see gemm_sm90_smem_bytes)
-//   Sm90Cfg128x128pp  128x128   ping-pong    4       201,760
-//   Sm90Cfg64x256pp   64x256    ping-pong    4       ...
+//   name              tile      mode         stages  smem bytes (kSmemFloats = 0)
+//   Sm90Cfg128x256    128x256   cooperative  3       216112
+//   Sm90Cfg256x128    256x128   cooperative  3       218160
+//   Sm90Cfg128x128    128x128   cooperative  5       199760
+//   Sm90Cfg128x128pp  128x128   ping-pong    4       201792
+//   Sm90Cfg64x256pp   64x256    ping-pong    3       191536
 typedef Sm90Config<128, 256, 3, false> Sm90Cfg128x256;
 typedef Sm90Config<256, 128, 3, false, 8> Sm90Cfg256x128;
 typedef Sm90Config<128, 128, 5, false> Sm90Cfg128x128;
