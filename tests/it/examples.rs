@@ -57,7 +57,8 @@ fn examples_compile_to_the_kernel_counts_in_their_headers() {
     insta::glob!("../../examples", "*.coda", |path: &Path| {
         let checked = check_example(path);
         let text = std::fs::read_to_string(path).unwrap_or_default();
-        let expected = expected_kernels(&text).unwrap_or_else(|| panic!("{}: no `// expect-kernels:` header", path.display()));
+        let expected =
+            expected_kernels(&text).unwrap_or_else(|| panic!("{}: no `// expect-kernels:` header", path.display()));
         let json = coda::explain_json(&checked);
         let kernels = json["kernels"].as_array().cloned().unwrap_or_default();
         for (kind, count) in expected {

@@ -43,8 +43,8 @@ fn rel_l2(a: &BTreeMap<String, HostTensor>, b: &BTreeMap<String, HostTensor>, na
 
 /// Rewrites `block` and compares it with the original; returns the rules applied.
 fn check_block(block: &Block, what: &str, sizes: &[i64], seeds: &[u64]) -> BTreeMap<&'static str, usize> {
-    let rewritten = coda::opt::reparameterize(block, &coda::opt::Options::default())
-        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let rewritten =
+        coda::opt::reparameterize(block, &coda::opt::Options::default()).unwrap_or_else(|e| panic!("{what}: {e}"));
     coda::ir::verify::verify(&rewritten.block).unwrap_or_else(|e| panic!("{what}: rewritten block: {e}"));
     for &size in sizes {
         let dims: DimBindings = block.symbolic_dims().map(|d| (d.to_string(), size)).collect();

@@ -252,7 +252,10 @@ impl PairPerm {
 
     /// Whether the permutation is well formed.
     pub fn is_valid(&self) -> bool {
-        self.group >= 2 && self.group % 2 == 0 && self.start >= 0 && self.end >= self.start
+        self.group >= 2
+            && self.group % 2 == 0
+            && self.start >= 0
+            && self.end >= self.start
             && (self.end - self.start) % self.group == 0
     }
 }

@@ -28,7 +28,8 @@ pub(crate) fn split(block: &mut Block, lhs: Value, operand: DType) -> Result<(Va
     let rows = block.ty(root).shape.rows.clone();
     let mut factors = Vec::new();
     flatten(block, root, &mut factors);
-    let (scales, rest): (Vec<Value>, Vec<Value>) = factors.into_iter().partition(|f| row_vector(block, *f, &rows).is_some());
+    let (scales, rest): (Vec<Value>, Vec<Value>) =
+        factors.into_iter().partition(|f| row_vector(block, *f, &rows).is_some());
     if scales.is_empty() || rest.is_empty() {
         return Ok((lhs, None));
     }

@@ -66,9 +66,7 @@ pub(crate) fn block_report(block: &Block, source: &SourceFile, options: &Explain
     let (rewritten, rules) = if block.kind == coda_ir::BlockKind::Block {
         match coda_opt::reparameterize(block, &options.rewrite) {
             Ok(r) => (r.block, r.applied),
-            Err(e) => {
-                return BlockReport { rules: BTreeMap::new(), dims, kernels: Err(e.to_string()), unfused_bytes }
-            }
+            Err(e) => return BlockReport { rules: BTreeMap::new(), dims, kernels: Err(e.to_string()), unfused_bytes },
         }
     } else {
         (block.clone(), BTreeMap::new())
@@ -79,7 +77,11 @@ pub(crate) fn block_report(block: &Block, source: &SourceFile, options: &Explain
     BlockReport { rules, dims, kernels, unfused_bytes }
 }
 
-fn kernel_reports(ir: &BlockIr, manifest: &coda_cuda::BlockManifest, dims: &BTreeMap<String, i64>) -> Vec<KernelReport> {
+fn kernel_reports(
+    ir: &BlockIr,
+    manifest: &coda_cuda::BlockManifest,
+    dims: &BTreeMap<String, i64>,
+) -> Vec<KernelReport> {
     ir.kernels
         .iter()
         .zip(&manifest.kernels)
@@ -87,11 +89,14 @@ fn kernel_reports(ir: &BlockIr, manifest: &coda_cuda::BlockManifest, dims: &BTre
             let (reads, writes) = traffic::kernel_buffers(kernel);
             let visible = |ids: &std::collections::BTreeSet<usize>| -> Vec<String> {
                 // A GEMM reads an input in place unless it is misaligned.
-                let source = |b: &coda_cuda::kir::Buffer| b.staging_of.map_or(b.name.clone(), |s| ir.buffers[s].name.clone());
+                let source =
+                    |b: &coda_cuda::kir::Buffer| b.staging_of.map_or(b.name.clone(), |s| ir.buffers[s].name.clone());
                 ids.iter().filter_map(|b| ir.buffers.get(*b)).map(source).collect()
             };
             let kind = match &kernel.kind {
-                KernelKind::Gemm(_) if reads.iter().all(|b| ir.buffers[*b].role == Role::Input) && weights_only(ir, kernel) => {
+                KernelKind::Gemm(_)
+                    if reads.iter().all(|b| ir.buffers[*b].role == Role::Input) && weights_only(ir, kernel) =>
+                {
                     "weight_prep"
                 }
                 KernelKind::Gemm(_) => "gemm",
@@ -153,7 +158,12 @@ pub(crate) fn report_text(r: &BlockReport) -> String {
     out.push('\n');
     for k in kernels.iter().filter(|k| k.kind != "fallback") {
         out.push_str(&format!("//   {} {}: {}\n", k.name, k.kind, k.summary));
-        out.push_str(&format!("//      reads {}; writes {}; {}\n", k.inputs.join(", "), k.outputs.join(", "), mb(k.bytes_moved)));
+        out.push_str(&format!(
+            "//      reads {}; writes {}; {}\n",
+            k.inputs.join(", "),
+            k.outputs.join(", "),
+            mb(k.bytes_moved)
+        ));
         for why in &k.why {
             out.push_str(&format!("//      not in an epilogue: {why}\n"));
         }

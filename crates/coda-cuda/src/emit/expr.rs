@@ -492,6 +492,11 @@ pub(crate) fn double_lit(c: f64) -> String {
     }
 }
 
+/// `start, end, group` of a pair permutation, as C arguments.
+pub(crate) fn perm_args(perm: &coda_ir::PairPerm) -> String {
+    format!("{}, {}, {}", perm.start, perm.end, perm.group)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -504,9 +509,4 @@ mod tests {
         assert_eq!(float_lit(f64::INFINITY), "coda::pos_inf()");
         assert_eq!(double_lit(500000.0), "500000.0");
     }
-}
-
-/// `start, end, group` of a pair permutation, as C arguments.
-pub(crate) fn perm_args(perm: &coda_ir::PairPerm) -> String {
-    format!("{}, {}, {}", perm.start, perm.end, perm.group)
 }

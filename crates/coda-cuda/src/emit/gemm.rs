@@ -239,7 +239,7 @@ impl Gemm {
             }
         }
         em.pop_scope();
-        let body = em.take_lines();
+        let body = drop_unused_indices(em.take_lines());
         let text = body.join("\n");
         // Declare the loop-invariant locals the body uses, and only those.
         let pad = |n: usize| "    ".repeat(n);
@@ -501,6 +501,29 @@ impl Gemm {
 }
 
 /// Whether `word` occurs in `text` as an identifier.
+/// The body without `const int` column-index locals nothing reads (a slot's
+/// column is computed on demand and may end up unused, e.g. when its value
+/// is stored through a pair).
+fn drop_unused_indices(body: Vec<String>) -> Vec<String> {
+    let text = body.join("\n");
+    body.iter()
+        .filter(|line| {
+            let Some(rest) = line.trim_start().strip_prefix("const int ") else { return true };
+            let name = rest.split(' ').next().unwrap_or_default();
+            text.match_indices(name)
+                .filter(|(i, _)| {
+                    let before = text[..*i].chars().next_back();
+                    let after = text[i + name.len()..].chars().next();
+                    let ident = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
+                    !ident(before) && !ident(after)
+                })
+                .count()
+                > 1
+        })
+        .cloned()
+        .collect()
+}
+
 pub(crate) fn uses(text: &str, word: &str) -> bool {
     text.match_indices(word).any(|(i, _)| {
         let before = text[..i].chars().next_back();

@@ -241,7 +241,9 @@ impl Builder<'_> {
             let v = Value::from_index(index);
             let what = match self.block.names.get(index).cloned().flatten() {
                 Some(name) => format!("`{name}`"),
-                None => coda_ir::print::print_value(self.block, v).split_whitespace().next().unwrap_or("value").to_string(),
+                None => {
+                    coda_ir::print::print_value(self.block, v).split_whitespace().next().unwrap_or("value").to_string()
+                }
             };
             if !why.iter().any(|w| w.ends_with(reason.as_str())) {
                 why.push(format!("{what}: {reason}"));
