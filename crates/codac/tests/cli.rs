@@ -59,10 +59,13 @@ fn explain_json_has_blocks_and_values() {
     let out = codac(&["explain", "examples/lm_head_ce.coda", "--json"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(json["schema"], 1);
+    assert_eq!(json["schema"], 2);
     let block = &json["blocks"][0];
     assert_eq!(block["name"], "lm_head_ce");
     assert!(block["values"].as_array().is_some_and(|v| v.len() > 10));
+    let kernels = json["kernels"].as_array().cloned().unwrap_or_default();
+    assert_eq!(kernels.iter().filter(|k| k["kind"] == "gemm").count(), 1, "{kernels:?}");
+    assert!(kernels.iter().all(|k| k["name"].is_string() && k["inputs"].is_array() && k["outputs"].is_array()));
 }
 
 #[test]
