@@ -162,12 +162,14 @@ struct Sm90Config {
 };
 
 // Predefined configurations (TFLOP/s: scripts/gemm-harness/NOTES.md, "sm90").
-//   name              tile      mode         stages  smem bytes (kSmemFloats = 0)
-//   Sm90Cfg128x256    128x256   cooperative  3       216112
-//   Sm90Cfg256x128    256x128   cooperative  3       218160
-//   Sm90Cfg128x128    128x128   cooperative  5       199760
-//   Sm90Cfg128x128pp  128x128   ping-pong    4       201792
-//   Sm90Cfg64x256pp   64x256    ping-pong    3       191536
+// bf16, A_MxK * B_NxK, store_tile_staged epilogue, H100 SXM (cuBLAS 804 / 810):
+//   name              tile      mode         stages  smem bytes       TFLOP/s 4096^3  8192x4096x4096
+//   Sm90Cfg128x256    128x256   cooperative  3       216112           777             778   <- default
+//   Sm90Cfg256x128    256x128   cooperative  3       218160           654             663
+//   Sm90Cfg128x128    128x128   cooperative  5       199760           648             620
+//   Sm90Cfg128x128pp  128x128   ping-pong    4       201792           683             694
+//   Sm90Cfg64x256pp   64x256    ping-pong    3       191536           515             519
+// (smem bytes for Epi::kSmemFloats = 0.)
 typedef Sm90Config<128, 256, 3, false> Sm90Cfg128x256;
 typedef Sm90Config<256, 128, 3, false, 8> Sm90Cfg256x128;
 typedef Sm90Config<128, 128, 5, false> Sm90Cfg128x128;
