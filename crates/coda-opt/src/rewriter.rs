@@ -144,15 +144,7 @@ impl Rewriter<'_> {
         let paired = |value| Some(Mapped::Paired { value, perm, origin });
         match inst {
             Inst::Unary { .. } | Inst::Cast { .. } | Inst::Binary { .. } | Inst::Select { .. } => {
-                let mut operands = HashMap::new();
-                for o in inst.operands() {
-                    match self.in_layout(o, perm)? {
-                        Some(x) => operands.insert(o, x),
-                        None => return Ok(None),
-                    };
-                }
-                let copy = inst.map_operands(|o| operands.get(&o).copied().unwrap_or(o));
-                Ok(paired(self.emit(copy, span)?))
+                Ok(self.elementwise_in_layout(inst, perm, span)?.and_then(paired))
             }
             // Halves of a single-group layout are its even and odd columns.
             Inst::SliceCols { arg, start, len, step: 1 } if perm.start == 0 && perm.group == perm.end => {
@@ -211,18 +203,29 @@ impl Rewriter<'_> {
                 Ok(Some(self.emit(Inst::RopeTable { spec, table: *table, cols: cols.clone() }, span)?))
             }
             Inst::Unary { .. } | Inst::Cast { .. } | Inst::Binary { .. } | Inst::Select { .. } => {
-                let mut operands = HashMap::new();
-                for o in inst.operands() {
-                    match self.in_layout(o, perm)? {
-                        Some(x) => operands.insert(o, x),
-                        None => return Ok(None),
-                    };
-                }
-                let copy = inst.map_operands(|o| operands.get(&o).copied().unwrap_or(o));
-                Ok(Some(self.emit(copy, span)?))
+                self.elementwise_in_layout(&inst, perm, span)
             }
             _ => Ok(None),
         }
+    }
+
+    /// The elementwise `inst` rebuilt on its operands in `perm` order, when
+    /// every operand can be put in that order.
+    fn elementwise_in_layout(
+        &mut self,
+        inst: &Inst,
+        perm: PairPerm,
+        span: coda_diagnostics::Span,
+    ) -> Result<Option<Value>, TypeError> {
+        let mut operands = HashMap::new();
+        for o in inst.operands() {
+            match self.in_layout(o, perm)? {
+                Some(x) => operands.insert(o, x),
+                None => return Ok(None),
+            };
+        }
+        let copy = inst.map_operands(|o| operands.get(&o).copied().unwrap_or(o));
+        Ok(Some(self.emit(copy, span)?))
     }
 
     fn matmul(&mut self, v: Value, inst: &Inst) -> Result<Mapped, TypeError> {

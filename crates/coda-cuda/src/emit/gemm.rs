@@ -505,20 +505,14 @@ impl Gemm {
 /// column is computed on demand and may end up unused, e.g. when its value
 /// is stored through a pair).
 fn drop_unused_indices(body: Vec<String>) -> Vec<String> {
-    let text = body.join("\n");
     body.iter()
         .filter(|line| {
             let Some(rest) = line.trim_start().strip_prefix("const int ") else { return true };
             let name = rest.split(' ').next().unwrap_or_default();
-            text.match_indices(name)
-                .filter(|(i, _)| {
-                    let before = text[..*i].chars().next_back();
-                    let after = text[i + name.len()..].chars().next();
-                    let ident = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
-                    !ident(before) && !ident(after)
-                })
-                .count()
-                > 1
+            // Read somewhere besides its own declaration.
+            let others: String =
+                body.iter().filter(|l| !std::ptr::eq(*l, *line)).cloned().collect::<Vec<_>>().join("\n");
+            uses(&others, name)
         })
         .cloned()
         .collect()
