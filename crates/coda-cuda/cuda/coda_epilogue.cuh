@@ -430,6 +430,8 @@ template <> struct PairBits<float> {
     typedef float2 type;
     static __device__ __forceinline__ float2 pack(float a, float b) { return make_float2(a, b); }
 };
+__device__ __forceinline__ float2 unpack_pair(unsigned u, bf16) { return unpack2_bf16(u); }
+__device__ __forceinline__ float2 unpack_pair(unsigned u, f16) { return unpack2_f16(u); }
 
 template <class T, class Frag>
 __device__ __forceinline__ void store_tile_staged(const Frag& f, const TileInfo& t,
@@ -514,6 +516,64 @@ __device__ __forceinline__ float2 load_col_pair(const Frag& f, int j, const T* v
     if (col + 1 < f.n) r = load2(vec + col);
     else if (col < f.n) r.x = load1(vec + col);
     return r;
+}
+
+// ---------------------------------------------------------------------------
+// Staged tile operand: a 16-bit rows x cols matrix (e.g. a residual) read
+// for the CTA's whole BM x BN tile through shared memory, in the padded
+// layout of store_tile_staged: 16-byte coalesced loads (element loads at
+// ragged edges or for a misaligned base / ld), then each thread reads its
+// pairs from shared memory.  Keeps the operand's global loads out of the
+// per-pair code (no long-latency loads hoisted into registers beside the
+// accumulators).  Needs staged_store_bytes<BM, BN, T>() bytes of scratch
+// (a static property of the configuration: check it before choosing this);
+// contains barriers; out-of-range elements read as 0.  A later helper that
+// writes scratch starts with a barrier, so the operand must be read (all
+// staged_pair calls) before it.
+// ---------------------------------------------------------------------------
+template <class T, class Frag>
+__device__ __forceinline__ void stage_tile(const Frag& f, const TileInfo& t, const T* src, long long ld, int rows,
+                                           int cols, float* smem) {
+    static_assert(sizeof(T) == 2, "stage_tile is for 16-bit operands");
+    constexpr int kVec = 8;
+    constexpr int kRowBytes = (Frag::BN + 8) * 2;
+    constexpr int kChunksPerRow = Frag::BN / kVec;
+    constexpr int kChunks = Frag::BM * kChunksPerRow;
+    const bool vec_ok = (ld % kVec) == 0 && (reinterpret_cast<unsigned long long>(src) & 15) == 0;
+    unsigned char* s = reinterpret_cast<unsigned char*>(smem);
+    f.sync();  // scratch may still be in use
+#pragma unroll 4
+    for (int c0 = 0; c0 < kChunks; c0 += Frag::kThreads) {
+        const int c = c0 + f.thread_index();
+        if (kChunks % Frag::kThreads != 0 && c >= kChunks) break;
+        const int r = c / kChunksPerRow, ch = c % kChunksPerRow;
+        const int grow = t.tile_m0 + r, gcol = t.tile_n0 + ch * kVec;
+        uint4 val = make_uint4(0u, 0u, 0u, 0u);
+        if (grow < rows) {
+            const T* p = src + (long long)grow * ld + gcol;
+            if (vec_ok && gcol + kVec <= cols) {
+                val = __ldg(reinterpret_cast<const uint4*>(p));
+            } else {
+                unsigned short e[kVec];
+#pragma unroll
+                for (int k = 0; k < kVec; ++k)
+                    e[k] = gcol + k < cols ? __ldg(reinterpret_cast<const unsigned short*>(p + k)) : (unsigned short)0;
+                val.x = e[0] | ((unsigned)e[1] << 16);
+                val.y = e[2] | ((unsigned)e[3] << 16);
+                val.z = e[4] | ((unsigned)e[5] << 16);
+                val.w = e[6] | ((unsigned)e[7] << 16);
+            }
+        }
+        *reinterpret_cast<uint4*>(s + r * kRowBytes + ch * 16) = val;
+    }
+    f.sync();
+}
+// The pair (row(i), col(j)), (row(i), col(j) + 1) of a staged operand.
+template <class T, class Frag>
+__device__ __forceinline__ float2 staged_pair(const Frag& f, int i, int j, const float* smem) {
+    constexpr int kRowBytes = (Frag::BN + 8) * 2;
+    const unsigned char* s = reinterpret_cast<const unsigned char*>(smem);
+    return unpack_pair(*reinterpret_cast<const unsigned*>(s + f.local_row(i) * kRowBytes + f.local_col(j) * 2), T());
 }
 
 }  // namespace coda

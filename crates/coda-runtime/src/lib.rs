@@ -41,6 +41,7 @@ mod nvrtc;
 mod params;
 mod tensor;
 pub mod timing;
+mod tma;
 pub mod toolkit;
 
 pub use arch::{Arch, ArchSuffix};
@@ -54,6 +55,7 @@ pub use nvrtc::{CompileOptions, CompiledKernel};
 pub use params::{layout, FieldKind, ParamBlock, StructLayout};
 pub use tensor::{contiguous_strides, describe, DType, TensorArg};
 pub use timing::{bench, time_ms, BenchStats, EventTimer};
+pub use tma::TiledMap;
 pub use toolkit::Toolkit;
 
 #[cfg(test)]

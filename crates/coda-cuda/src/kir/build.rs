@@ -20,10 +20,11 @@ use coda_ir::{Axis, Block, DType, Dim, Inst, ShapeClass, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// Builds the kernels of a partitioned block.
-pub(crate) fn build(block: &Block, plan: &Plan) -> Result<BlockIr, CodegenError> {
+pub(crate) fn build(block: &Block, plan: &Plan, target: config::Target) -> Result<BlockIr, CodegenError> {
     let mut b = Builder {
         block,
         plan,
+        target,
         buffers: Vec::new(),
         param_bufs: Vec::new(),
         output_bufs: Vec::new(),
@@ -58,6 +59,7 @@ pub(crate) fn build(block: &Block, plan: &Plan) -> Result<BlockIr, CodegenError>
 struct Builder<'a> {
     block: &'a Block,
     plan: &'a Plan,
+    target: config::Target,
     buffers: Vec<Buffer>,
     param_bufs: Vec<BufId>,
     output_bufs: Vec<BufId>,
@@ -116,24 +118,36 @@ impl Builder<'_> {
         }
     }
 
+    /// The tile configuration of every GEMM: the portable choice, then the
+    /// target's ([`config::for_target`]), before anything (partial buffer
+    /// widths) depends on the tile shape.
     fn choose_configs(&mut self) {
         for (k, kp) in self.plan.kernels.iter().enumerate() {
-            let KernelPlan::Gemm { matmul, .. } = kp else { continue };
+            let KernelPlan::Gemm { matmul, b, .. } = kp else { continue };
             let mut regs = 0;
             let mut heavy = false;
+            let mut col_partials = false;
             for (v, home) in self.plan.homes.iter().enumerate() {
                 match home {
                     Home::Acc(x) if *x == k => {
                         regs += 1;
                         heavy |= self.plan.maps[v].as_ref().is_some_and(|m| m.stride == 2);
                     }
-                    Home::RowPartial(x, _) | Home::ColPartial(x) if *x == k => heavy = true,
+                    Home::RowPartial(x, _) if *x == k => heavy = true,
+                    Home::ColPartial(x) if *x == k => (heavy, col_partials) = (true, true),
                     _ => {}
                 }
             }
             heavy |= regs > config::HEAVY_NODES;
             let shape = &self.block.ty(*matmul).shape;
-            self.configs.insert(k, config::choose(&shape.rows, &shape.cols, heavy));
+            let portable = config::choose(&shape.rows, &shape.cols, heavy);
+            let (b_pairs, b_transposed) = match b {
+                OperandPlan::Param { transposed, row_perm, .. } | OperandPlan::Mat { transposed, row_perm, .. } => {
+                    (*row_perm, *transposed)
+                }
+            };
+            let chosen = config::for_target(self.target, portable, &shape.cols, col_partials, b_pairs, b_transposed);
+            self.configs.insert(k, chosen);
         }
     }
 
