@@ -487,6 +487,99 @@ __device__ __forceinline__ void store_tile_staged(const Frag& f, const TileInfo&
     }
 }
 
+// Staged store with a column map: like store_tile_staged, for outputs whose
+// columns are not the accumulator's own.  Map gives, for slot e of the
+// tile-local accumulator column lc, the output column relative to the
+// output tile's origin Map::origin(tile_n0), or -1 when that slot is not
+// stored; the output tile is Map::width<BN>() columns wide and must contain
+// every mapped column of its accumulator tile.  Values are written to
+// shared memory element by element, then stored with 16-byte coalesced
+// vectors (element stores at the ragged right edge, bounded by out_cols);
+// falls back to bounded element stores when the scratch does not fit or
+// out / ld are misaligned.  Same scratch, barriers and call rules as
+// store_tile_staged.
+//   StagedHalfCols: a pair operation's output (one value per column pair,
+//     slot 0): pair (lc, lc + 1) goes to output column lc / 2.
+//   StagedUnpermuteCols<START, END, GROUP>: an accumulator in the pair
+//     layout of PairRows put back in order: column c of [START, END) goes to
+//     its source column (pair_source); needs START % GROUP == 0 and
+//     BN % GROUP == 0 so that every group lies inside one tile.
+struct StagedHalfCols {
+    template <int BN>
+    __host__ __device__ static constexpr int width() { return BN / 2; }
+    static __device__ __forceinline__ int origin(int n0) { return n0 / 2; }
+    static __device__ __forceinline__ int dest(int, int lc, int e) { return e == 0 ? lc / 2 : -1; }
+};
+template <int START, int END, int GROUP>
+struct StagedUnpermuteCols {
+    static_assert(START % GROUP == 0 && (END - START) % GROUP == 0 && GROUP % 2 == 0, "bad pair layout");
+    static constexpr int kGroup = GROUP;
+    template <int BN>
+    __host__ __device__ static constexpr int width() { return BN; }
+    static __device__ __forceinline__ int origin(int n0) { return n0; }
+    static __device__ __forceinline__ int dest(int n0, int lc, int e) {
+        const int c = n0 + lc + e;
+        if (c < START || c >= END) return lc + e;
+        const int local = c - START, j = local % GROUP;
+        return START + (local - j) + (j & 1) * (GROUP / 2) + (j >> 1) - n0;
+    }
+};
+template <class T, class Map, class Frag>
+__device__ __forceinline__ void store_tile_staged_map(const Frag& f, const TileInfo& t,
+                                                      const float (&v)[Frag::RI][Frag::CJ][2], T* out, long long ld,
+                                                      int out_cols, float* smem) {
+    constexpr int kW = Map::template width<Frag::BN>();
+    constexpr int kVec = 16 / (int)sizeof(T);
+    constexpr int kRowBytes = (Frag::BN + 8) * (int)sizeof(T);
+    constexpr int kChunksPerRow = kW / kVec;
+    constexpr int kChunks = Frag::BM * kChunksPerRow;
+    static_assert(kW % kVec == 0, "output tile width must be a multiple of 16 bytes");
+    const int origin = Map::origin(t.tile_n0);
+    const bool fits = staged_store_bytes<Frag::BM, Frag::BN, T>() <= t.smem_bytes;
+    const bool aligned = (ld % kVec) == 0 && (reinterpret_cast<unsigned long long>(out) & 15) == 0;
+    if (!fits || !aligned) {  // uniform over the CTA
+#pragma unroll
+        for (int i = 0; i < Frag::RI; ++i)
+#pragma unroll
+            for (int j = 0; j < Frag::CJ; ++j)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int d = Map::dest(t.tile_n0, f.local_col(j), e);
+                    if (d >= 0) store_at(out, ld, f.row(i), origin + d, f.m, out_cols, v[i][j][e]);
+                }
+        return;
+    }
+    unsigned char* s = reinterpret_cast<unsigned char*>(smem);
+    f.sync();  // scratch may still be in use
+#pragma unroll
+    for (int i = 0; i < Frag::RI; ++i)
+#pragma unroll
+        for (int j = 0; j < Frag::CJ; ++j)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int d = Map::dest(t.tile_n0, f.local_col(j), e);
+                if (d >= 0) store1(reinterpret_cast<T*>(s + f.local_row(i) * kRowBytes) + d, v[i][j][e]);
+            }
+    f.sync();
+#pragma unroll
+    for (int c0 = 0; c0 < kChunks; c0 += Frag::kThreads) {
+        const int c = c0 + f.thread_index();
+        if (kChunks % Frag::kThreads != 0 && c >= kChunks) break;
+        const int r = c / kChunksPerRow, ch = c % kChunksPerRow;
+        const int grow = t.tile_m0 + r, gcol = origin + ch * kVec;
+        if (grow >= t.m || gcol >= out_cols) continue;
+        const T* src = reinterpret_cast<const T*>(s + r * kRowBytes) + ch * kVec;
+        T* dst = out + (long long)grow * ld + gcol;
+        if (gcol + kVec <= out_cols) {
+            *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+        } else {
+#pragma unroll
+            for (int k = 0; k < kVec; ++k)
+                if (gcol + k < out_cols) dst[k] = src[k];
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------
 // Loads (out-of-range elements read as 0)
 // ---------------------------------------------------------------------------

@@ -18,6 +18,11 @@
 //! aligned and its leading dimension a multiple of 8 (checked at run time,
 //! uniformly for the CTA, by the helper); otherwise with bounded pair stores.
 //!
+//! The staged store may also be a pair operation's half-width output
+//! (`coda::StagedHalfCols`) or an output put back from pair order
+//! (`coda::StagedUnpermuteCols`, when every group lies inside one tile):
+//! both were 2-byte scattered stores before.
+//!
 //! Likewise one full-tile 16-bit operand read at the accumulator's own
 //! columns (a residual) is staged into shared memory before the loop with
 //! coalesced 16-byte loads (`coda::stage_tile`) and read back per pair
@@ -50,13 +55,10 @@ pub(crate) fn emit(em: &mut Emitter<'_>, spec: &GemmSpec, entry: &str) -> Result
     g.row_values(em)?;
     g.partial_decls(em)?;
     g.main_loop(em)?;
-    if let Some(idx) = g.staged {
-        // The helper checks the buffer's alignment itself (uniformly for the
-        // CTA) and falls back to bounded pair stores.
+    if let Some((idx, how)) = g.staged {
         let store = em.kernel.stores[idx].clone();
-        let b = em.buf_w(store.buf);
-        let value = em.kernel.nodes[store.node].value;
-        em.stmt(format!("coda::store_tile_staged(f, t, f.acc, {b}, {b}_ld, smem);"), value);
+        let call = staged_call(em, store.buf, how);
+        em.stmt(call, em.kernel.nodes[store.node].value);
     }
     g.reductions(em)?;
     let body = em.take_lines().join("\n");
@@ -140,31 +142,65 @@ struct Gemm {
     rows: Vec<(NodeId, String)>,
     /// Pair loads in the current body, by (node, map offset).
     pairs: HashMap<(NodeId, i64), String>,
-    /// The store written through `store_tile_staged`, by index.
-    staged: Option<usize>,
+    /// The store written through shared memory, by index, and how.
+    staged: Option<(usize, Staging)>,
     /// The tile operand read through shared memory (`coda::stage_tile`):
     /// its buffer and the statement that stages it before the loop.
     staged_load: Option<(usize, String)>,
 }
 
+/// How a staged store maps accumulator columns to output columns.
+#[derive(Debug, Clone, Copy)]
+enum Staging {
+    /// The accumulator's own columns (`store_tile_staged`).
+    Identity,
+    /// A pair operation's half-width output (`coda::StagedHalfCols`).
+    Half,
+    /// A pair layout put back in order (`coda::StagedUnpermuteCols`).
+    Unpermute(coda_ir::PairPerm),
+}
+
 /// The store to stage through shared memory, if any (see the module docs):
 /// only in 255-register configurations with at most one partial, where the
 /// extra address arithmetic does not spill.
-fn staged_store(em: &Emitter<'_>, spec: &GemmSpec) -> Option<usize> {
+fn staged_store(em: &Emitter<'_>, spec: &GemmSpec) -> Option<(usize, Staging)> {
     let roomy = spec.config.is_sm90()
         || matches!(spec.config, crate::config::TileConfig::Cfg128x128w4 | crate::config::TileConfig::Cfg128x256);
     if !roomy || em.kernel.partials.len() > 1 {
         return None;
     }
-    let fits = |s: &crate::kir::Store| {
-        let node = &em.kernel.nodes[s.node];
+    let (_, bn, _) = spec.config.tile();
+    let staging = |s: &crate::kir::Store| -> Option<Staging> {
+        let map = em.kernel.nodes[s.node].reg.as_ref()?;
         let buf = &em.ir.buffers[s.buf];
-        let identity = node.reg.as_ref().is_some_and(|m| m.offset == 0 && m.stride == 1 && m.len == spec.n);
         let rows = buf.rows == crate::symexpr::SymExpr::from(&spec.m);
-        identity && rows && !s.accumulate && s.col_perm.is_none()
+        if !rows || s.accumulate || !buf.dtype.is_half() || map.offset != 0 {
+            return None;
+        }
+        match (map.stride, s.col_perm) {
+            (1, None) if map.len == spec.n => Some(Staging::Identity),
+            (1, Some(p)) if map.len == spec.n && p.start % p.group == 0 && bn % p.group == 0 => {
+                Some(Staging::Unpermute(p))
+            }
+            (2, None) => Some(Staging::Half),
+            _ => None,
+        }
     };
-    (0..em.kernel.stores.len())
-        .find(|i| fits(&em.kernel.stores[*i]) && em.ir.buffers[em.kernel.stores[*i].buf].dtype.is_half())
+    em.kernel.stores.iter().enumerate().find_map(|(i, s)| staging(s).map(|how| (i, how)))
+}
+
+/// The call that writes the staged store after the loop.
+fn staged_call(em: &mut Emitter<'_>, buf: usize, how: Staging) -> String {
+    let b = em.buf_w(buf);
+    let t = super::params::c_type(em.ir.buffers[buf].dtype);
+    let map = match how {
+        // The helper checks the buffer's alignment itself (uniformly for the
+        // CTA) and falls back to bounded pair stores.
+        Staging::Identity => return format!("coda::store_tile_staged(f, t, f.acc, {b}, {b}_ld, smem);"),
+        Staging::Half => "coda::StagedHalfCols".to_string(),
+        Staging::Unpermute(p) => format!("coda::StagedUnpermuteCols<{}, {}, {}>", p.start, p.end, p.group),
+    };
+    format!("coda::store_tile_staged_map<{t}, {map}>(f, t, f.acc, {b}, {b}_ld, {b}_cols, smem);")
 }
 
 impl Gemm {
@@ -262,20 +298,19 @@ impl Gemm {
             self.register(em, *id)?;
         }
         for (idx, store) in em.kernel.stores.clone().into_iter().enumerate() {
-            if self.staged != Some(idx) {
+            if self.staged.map(|(i, _)| i) != Some(idx) {
                 self.store(em, &store)?;
             }
         }
         for (idx, part) in em.kernel.partials.clone().iter().enumerate() {
             self.accumulate(em, idx, part)?;
         }
-        if let Some(idx) = self.staged {
+        if let Some((idx, _)) = self.staged {
             let node = em.kernel.stores[idx].node;
             let vars =
                 self.regs.get(&node).cloned().ok_or_else(|| em.internal("staged store of an unevaluated node"))?;
-            if let [v0, v1] = vars.as_slice() {
-                em.line(format!("f.acc[i][j][0] = {v0};"));
-                em.line(format!("f.acc[i][j][1] = {v1};"));
+            for (slot, v) in vars.iter().enumerate() {
+                em.line(format!("f.acc[i][j][{slot}] = {v};"));
             }
         }
         em.pop_scope();
