@@ -22,6 +22,8 @@
 //! interpreter: the rewritten block must agree with the original on random
 //! inputs (`tests/it/rewrites.rs`).
 
+mod affine;
+mod moments;
 mod pairs;
 mod rewriter;
 mod rowscale;
@@ -81,12 +83,30 @@ pub fn reparameterize(block: &Block, options: &Options) -> Result<Reparameterize
         // A pair layout that some user could not absorb is dropped and the
         // block is rewritten again without it (at most once per matmul).
         if outcome.unabsorbed.is_empty() || outcome.unabsorbed.iter().all(|m| excluded.contains(m)) {
-            coda_ir::verify::verify(&outcome.block).map_err(|e| RewriteError(e.to_string()))?;
-            return Ok(Reparameterized { block: outcome.block, applied: outcome.applied });
+            let (block, mut applied) = (outcome.block, outcome.applied);
+            let block = if options.defer_norms {
+                let (block, n) = moments::rewrite(&block).map_err(|e| RewriteError(e.0))?;
+                if n > 0 {
+                    applied.insert(moments::RULE, n);
+                }
+                block
+            } else {
+                block
+            };
+            coda_ir::verify::verify(&block).map_err(|e| RewriteError(e.to_string()))?;
+            return Ok(Reparameterized { block, applied });
         }
         excluded.extend(outcome.unabsorbed);
     }
 }
 
 /// The rule names, in the order `codac explain` lists them.
-pub const RULES: [&str; 4] = [rowscale::RULE, pairs::RULE_GATED, pairs::RULE_ROPE, pairs::RULE_UNPERMUTE_STORE];
+pub const RULES: [&str; 7] = [
+    rowscale::RULE,
+    affine::RULE_SHIFT,
+    affine::RULE_BIAS,
+    moments::RULE,
+    pairs::RULE_GATED,
+    pairs::RULE_ROPE,
+    pairs::RULE_UNPERMUTE_STORE,
+];

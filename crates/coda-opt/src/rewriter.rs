@@ -9,7 +9,7 @@
 //! else puts them back in order and marks the layout as not absorbed.
 
 use crate::pairs::{self, Choice};
-use crate::{rowscale, Options};
+use crate::{affine, rowscale, Options};
 use coda_ir::infer::TypeError;
 use coda_ir::{Axis, Block, Dim, Inst, Output, PairPerm, RopeSpec, RopeStyle, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -236,13 +236,34 @@ impl Rewriter<'_> {
         let mut a = self.plain(*lhs)?;
         let mut b = self.plain(*rhs)?;
         let mut scale = None;
+        let mut rank_one = Vec::new();
         if self.options.defer_norms && !lhs_transposed {
-            (a, scale) = rowscale::split(&mut self.new, a, *operand_dtype)?;
+            match affine::split(&mut self.new, a, *operand_dtype)? {
+                Some(split) => (a, scale, rank_one) = (split.operand, split.scale, split.rank_one),
+                None => (a, scale) = rowscale::split(&mut self.new, a, *operand_dtype)?,
+            }
         }
         let choice = self.plan.get(&v).copied();
         if let Some(c) = choice {
             b = self.emit(Inst::PermuteRows { arg: b, perm: c.perm }, span)?;
             self.count(c.rule);
+        }
+        // The weight products come first, so that their weight-preparation
+        // GEMMs launch before the GEMM whose epilogue reads them.
+        let mut products = Vec::new();
+        for term in &rank_one {
+            let product = Inst::MatMul {
+                lhs: term.col,
+                rhs: b,
+                lhs_transposed: false,
+                rhs_transposed: *rhs_transposed,
+                operand_dtype: *operand_dtype,
+            };
+            let product = self.emit(product, span)?;
+            if let Some(name) = affine::product_name(&self.new, &[term.col, *rhs]) {
+                self.new.set_name(product, &name);
+            }
+            products.push(product);
         }
         let mm = Inst::MatMul {
             lhs: a,
@@ -255,6 +276,10 @@ impl Rewriter<'_> {
         if let Some(r) = scale {
             out = rowscale::apply(&mut self.new, out, r)?;
             self.count(rowscale::RULE);
+        }
+        for (term, product) in rank_one.iter().zip(products) {
+            out = affine::apply(&mut self.new, out, term, product)?;
+            self.count(if term.row.is_some() { affine::RULE_SHIFT } else { affine::RULE_BIAS });
         }
         Ok(match choice {
             Some(c) => Mapped::Paired { value: out, perm: c.perm, origin: v },
@@ -272,7 +297,7 @@ fn same_rope(spec: &RopeSpec, perm: PairPerm) -> bool {
 }
 
 /// A copy of `block` without values no output needs.
-fn compact(block: &Block) -> Result<Block, TypeError> {
+pub(crate) fn compact(block: &Block) -> Result<Block, TypeError> {
     let mut live = vec![false; block.insts.len()];
     for o in &block.outputs {
         live[o.value.index()] = true;

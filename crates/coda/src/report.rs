@@ -94,13 +94,9 @@ fn kernel_reports(
                 ids.iter().filter_map(|b| ir.buffers.get(*b)).map(source).collect()
             };
             let kind = match &kernel.kind {
-                KernelKind::Gemm(_)
-                    if reads.iter().all(|b| ir.buffers[*b].role == Role::Input) && weights_only(ir, kernel) =>
-                {
-                    "weight_prep"
-                }
-                KernelKind::Gemm(_) => "gemm",
                 KernelKind::Copy { .. } => "fallback",
+                _ if weights_only(ir, kernel) => "weight_prep",
+                KernelKind::Gemm(_) => "gemm",
                 KernelKind::Col { .. } => "reduction",
                 KernelKind::Row { .. } if kernel.nodes.iter().any(|n| matches!(n.op, Op::RowReduce { .. })) => {
                     "reduction"
@@ -120,14 +116,22 @@ fn kernel_reports(
         .collect()
 }
 
-/// A GEMM none of whose buffers grows with a run-time dim: it depends on
-/// weights alone, so it can run once when the weights are loaded.
+/// A kernel that reads only block inputs (through their padded copies, if
+/// any) and none of whose buffers grows with a run-time dim: it depends on
+/// weights alone, whatever its shape (a GEMM with one row, a GEMV, a gain
+/// folded into a weight), so it can run once when the weights change. In a
+/// block without run-time dims nothing tells weights from activations, and
+/// no kernel is one.
 fn weights_only(ir: &BlockIr, kernel: &coda_cuda::kir::Kernel) -> bool {
     let (reads, writes) = traffic::kernel_buffers(kernel);
-    reads.iter().chain(writes.iter()).all(|b| {
-        let buf = &ir.buffers[*b];
+    let source = |b: usize| ir.buffers[b].staging_of.unwrap_or(b);
+    let fixed = |b: usize| {
+        let buf = &ir.buffers[b];
         buf.rows.as_const().is_some() && buf.cols.as_const().is_some()
-    })
+    };
+    !ir.dims.is_empty()
+        && reads.iter().all(|b| ir.buffers[source(*b)].role == Role::Input && fixed(source(*b)))
+        && writes.iter().all(|b| fixed(*b))
 }
 
 /// The report as text, one `//` comment block.
@@ -164,6 +168,9 @@ pub(crate) fn report_text(r: &BlockReport) -> String {
             k.outputs.join(", "),
             mb(k.bytes_moved)
         ));
+        if k.kind == "weight_prep" {
+            out.push_str("//      weights only: can run once when the weights change\n");
+        }
         for why in &k.why {
             out.push_str(&format!("//      not in an epilogue: {why}\n"));
         }

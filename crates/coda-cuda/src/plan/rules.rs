@@ -104,12 +104,14 @@ impl Planner<'_> {
         }
         let mut ready = 0;
         let mut dep = false;
-        // A broadcast of a vector an earlier kernel stored is a load of it.
+        // A broadcast of a vector an earlier kernel stored (a row or column
+        // kernel, or a GEMM with one row or column, e.g. a weight product of
+        // a deferred LayerNorm) is a load of it.
         let broadcast = matches!(inst, Inst::Broadcast { .. });
         for o in self.operands(v) {
             match self.home(o) {
                 Home::Param | Home::Inline | Home::RowPartial(..) | Home::ColPartial(_) => {}
-                Home::Row(_) | Home::Col(_) if broadcast => {}
+                Home::Row(_) | Home::Col(_) | Home::Acc(_) if broadcast => {}
                 _ => return None,
             }
             ready = ready.max(self.avail(o));
