@@ -121,7 +121,11 @@ pub struct BareGemm {
 /// Profiles the kernels [`compile()`](crate::compile()) makes with
 /// `options`, at `dims` (dims a block does not use are ignored; an unbound
 /// run-time dim counts as 0).
-pub fn profile(checked: &Checked, options: &CompileOptions, dims: &DimBindings) -> Result<Vec<BlockProfile>, CompileError> {
+pub fn profile(
+    checked: &Checked,
+    options: &CompileOptions,
+    dims: &DimBindings,
+) -> Result<Vec<BlockProfile>, CompileError> {
     let module = rewritten_module(checked, options)?;
     let mut blocks = Vec::new();
     for block in &module.blocks {

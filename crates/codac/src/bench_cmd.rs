@@ -16,8 +16,8 @@
 //! configuration rules, and timed the same way in the same process.
 
 use crate::bench_report::{
-    gbps, render_text, tflops, BareReport, BlockReport, CompileReport, DeviceReport, GemmReport, KernelReport,
-    Report, Timing, SCHEMA,
+    gbps, render_text, tflops, BareReport, BlockReport, CompileReport, DeviceReport, GemmReport, KernelReport, Report,
+    Timing, SCHEMA,
 };
 use crate::bench_rig::{Rig, RigSpec};
 use crate::commands::{check_dims_known, load, parse_dims, Outcome};
@@ -142,14 +142,22 @@ type BareKey = (i64, i64, i64, bool, bool, String);
 impl Bench<'_> {
     /// Cold and cached compile latency of every kernel of `manifest` (with
     /// the options `BlockExecutor` uses, so it then finds them in the cache).
-    fn compile_all(&self, manifest: &BlockManifest, sources: &[KernelSource]) -> Result<BTreeMap<String, CompileReport>> {
+    fn compile_all(
+        &self,
+        manifest: &BlockManifest,
+        sources: &[KernelSource],
+    ) -> Result<BTreeMap<String, CompileReport>> {
         let mut out = BTreeMap::new();
         for spec in &manifest.kernels {
-            let source = sources.iter().find(|s| s.file_name == spec.file).with_context(|| format!("no source {}", spec.file))?;
+            let source = sources
+                .iter()
+                .find(|s| s.file_name == spec.file)
+                .with_context(|| format!("no source {}", spec.file))?;
             eprintln!("compiling {} {} ({})", manifest.block, spec.name, spec.file);
             let opts = CompileOptions::new(self.device.arch()).file_name(&spec.file);
             let l = compile_latency(self.compiler, &source.source, &opts)?;
-            let report = CompileReport { cold_ms: l.cold_ms, hit_ms: l.hit_ms, hit_from_disk: l.hit_from_disk, registers: 0 };
+            let report =
+                CompileReport { cold_ms: l.cold_ms, hit_ms: l.hit_ms, hit_from_disk: l.hit_from_disk, registers: 0 };
             out.insert(spec.name.clone(), report);
         }
         Ok(out)
@@ -222,8 +230,15 @@ impl Bench<'_> {
         let config = gemm.gemm.as_ref().map(|p| p.config.clone());
         let mut compile = self.compile_all(manifest, &compiled.kernels)?;
         let inputs = coda::random_inputs(block, &bare.dims, 1)?;
-        let kernel_bytes: BTreeMap<String, u64> = profile.kernels.iter().map(|p| (p.name.clone(), p.bytes_moved)).collect();
-        let spec = RigSpec { manifest, sources: &compiled.kernels, dims: &bare.dims, inputs: &inputs, kernel_bytes: &kernel_bytes };
+        let kernel_bytes: BTreeMap<String, u64> =
+            profile.kernels.iter().map(|p| (p.name.clone(), p.bytes_moved)).collect();
+        let spec = RigSpec {
+            manifest,
+            sources: &compiled.kernels,
+            dims: &bare.dims,
+            inputs: &inputs,
+            kernel_bytes: &kernel_bytes,
+        };
         let rig = Rig::new(self.device, &spec)?;
         eprintln!("timing the bare GEMM {} ({} copies)", g.shape(), rig.copies);
         rig.fill_and_spin(self.device, SPIN_UP_MS / 3.0)?;

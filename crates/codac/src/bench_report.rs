@@ -175,15 +175,27 @@ impl BlockReport {
         let sum_kernels_ms = kernels.iter().map(|k| k.time.median_ms).sum();
         let sum_bare_gemms_ms = kernels.iter().filter_map(|k| k.bare_gemm.as_ref()).map(|b| b.time.median_ms).sum();
         let tflops = tflops(flops, time.median_ms);
-        BlockReport { block, dims, copies, bytes_per_copy, kernels, time, flops, tflops, sum_kernels_ms, sum_bare_gemms_ms }
+        BlockReport {
+            block,
+            dims,
+            copies,
+            bytes_per_copy,
+            kernels,
+            time,
+            flops,
+            tflops,
+            sum_kernels_ms,
+            sum_bare_gemms_ms,
+        }
     }
 }
 
 /// Left-aligned columns separated by two spaces.
 fn table(rows: &[Vec<String>]) -> String {
     let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
-    let width: Vec<usize> =
-        (0..columns).map(|c| rows.iter().filter_map(|r| r.get(c)).map(|s| s.chars().count()).max().unwrap_or(0)).collect();
+    let width: Vec<usize> = (0..columns)
+        .map(|c| rows.iter().filter_map(|r| r.get(c)).map(|s| s.chars().count()).max().unwrap_or(0))
+        .collect();
     let mut out = String::new();
     for row in rows {
         let cells: Vec<String> = row.iter().enumerate().map(|(c, s)| format!("{s:<w$}", w = width[c])).collect();
@@ -245,8 +257,19 @@ pub(crate) fn render_text(r: &Report) -> String {
             b.bytes_per_copy as f64 / 1e6,
         ));
         let header = [
-            "kernel", "kind", "config", "M×N×K", "time", "TFLOP/s", "epi GB/s", "bare", "bare config", "epi cost",
-            "cold compile", "cache hit", "regs",
+            "kernel",
+            "kind",
+            "config",
+            "M×N×K",
+            "time",
+            "TFLOP/s",
+            "epi GB/s",
+            "bare",
+            "bare config",
+            "epi cost",
+            "cold compile",
+            "cache hit",
+            "regs",
         ];
         let mut rows = vec![header.iter().map(ToString::to_string).collect::<Vec<_>>()];
         rows.extend(b.kernels.iter().map(kernel_row));
@@ -274,7 +297,14 @@ mod tests {
     use super::*;
 
     fn timing(median_ms: f64) -> Timing {
-        Timing { median_ms, min_ms: median_ms * 0.9, mean_ms: median_ms, p10_ms: median_ms, p90_ms: median_ms, samples: 100 }
+        Timing {
+            median_ms,
+            min_ms: median_ms * 0.9,
+            mean_ms: median_ms,
+            p10_ms: median_ms,
+            p90_ms: median_ms,
+            samples: 100,
+        }
     }
 
     fn compile() -> CompileReport {
@@ -317,8 +347,14 @@ mod tests {
 
     fn report() -> Report {
         let kernels = vec![gemm_kernel(0.5, 0.4)];
-        let block =
-            BlockReport::totals("llama3_layer".into(), [("M".to_string(), 8192)].into(), 3, 1 << 30, kernels, timing(0.52));
+        let block = BlockReport::totals(
+            "llama3_layer".into(),
+            [("M".to_string(), 8192)].into(),
+            3,
+            1 << 30,
+            kernels,
+            timing(0.52),
+        );
         Report {
             schema: SCHEMA,
             tool: "codac bench",

@@ -57,7 +57,8 @@ pub(crate) fn open_manifest(
         let provision = match b.role.as_str() {
             "input" | "output" => Provision::Declared,
             "staging" => {
-                let source = b.staging_of.clone().with_context(|| format!("staging buffer `{}` has no input", b.name))?;
+                let source =
+                    b.staging_of.clone().with_context(|| format!("staging buffer `{}` has no input", b.name))?;
                 let cols = eval_str(&b.shape[1], dims)?;
                 if cols % 8 == 0 {
                     aliased.push(b.name.clone());
@@ -102,7 +103,11 @@ fn extent(b: &BufferSpec, dims: &DimBindings) -> Result<(usize, usize, usize)> {
 }
 
 /// Bytes of one copy of every buffer the rig allocates.
-pub(crate) fn copy_bytes(open: &BlockManifest, provisions: &BTreeMap<String, Provision>, dims: &DimBindings) -> Result<u64> {
+pub(crate) fn copy_bytes(
+    open: &BlockManifest,
+    provisions: &BTreeMap<String, Provision>,
+    dims: &DimBindings,
+) -> Result<u64> {
     let mut total = 0u64;
     for b in &open.buffers {
         if matches!(provisions.get(&b.name), Some(Provision::Alias(_))) {
@@ -195,9 +200,17 @@ struct Runner {
 }
 
 impl Runner {
-    fn new(device: &Device, name: &str, manifest: &BlockManifest, sources: &[KernelSource], copies: &[Copy], dims: &DimBindings) -> Result<Runner> {
+    fn new(
+        device: &Device,
+        name: &str,
+        manifest: &BlockManifest,
+        sources: &[KernelSource],
+        copies: &[Copy],
+        dims: &DimBindings,
+    ) -> Result<Runner> {
         let executor = BlockExecutor::new(device, manifest, sources)?;
-        let prepared = copies.iter().map(|c| executor.prepare(device, dims, &c.bindings)).collect::<Result<Vec<_>, _>>()?;
+        let prepared =
+            copies.iter().map(|c| executor.prepare(device, dims, &c.bindings)).collect::<Result<Vec<_>, _>>()?;
         Ok(Runner { name: name.to_string(), executor, prepared })
     }
 
@@ -243,7 +256,10 @@ impl Rig {
         let (free, _) = device.memory_info()?;
         let copies = copies_needed(smallest, bytes_per_copy, (free as f64 * MEMORY_SHARE) as u64);
         if (copies as u64) * bytes_per_copy > free as u64 {
-            bail!("one copy of block `{}` needs {bytes_per_copy} bytes; {free} are free on the device", spec.manifest.block);
+            bail!(
+                "one copy of block `{}` needs {bytes_per_copy} bytes; {free} are free on the device",
+                spec.manifest.block
+            );
         }
         let mut data = BTreeMap::new();
         for b in &open.buffers {
@@ -251,7 +267,8 @@ impl Rig {
                 data.insert(b.name.clone(), host_bytes(b.dtype.parse()?, host));
             }
         }
-        let made = (0..copies).map(|_| make_copy(device, &open, &provisions, spec.dims, &data)).collect::<Result<Vec<_>>>()?;
+        let made =
+            (0..copies).map(|_| make_copy(device, &open, &provisions, spec.dims, &data)).collect::<Result<Vec<_>>>()?;
         let block = Runner::new(device, "block", &open, spec.sources, &made, spec.dims)?;
         let mut kernels = Vec::new();
         for (index, k) in open.kernels.iter().enumerate() {
@@ -285,7 +302,12 @@ impl Rig {
     }
 
     /// Times each launched kernel alone, in launch order.
-    pub(crate) fn time_kernels(&self, device: &Device, warmup: usize, iters: usize) -> Result<Vec<(String, BenchStats)>> {
+    pub(crate) fn time_kernels(
+        &self,
+        device: &Device,
+        warmup: usize,
+        iters: usize,
+    ) -> Result<Vec<(String, BenchStats)>> {
         self.kernels.iter().map(|r| Ok((r.name.clone(), r.time(device, warmup, iters)?))).collect()
     }
 
@@ -328,7 +350,8 @@ mod tests {
     /// keeps its copy kernel, unconditionally, and owns its buffer.
     #[test]
     fn misaligned_staging_copies() -> Result<()> {
-        let text = "dim M\ndim N = 64\nblock g(a: bf16[M, 12], b: bf16[N, 12]) -> (y: bf16[M, N]) {\n    y = a @ b.T\n}\n";
+        let text =
+            "dim M\ndim N = 64\nblock g(a: bf16[M, 12], b: bf16[N, 12]) -> (y: bf16[M, N]) {\n    y = a @ b.T\n}\n";
         let manifest = manifest_of(text);
         let (open, provisions) = open_manifest(&manifest, &dims(100))?;
         let copies: Vec<_> = open.kernels.iter().filter(|k| k.kind == "copy").collect();
