@@ -15,10 +15,11 @@ same function through torch.compile (default mode, no CUDA graphs).
 
 Protocol, the same as `codac bench`: random normal data (activations N(0,1),
 weights N(0, 1/in), gains 1 + 0.1 N(0,1)), never zeros; several copies of
-every input (at least 3, and at least 256 MiB over the copies), cycled; 10
-warm-up runs, then each run timed with its own pair of CUDA events; the
-median is reported. RoPE's cos/sin tables are inputs (computed once, as a
-model does per forward), not timed.
+every input (at least 3, and at least 256 MiB over the copies), cycled; 300
+ms of spin-up and 10 warm-up runs before each timing loop, then each run
+timed with its own pair of CUDA events; the median is reported. RMSNorm is
+F.rms_norm; RoPE is Hugging Face's rotate-half form in bf16, with its cos/sin
+tables as inputs (computed once per forward in a model), not timed.
 
 Usage:
   python3 bench/compare.py [--m 8192] [--iters 200] [--codac 8b.json --codac 1b.json]
@@ -46,6 +47,7 @@ MODELS = {
     "1b": dict(D=2048, F=8192, HD=64, QH=32, KVH=8),
 }
 ROTATION_BYTES = 256 << 20
+SPIN_UP_S = 0.3
 EPS = 1e-5
 ROPE_BASE = 500000.0
 
@@ -62,18 +64,20 @@ REFERENCE = {
 
 
 def rmsnorm(x, g):
-    xf = x.float()
-    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + EPS) * g.float()).to(x.dtype)
+    """PyTorch's fused RMSNorm (fp32 statistics), as a model would call it."""
+    return F.rms_norm(x, (x.shape[-1],), weight=g, eps=EPS)
 
 
 def rope_half(u, cos, sin, cols, hd):
-    """Rotate-half RoPE on the first `cols` columns of u (heads of width hd)."""
+    """Rotate-half RoPE on the q and k heads (the first `cols` columns of u,
+    heads of width hd) in the activation dtype, as Hugging Face's Llama does;
+    returns the rotated q and k heads and the untouched v columns (a view)."""
     m = u.shape[0]
-    qk = u[:, :cols].float().view(m, cols // hd, hd)
+    qk = u[:, :cols].view(m, cols // hd, hd)
     half = hd // 2
     rotated = torch.cat((-qk[..., half:], qk[..., :half]), dim=-1)
     out = qk * cos[:, None, :] + rotated * sin[:, None, :]
-    return torch.cat((out.view(m, cols).to(u.dtype), u[:, cols:]), dim=1)
+    return out, u[:, cols:]
 
 
 def make_ops(p):
@@ -153,11 +157,11 @@ def make_tensor(kind, shape, gen, hd):
     inv = ROPE_BASE ** (-torch.arange(0, hd, 2, device=dev).float() / hd)
     ang = pos[:, None] * inv[None, :]
     ang = torch.cat((ang, ang), dim=-1)
-    return (ang.cos() if kind == "cos" else ang.sin()).float()
+    return (ang.cos() if kind == "cos" else ang.sin()).to(torch.bfloat16)
 
 
 def make_copies(names, table, hd, seed):
-    one = sum(math.prod(table[n][1]) * (2 if table[n][0] in ("act", "weight", "gain") else 4) for n in names)
+    one = sum(math.prod(table[n][1]) * 2 for n in names)
     copies = max(3, math.ceil(ROTATION_BYTES / one))
     gen = torch.Generator(device="cuda")
     gen.manual_seed(seed)
@@ -166,6 +170,16 @@ def make_copies(names, table, hd, seed):
 
 
 def time_ms(fn, sets, warmup, iters):
+    """Spin-up (at least SPIN_UP_S of runs, so the clocks settle, as codac
+    bench does), `warmup` more runs, then `iters` runs each timed with its
+    own pair of events; returns the median in ms."""
+    start = time.time()
+    i = 0
+    while time.time() - start < SPIN_UP_S:
+        for _ in range(len(sets)):
+            fn(*sets[i % len(sets)])
+            i += 1
+        torch.cuda.synchronize()
     for i in range(warmup):
         fn(*sets[i % len(sets)])
     torch.cuda.synchronize()
