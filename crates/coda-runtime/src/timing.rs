@@ -147,16 +147,26 @@ pub struct CompileLatency {
     pub hit_ms: f64,
     /// Whether `hit_ms` was a disk lookup.
     pub hit_from_disk: bool,
+    /// Whether NVRTC's own cache (CUDA 12.9+) was bypassed too (`--no-cache`);
+    /// false when this NVRTC rejected the flag.
+    pub nvrtc_cache_bypassed: bool,
 }
 
 /// Measures [`CompileLatency`] of `source` with `opts`: compiles it with a
-/// fresh memory-only cache (so NVRTC always runs), stores the result in
+/// fresh memory-only cache (so NVRTC always runs) and NVRTC's `--no-cache`
+/// (NVRTC 12.9 and later keep a cache of their own, which would otherwise
+/// serve a source compiled earlier on the machine), stores the result in
 /// `compiler`'s cache (where a later [`Compiler::compile`] with the same
 /// options finds it, so nothing is compiled twice), then drops the
 /// in-memory entries of that cache and compiles again to time a hit.
 pub fn compile_latency(compiler: &Compiler, source: &str, opts: &CompileOptions) -> Result<CompileLatency> {
     let uncached = Compiler::new(compiler.toolkit().clone(), KernelCache::new(None))?;
-    let cold = uncached.compile(source, opts)?;
+    let mut bypass = opts.clone();
+    bypass.extra_flags.push("--no-cache".into());
+    let (cold, nvrtc_cache_bypassed) = match uncached.compile(source, &bypass) {
+        Ok(cold) => (cold, true),
+        Err(_) => (uncached.compile(source, opts)?, false),
+    };
     let key = compiler.cache_key(source, opts);
     let artifacts = Artifacts { cubin: cold.cubin.clone(), ptx: cold.ptx.clone(), log: cold.log.clone() };
     compiler.cache().get_or_compile(&key, || Ok(artifacts))?;
@@ -167,7 +177,8 @@ pub fn compile_latency(compiler: &Compiler, source: &str, opts: &CompileOptions)
     if !hit.cache_hit {
         return Err(RuntimeError::InvalidInput("the kernel cache did not keep a kernel just stored".into()));
     }
-    Ok(CompileLatency { cold_ms: cold.compile_ms, hit_ms, hit_from_disk: compiler.cache().dir().is_some() })
+    let hit_from_disk = compiler.cache().dir().is_some();
+    Ok(CompileLatency { cold_ms: cold.compile_ms, hit_ms, hit_from_disk, nvrtc_cache_bypassed })
 }
 
 #[cfg(test)]

@@ -156,8 +156,13 @@ impl Bench<'_> {
             eprintln!("compiling {} {} ({})", manifest.block, spec.name, spec.file);
             let opts = CompileOptions::new(self.device.arch()).file_name(&spec.file);
             let l = compile_latency(self.compiler, &source.source, &opts)?;
-            let report =
-                CompileReport { cold_ms: l.cold_ms, hit_ms: l.hit_ms, hit_from_disk: l.hit_from_disk, registers: 0 };
+            let report = CompileReport {
+                cold_ms: l.cold_ms,
+                hit_ms: l.hit_ms,
+                hit_from_disk: l.hit_from_disk,
+                nvrtc_cache_bypassed: l.nvrtc_cache_bypassed,
+                registers: 0,
+            };
             out.insert(spec.name.clone(), report);
         }
         Ok(out)

@@ -70,6 +70,8 @@ pub(crate) struct CompileReport {
     pub(crate) hit_ms: f64,
     /// Whether the hit read the cache's disk entry (else its memory).
     pub(crate) hit_from_disk: bool,
+    /// Whether NVRTC's own cache was bypassed for `cold_ms` (`--no-cache`).
+    pub(crate) nvrtc_cache_bypassed: bool,
     /// Registers per thread.
     pub(crate) registers: usize,
 }
@@ -308,7 +310,7 @@ mod tests {
     }
 
     fn compile() -> CompileReport {
-        CompileReport { cold_ms: 2500.0, hit_ms: 1.25, hit_from_disk: true, registers: 168 }
+        CompileReport { cold_ms: 2500.0, hit_ms: 1.25, hit_from_disk: true, nvrtc_cache_bypassed: true, registers: 168 }
     }
 
     fn gemm_kernel(median_ms: f64, bare_ms: f64) -> KernelReport {
