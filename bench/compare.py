@@ -16,9 +16,10 @@ same function through torch.compile (default mode, no CUDA graphs).
 Protocol, the same as `codac bench`: random normal data (activations N(0,1),
 weights N(0, 1/in), gains 1 + 0.1 N(0,1)), never zeros; several copies of
 every input (at least 3, and at least 256 MiB over the copies), cycled; 300
-ms of spin-up and 10 warm-up runs before each timing loop, then each run
-timed with its own pair of CUDA events and waited for before the next (as
-codac bench does); the median is reported. RMSNorm is
+ms of spin-up and 10 warm-up runs before each timing loop, then the timed
+runs enqueued back to back, each between its own pair of CUDA events (as
+codac bench does: the host's launch latency stays out of the samples); the
+median is reported. RMSNorm is
 F.rms_norm; RoPE is Hugging Face's rotate-half form in bf16, with its cos/sin
 tables as inputs (computed once per forward in a model), not timed.
 
@@ -172,9 +173,9 @@ def make_copies(names, table, hd, seed):
 
 def time_ms(fn, sets, warmup, iters):
     """Spin-up (at least SPIN_UP_S of runs, so the clocks settle), `warmup`
-    more runs, then `iters` runs each between its own pair of events and
-    waited for before the next starts, as codac bench does (coda_runtime's
-    timing::bench); returns the median in ms."""
+    more runs, then `iters` runs enqueued back to back, each between its own
+    pair of events, as codac bench does (coda_runtime's timing::bench_cycle);
+    returns the median in ms."""
     start = time.time()
     i = 0
     while time.time() - start < SPIN_UP_S:
@@ -192,7 +193,7 @@ def time_ms(fn, sets, warmup, iters):
         starts[i].record()
         fn(*s)
         ends[i].record()
-        ends[i].synchronize()
+    torch.cuda.synchronize()
     samples = sorted(a.elapsed_time(b) for a, b in zip(starts, ends))
     n = len(samples)
     return samples[n // 2] if n % 2 else 0.5 * (samples[n // 2 - 1] + samples[n // 2])

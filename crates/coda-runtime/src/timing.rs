@@ -116,10 +116,14 @@ pub fn bench(
     BenchStats::from_samples(samples)
 }
 
-/// Like [`bench`], but `f` gets the run's index modulo `copies` (warm-up
-/// runs included), so that consecutive runs use different copies of the
-/// data: with the copies together larger than the L2 cache, every run reads
-/// its operands from device memory as it would in a real model.
+/// Times `iters` runs of `f` after `warmup` untimed ones, cycling through
+/// `copies` copies of the data: `f` gets the run's index modulo `copies`
+/// (warm-up runs included), so that consecutive runs use different copies
+/// and, with the copies together larger than the L2 cache, every run reads
+/// its operands from device memory as it would in a real model. Unlike
+/// [`bench`], every timed run is enqueued before any is waited for, each
+/// between its own pair of events: the GPU runs them back to back, so a
+/// sample is the GPU time of one run, without the host's launch latency.
 pub fn bench_cycle(
     device: &Device,
     stream: &Stream,
@@ -129,12 +133,18 @@ pub fn bench_cycle(
     mut f: impl FnMut(usize) -> Result<()>,
 ) -> Result<BenchStats> {
     let copies = copies.max(1);
-    let mut run = 0usize;
-    bench(device, stream, warmup, iters, || {
-        let copy = run % copies;
-        run += 1;
-        f(copy)
-    })
+    for run in 0..warmup {
+        f(run % copies)?;
+    }
+    stream.synchronize()?;
+    let timers = (0..iters).map(|_| EventTimer::new(device)).collect::<Result<Vec<_>>>()?;
+    for (i, t) in timers.iter().enumerate() {
+        t.start(stream)?;
+        f((warmup + i) % copies)?;
+        t.stop(stream)?;
+    }
+    stream.synchronize()?;
+    BenchStats::from_samples(timers.iter().map(EventTimer::elapsed_ms).collect::<Result<Vec<_>>>()?)
 }
 
 /// How long compiling one kernel takes.

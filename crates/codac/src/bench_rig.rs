@@ -288,15 +288,13 @@ impl Rig {
     pub(crate) fn fill_and_spin(&self, device: &Device, min_ms: f64) -> Result<()> {
         let stream = device.stream();
         let start = std::time::Instant::now();
-        let mut run = 0usize;
         loop {
-            self.block.executor.launch(&self.block.prepared[run % self.copies], stream)?;
-            run += 1;
-            if run % self.copies == 0 {
-                stream.synchronize()?;
-                if start.elapsed().as_secs_f64() * 1e3 >= min_ms {
-                    return Ok(());
-                }
+            for prepared in &self.block.prepared {
+                self.block.executor.launch(prepared, stream)?;
+            }
+            stream.synchronize()?;
+            if start.elapsed().as_secs_f64() * 1e3 >= min_ms {
+                return Ok(());
             }
         }
     }
