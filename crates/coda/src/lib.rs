@@ -13,6 +13,7 @@
 
 mod compile;
 mod explain;
+mod profile;
 mod report;
 
 pub use coda_cuda as cuda;
@@ -22,6 +23,7 @@ pub use coda_ir::interp::{eval, random_inputs, DimBindings, EvalError, EvalOptio
 pub use coda_opt as opt;
 pub use compile::{compile, CompileError, CompileOptions, Compiled};
 pub use explain::{explain_json, explain_json_with, explain_text, explain_text_with};
+pub use profile::{profile, BareGemm, BlockProfile, Extent, GemmProfile, KernelProfile};
 pub use report::ExplainOptions;
 
 /// A bug in codac, as opposed to an error in the user's program.

@@ -49,6 +49,11 @@ pub(crate) enum Command {
         after_help = "Examples:\n  codac run examples/llama3_block.coda --dims M=4096 --random --check --time\n  codac run block.coda --dims M=256 --inputs inputs/ --out outputs/"
     )]
     Run(RunArgs),
+    /// Time every kernel of a block on the GPU, the block, and each GEMM without its epilogue.
+    #[command(
+        after_help = "Examples:\n  codac bench examples/llama3_block.coda --dims M=8192\n  codac bench examples/llama3_block.coda --dims M=8192 --json > bench.json"
+    )]
+    Bench(crate::bench_cmd::BenchArgs),
 }
 
 #[derive(Debug, Args)]

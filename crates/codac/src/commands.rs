@@ -51,6 +51,7 @@ pub(crate) fn run(cli: Cli) -> Result<Outcome> {
         Command::Eval(args) => eval(&args, color),
         Command::Compile(args) => crate::compile_cmd::compile(&args, color),
         Command::Run(args) => crate::run_cmd::run(&args, color),
+        Command::Bench(args) => crate::bench_cmd::bench(&args, color),
     }
 }
 
