@@ -19,6 +19,7 @@ pub use coda_cuda as cuda;
 pub use coda_diagnostics::{has_errors, render, render_to_string, ColorChoice, Diagnostic, Severity, SourceFile, Span};
 pub use coda_ir as ir;
 pub use coda_ir::interp::{eval, random_inputs, DimBindings, EvalError, EvalOptions, HostTensor};
+pub use coda_grad as grad;
 pub use coda_opt as opt;
 pub use compile::{compile, CompileError, CompileOptions, Compiled};
 pub use explain::{explain_json, explain_json_with, explain_text, explain_text_with};

@@ -1,0 +1,148 @@
+//! Reverse-mode differentiation checked against central finite differences
+//! in f64, on small shapes and several seeds: every example (with its dims
+//! shrunk) and every case in `tests/cases/grad/` (one per op family).
+//!
+//! For a forward block `f` and random output gradients `dy`, the backward
+//! block must give `∂L/∂x` for `L(x) = Σ_outputs Σ dy ⊙ f(x)`; each checked
+//! element of each requested input is compared with
+//! `(L(x + h e) - L(x - h e)) / 2h`. The backward's saved inputs come from
+//! the saving forward on the same inputs.
+
+use coda::grad::{differentiate, GradSpec, Gradient};
+use coda::ir::Block;
+use coda::{DimBindings, EvalOptions, HostTensor};
+use std::collections::BTreeMap;
+
+/// Finite-difference step.
+const STEP: f64 = 1e-5;
+/// Elements checked per input at most (spread over the tensor).
+const MAX_CHECKED: usize = 48;
+
+type Tensors = BTreeMap<String, HostTensor>;
+
+fn exact() -> EvalOptions {
+    EvalOptions { round_to_storage: false }
+}
+
+/// Integer inputs: small indices, every fourth row the ignore index -100.
+fn integer_inputs(block: &Block, inputs: &mut Tensors) {
+    for p in block.params.iter().filter(|p| p.dtype == coda::ir::DType::I32) {
+        if let Some(t) = inputs.get_mut(&p.name) {
+            for (k, x) in t.data.iter_mut().enumerate() {
+                *x = if k % 4 == 3 { -100.0 } else { (*x).rem_euclid(7.0) };
+            }
+        }
+    }
+}
+
+/// `Σ dy ⊙ f(x)` over the differentiated outputs.
+fn loss(forward: &Block, dims: &DimBindings, inputs: &Tensors, grads: &Gradient, dy: &Tensors) -> f64 {
+    let outputs = coda::eval(forward, dims, inputs, &exact()).unwrap_or_else(|e| panic!("{}: {e}", forward.name));
+    let mut total = 0.0;
+    for (j, name) in &grads.output_grads {
+        let Some(weights) = dy.get(name) else { continue };
+        let value = &outputs[&forward.outputs[*j].tensor.name];
+        total += value.data.iter().zip(&weights.data).map(|(a, b)| a * b).sum::<f64>();
+    }
+    total
+}
+
+/// Evaluates the backward on inputs consistent with the forward.
+fn backward(grads: &Gradient, dims: &DimBindings, inputs: &Tensors, seed: u64) -> (Tensors, Tensors) {
+    let saved = coda::eval(&grads.saving_forward, dims, inputs, &exact()).unwrap_or_else(|e| panic!("saving: {e}"));
+    let mut dy = coda::random_inputs(&grads.backward, dims, seed ^ 0x5eed).unwrap_or_else(|e| panic!("{e}"));
+    dy.retain(|name, _| grads.output_grads.iter().any(|(_, n)| n == name));
+    let mut all = inputs.clone();
+    for s in &grads.saved {
+        all.insert(s.name.clone(), saved[&s.name].clone());
+    }
+    all.extend(dy.clone());
+    all.retain(|name, _| grads.backward.param(name).is_some());
+    let outputs = coda::eval(&grads.backward, dims, &all, &exact()).unwrap_or_else(|e| panic!("backward: {e}"));
+    (outputs, dy)
+}
+
+/// Checks one forward block's gradients on one seed; returns how many elements were compared.
+fn check_against_differences(forward: &Block, spec: &GradSpec, dims: &DimBindings, seed: u64) -> usize {
+    let grads = differentiate(forward, spec).unwrap_or_else(|e| panic!("{}: {e}", forward.name));
+    let mut inputs = coda::random_inputs(forward, dims, seed).unwrap_or_else(|e| panic!("{e}"));
+    integer_inputs(forward, &mut inputs);
+    let (outputs, dy) = backward(&grads, dims, &inputs, seed);
+    let mut compared = 0;
+    for (i, out_name) in &grads.input_grads {
+        let name = &forward.params[*i].name;
+        let analytic = &outputs[out_name];
+        let n = inputs[name].data.len();
+        let stride = n.div_ceil(MAX_CHECKED).max(1);
+        for k in (0..n).step_by(stride) {
+            let mut shifted = inputs.clone();
+            let x = shifted.get_mut(name).map(|t| &mut t.data[k]).unwrap_or_else(|| panic!("{name}"));
+            let x0 = *x;
+            *x = x0 + STEP;
+            let up = loss(forward, dims, &shifted, &grads, &dy);
+            shifted.get_mut(name).map(|t| t.data[k] = x0 - STEP);
+            let down = loss(forward, dims, &shifted, &grads, &dy);
+            let numeric = (up - down) / (2.0 * STEP);
+            let got = analytic.data[k];
+            let tolerance = 1e-6 + 1e-5 * got.abs().max(numeric.abs());
+            assert!(
+                (got - numeric).abs() <= tolerance,
+                "{}: d{name}[{k}] = {got}, finite differences give {numeric} (seed {seed})",
+                forward.name
+            );
+            compared += 1;
+        }
+    }
+    compared
+}
+
+/// The file with every `dim NAME = …` whose name is in `small` given that value.
+fn shrink_dims(text: &str, small: &[(&str, i64)]) -> String {
+    let mut out = String::new();
+    for line in text.lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let replaced = match words.as_slice() {
+            ["dim", name, "=", ..] => small.iter().find(|(n, _)| n == name).map(|(n, v)| format!("dim {n} = {v}")),
+            _ => None,
+        };
+        out.push_str(&replaced.unwrap_or_else(|| line.to_string()));
+        out.push('\n');
+    }
+    out
+}
+
+/// The small dims used for each example.
+fn example_dims(file: &str) -> &'static [(&'static str, i64)] {
+    match file {
+        "llama3_block.coda" => &[("D", 8), ("F", 6), ("HD", 4), ("QH", 2), ("KVH", 1)],
+        "gpt2_block.coda" => &[("D", 6), ("H", 10)],
+        "lm_head_ce.coda" => &[("D", 6), ("V", 9)],
+        "parallel_block.coda" => &[("D", 8), ("F", 6), ("HD", 4), ("H", 2)],
+        "gemma_mlp.coda" => &[("D", 6), ("F", 5)],
+        "out_proj_kernel.coda" => &[("D", 6)],
+        other => panic!("no small dims for {other}"),
+    }
+}
+
+fn run_all_seeds(checked: &coda::Checked, what: &str) {
+    for block in &checked.module.blocks {
+        let spec = coda::grad::default_spec(block, format!("{}_grad", block.name), block.span);
+        let dims: DimBindings = block.symbolic_dims().map(|d| (d.to_string(), 5)).collect();
+        let mut compared = 0;
+        for seed in [1, 2, 3] {
+            compared += check_against_differences(block, &spec, &dims, seed);
+        }
+        assert!(compared > 0, "{what}: nothing compared");
+    }
+}
+
+#[test]
+fn example_gradients_match_finite_differences() {
+    insta::glob!("../../examples", "*.coda", |path: &std::path::Path| {
+        let file = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let text = shrink_dims(&std::fs::read_to_string(path).unwrap_or_default(), example_dims(&file));
+        let checked = coda::check(&file, &text).unwrap_or_else(|e| panic!("{file}: {e}"));
+        assert!(!checked.has_errors(), "{file}:\n{}", checked.render_diagnostics());
+        run_all_seeds(&checked, &file);
+    });
+}
