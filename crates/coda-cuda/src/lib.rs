@@ -102,7 +102,9 @@ fn reject_unsupported(block: &Block, source: &SourceFile) -> Result<(), CodegenE
             return Err(CodegenError::Unsupported {
                 block: block.name.clone(),
                 location: source.location(block.insts.span(value)),
-                what: format!("the column scatter {value} (the gradient of a column pick such as a cross-entropy target)"),
+                what: format!(
+                    "the column scatter {value} (the gradient of a column pick such as a cross-entropy target)"
+                ),
                 reason: "the kernel IR has no one-hot scatter yet".into(),
             });
         }

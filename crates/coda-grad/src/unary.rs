@@ -18,7 +18,14 @@ const GELU_CUBIC: f64 = 0.044_715;
 const PHI_SMALL: f64 = 1e-30;
 
 /// `g · f'(x)` for `y = op(x)`.
-pub(crate) fn vjp(b: &mut Builder<'_>, op: UnaryOp, x: Value, y: Value, g: Value, span: Span) -> Result<Value, GradError> {
+pub(crate) fn vjp(
+    b: &mut Builder<'_>,
+    op: UnaryOp,
+    x: Value,
+    y: Value,
+    g: Value,
+    span: Span,
+) -> Result<Value, GradError> {
     use BinaryOp::{Add, Div, Gt, Lt, Mul, Sub};
     match op {
         // d(-x) = -dx

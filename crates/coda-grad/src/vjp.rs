@@ -186,7 +186,14 @@ fn binary(
 
 /// The gradient of `min` (`wins = Lt`) or `max` (`wins = Gt`): the winner gets
 /// `g`, the loser 0, and each gets `g / 2` at a tie.
-fn extremum(b: &mut Builder<'_>, wins: BinaryOp, lhs: Value, rhs: Value, g: Value, span: Span) -> Result<(), GradError> {
+fn extremum(
+    b: &mut Builder<'_>,
+    wins: BinaryOp,
+    lhs: Value,
+    rhs: Value,
+    g: Value,
+    span: Span,
+) -> Result<(), GradError> {
     let (x, y) = (b.primal(lhs), b.primal(rhs));
     let half = b.scale(g, 0.5, span)?;
     let tie = b.bin(BinaryOp::Eq, x, y, span)?;

@@ -8,6 +8,7 @@
 mod cli;
 mod commands;
 mod compile_cmd;
+mod grad_cmd;
 mod npy;
 mod run_cmd;
 
