@@ -124,25 +124,56 @@ fn example_dims(file: &str) -> &'static [(&'static str, i64)] {
     }
 }
 
-fn run_all_seeds(checked: &coda::Checked, what: &str) {
-    for block in &checked.module.blocks {
-        let spec = coda::grad::default_spec(block, format!("{}_grad", block.name), block.span);
-        let dims: DimBindings = block.symbolic_dims().map(|d| (d.to_string(), 5)).collect();
-        let mut compared = 0;
-        for seed in [1, 2, 3] {
-            compared += check_against_differences(block, &spec, &dims, seed);
-        }
-        assert!(compared > 0, "{what}: nothing compared");
+/// The gradients to check: the file's `grad` declarations, or the default
+/// request for every block when it declares none.
+fn gradients(checked: &coda::Checked) -> Vec<Gradient> {
+    let view = coda::grad_view(checked).unwrap_or_else(|e| panic!("{}: {e}", checked.source.name));
+    assert!(!view.has_errors(), "{}", view.render_diagnostics());
+    view.grads
+}
+
+/// Every gradient of a file against finite differences, on three seeds.
+fn check_file(checked: &coda::Checked) {
+    let grads = gradients(checked);
+    assert!(!grads.is_empty(), "{}: no gradient", checked.source.name);
+    for gradient in &grads {
+        let forward = checked.module.block(&gradient.forward).unwrap_or_else(|| panic!("{}", gradient.forward));
+        let spec = GradSpec {
+            name: gradient.backward.name.clone(),
+            wrt: gradient.input_grads.iter().map(|(i, _)| *i).collect(),
+            outputs: gradient.output_grads.iter().map(|(j, _)| *j).collect(),
+            span: gradient.backward.span,
+        };
+        let dims: DimBindings = forward.symbolic_dims().map(|d| (d.to_string(), 5)).collect();
+        let compared: usize =
+            [1, 2, 3].iter().map(|&seed| check_against_differences(forward, &spec, &dims, seed)).sum();
+        assert!(compared > 0, "{}: nothing compared", gradient.backward.name);
     }
+}
+
+/// An example with its constant dims made small.
+fn small_example(path: &std::path::Path) -> coda::Checked {
+    let file = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let text = shrink_dims(&std::fs::read_to_string(path).unwrap_or_default(), example_dims(&file));
+    let checked = coda::check(&format!("examples/{file}"), &text).unwrap_or_else(|e| panic!("{file}: {e}"));
+    assert!(!checked.has_errors(), "{file}:\n{}", checked.render_diagnostics());
+    assert!(!checked.grads.is_empty(), "{file} declares no gradient");
+    checked
 }
 
 #[test]
 fn example_gradients_match_finite_differences() {
-    insta::glob!("../../examples", "*.coda", |path: &std::path::Path| {
-        let file = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        let text = shrink_dims(&std::fs::read_to_string(path).unwrap_or_default(), example_dims(&file));
-        let checked = coda::check(&file, &text).unwrap_or_else(|e| panic!("{file}: {e}"));
-        assert!(!checked.has_errors(), "{file}:\n{}", checked.render_diagnostics());
-        run_all_seeds(&checked, &file);
+    insta::glob!("../../examples", "*.coda", |path: &std::path::Path| check_file(&small_example(path)));
+}
+
+#[test]
+fn op_family_gradients_match_finite_differences() {
+    insta::glob!("../cases/grad", "*.coda", |path: &std::path::Path| {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        assert!(text.starts_with("// checks:"), "{}: no `// checks:` header", path.display());
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let checked = coda::check(&name, &text).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(!checked.has_errors(), "{name}:\n{}", checked.render_diagnostics());
+        check_file(&checked);
     });
 }
