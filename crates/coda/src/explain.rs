@@ -19,7 +19,7 @@ pub fn explain_text_with(checked: &Checked, options: &ExplainOptions) -> String 
     let mut out = String::new();
     for block in &checked.module.blocks {
         if let Some(gradient) = crate::gradient_of(checked, &block.name) {
-            out.push_str(&crate::gradient::header_text(checked, gradient));
+            out.push_str(&crate::grad_header(checked, gradient));
         }
         out.push_str(&format!(
             "// {} `{}`: {} input(s), {} output(s), {} matmul(s), {} IR values\n",

@@ -98,7 +98,7 @@ pub fn gradient_of<'a>(checked: &'a Checked, name: &str) -> Option<&'a Gradient>
 
 /// The `explain` header of a backward block: what it differentiates, what
 /// the forward saves for it and what it recomputes.
-pub(crate) fn header_text(checked: &Checked, gradient: &Gradient) -> String {
+pub fn grad_header(checked: &Checked, gradient: &Gradient) -> String {
     // The saving forward has the forward's instructions (the view holds no forward block).
     let forward = &gradient.saving_forward;
     let inputs: Vec<&str> = gradient.input_grads.iter().map(|(_, n)| n.as_str()).collect();
@@ -114,11 +114,15 @@ pub(crate) fn header_text(checked: &Checked, gradient: &Gradient) -> String {
         inputs.join(", "),
         if given.is_empty() { "nothing".to_string() } else { given.join(", ") }
     );
-    out.push_str(&format!(
-        "// saved by the forward ({} tensor(s), stored by `{}`):\n",
-        gradient.saved.len(),
-        gradient.saving_forward.name
-    ));
+    if gradient.saved.is_empty() {
+        out.push_str("// saved by the forward: nothing (the backward needs no matmul result)\n");
+    } else {
+        out.push_str(&format!(
+            "// saved by the forward ({} tensor(s), stored by `{}`):\n",
+            gradient.saved.len(),
+            gradient.saving_forward.name
+        ));
+    }
     for s in &gradient.saved {
         let span = forward.insts.span(s.value);
         out.push_str(&format!(

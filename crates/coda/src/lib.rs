@@ -24,7 +24,7 @@ pub use coda_ir::interp::{eval, random_inputs, DimBindings, EvalError, EvalOptio
 pub use coda_opt as opt;
 pub use compile::{compile, CompileError, CompileOptions, Compiled};
 pub use explain::{explain_json, explain_json_with, explain_text, explain_text_with};
-pub use gradient::{grad_view, gradient_of};
+pub use gradient::{grad_header, grad_view, gradient_of};
 pub use report::ExplainOptions;
 
 /// A bug in codac, as opposed to an error in the user's program.
