@@ -75,13 +75,16 @@ fn check_against_differences(forward: &Block, spec: &GradSpec, dims: &DimBinding
         let n = inputs[name].data.len();
         let stride = n.div_ceil(MAX_CHECKED).max(1);
         for k in (0..n).step_by(stride) {
-            let mut shifted = inputs.clone();
-            let x = shifted.get_mut(name).map(|t| &mut t.data[k]).unwrap_or_else(|| panic!("{name}"));
-            let x0 = *x;
-            *x = x0 + STEP;
-            let up = loss(forward, dims, &shifted, &grads, &dy);
-            shifted.get_mut(name).map(|t| t.data[k] = x0 - STEP);
-            let down = loss(forward, dims, &shifted, &grads, &dy);
+            let x0 = inputs[name].data[k];
+            let shifted = |delta: f64| {
+                let mut shifted = inputs.clone();
+                if let Some(t) = shifted.get_mut(name) {
+                    t.data[k] = x0 + delta;
+                }
+                shifted
+            };
+            let up = loss(forward, dims, &shifted(STEP), &grads, &dy);
+            let down = loss(forward, dims, &shifted(-STEP), &grads, &dy);
             let numeric = (up - down) / (2.0 * STEP);
             let got = analytic.data[k];
             let tolerance = 1e-6 + 1e-5 * got.abs().max(numeric.abs());
