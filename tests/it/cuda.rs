@@ -226,7 +226,7 @@ fn tolerance(block: &coda::ir::Block, output: &coda::ir::Output) -> f64 {
 }
 
 /// Emulates the kernels of a block on the CPU and compares with the interpreter.
-fn emulate_block(name: &str, block: &coda::ir::Block, source: &coda::SourceFile, m: i64) {
+pub(crate) fn emulate_block(name: &str, block: &coda::ir::Block, source: &coda::SourceFile, m: i64) {
     let options = coda::cuda::CodegenOptions::default();
     let compiled = coda::cuda::compile_block(block, source, &options).unwrap_or_else(|e| panic!("{name}: {e}"));
     let dims = small_dims(block, m);

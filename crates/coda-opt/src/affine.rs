@@ -110,12 +110,7 @@ pub(crate) fn split(block: &mut Block, lhs: Value, operand: DType) -> Result<Opt
 
 /// `± row ⊗ (col @ W)` added to the scaled accumulator `acc` (`[M, N]`);
 /// `weight_product` is `col @ W` (`[1, N]`).
-pub(crate) fn apply(
-    block: &mut Block,
-    acc: Value,
-    term: &RankOne,
-    weight_product: Value,
-) -> Result<Value, TypeError> {
+pub(crate) fn apply(block: &mut Block, acc: Value, term: &RankOne, weight_product: Value) -> Result<Value, TypeError> {
     let span = block.insts.span(acc);
     let shape = block.ty(acc).shape.clone();
     let mut correction = block.push(Inst::Broadcast { arg: weight_product, shape: shape.clone() }, span)?;
@@ -284,7 +279,12 @@ fn tile_has_producer(block: &Block, tile: &Term) -> bool {
 /// The rank-one form of a term without a tile: its per-row factors and
 /// scalars make the row vector, its per-column factors the column vector
 /// (all ones when it has none).
-fn rank_one_of(block: &mut Block, term: &Term, shape: &Shape, span: coda_diagnostics::Span) -> Result<RankOne, TypeError> {
+fn rank_one_of(
+    block: &mut Block,
+    term: &Term,
+    shape: &Shape,
+    span: coda_diagnostics::Span,
+) -> Result<RankOne, TypeError> {
     let mut rows = Vec::new();
     let mut cols = Vec::new();
     for f in &term.factors {

@@ -69,6 +69,9 @@ pub(crate) struct ExplainArgs {
     /// Print JSON (schema in docs/explain-json.md).
     #[arg(long)]
     pub(crate) json: bool,
+    /// Work on the backward blocks (the `grad` declarations, or every block w.r.t. all float inputs); see docs/backward.md.
+    #[arg(long)]
+    pub(crate) grad: bool,
 }
 
 #[derive(Debug, Args)]
@@ -87,6 +90,9 @@ pub(crate) struct EvalArgs {
     /// Evaluate only this block (default: every block in the file).
     #[arg(long)]
     pub(crate) block: Option<String>,
+    /// Evaluate the backward blocks: forward inputs, saved tensors from the saving forward, output gradients (random, or DIR/d<output>.npy); see docs/backward.md.
+    #[arg(long)]
+    pub(crate) grad: bool,
 }
 
 #[derive(Debug, Args)]
@@ -105,6 +111,9 @@ pub(crate) struct CompileArgs {
     /// Compile only this block (default: every block in the file).
     #[arg(long)]
     pub(crate) block: Option<String>,
+    /// Work on the backward blocks (the `grad` declarations, or every block w.r.t. all float inputs); see docs/backward.md.
+    #[arg(long)]
+    pub(crate) grad: bool,
 }
 
 #[derive(Debug, Args)]
@@ -126,6 +135,9 @@ pub(crate) struct RunArgs {
     /// Run only this block (default: every block in the file).
     #[arg(long)]
     pub(crate) block: Option<String>,
+    /// Work on the backward blocks (the `grad` declarations, or every block w.r.t. all float inputs); see docs/backward.md.
+    #[arg(long)]
+    pub(crate) grad: bool,
 }
 
 /// The run-time dims and the inputs, shared by `eval` and `run`.

@@ -11,6 +11,7 @@ mod bench_rig;
 mod cli;
 mod commands;
 mod compile_cmd;
+mod grad_cmd;
 mod npy;
 mod run_cmd;
 

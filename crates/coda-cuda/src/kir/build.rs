@@ -466,6 +466,7 @@ impl Builder<'_> {
                 let width = self.block.ty(arg).shape.cols.clone();
                 Op::Take { arg: n(self, arg)?, index: n(self, index)?, width }
             }
+            Inst::ScatterCols { .. } => return Err(self.internal("a column scatter reached kernel building")),
             Inst::RopePartner { spec, arg } => Op::RopePartner(spec, n(self, arg)?),
             Inst::UnpermuteCols { arg, perm } => Op::Unpermute(perm, n(self, arg)?),
             Inst::PermuteRows { .. } => return Err(self.internal("rows in pair order outside a GEMM operand")),
