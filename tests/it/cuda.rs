@@ -211,9 +211,17 @@ fn tolerance(block: &coda::ir::Block, output: &coda::ir::Output) -> f64 {
     }
 }
 
-/// Emulates the kernels of a block on the CPU and compares with the interpreter.
+/// Emulates the kernels of a block, as `codac compile` makes them (after the
+/// reparameterizer), on the CPU and compares with the interpreter of the
+/// block as written.
 fn emulate_block(name: &str, block: &coda::ir::Block, source: &coda::SourceFile, m: i64) {
-    let compiled = coda::cuda::compile_block(block, source).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let rewritten = if block.kind == coda::ir::BlockKind::Block {
+        let options = coda::opt::Options::default();
+        coda::opt::reparameterize(block, &options).unwrap_or_else(|e| panic!("{name}: {e}")).block
+    } else {
+        block.clone()
+    };
+    let compiled = coda::cuda::compile_block(&rewritten, source).unwrap_or_else(|e| panic!("{name}: {e}"));
     let dims = small_dims(block, m);
     let inputs = coda::random_inputs(block, &dims, 3).unwrap_or_else(|e| panic!("{name}: {e}"));
     let want = coda::eval(block, &dims, &inputs, &coda::EvalOptions { round_to_storage: true })
@@ -228,7 +236,7 @@ fn emulate_block(name: &str, block: &coda::ir::Block, source: &coda::SourceFile,
         let data = t.data.iter().map(|v| coda::ir::interp::round_to_dtype(*v, dtype).unwrap_or(*v) as f32).collect();
         host.insert(key.clone(), data);
     }
-    let got = coda::cuda::emulate::emulate(&compiled.ir, block, &dims, &host).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let got = coda::cuda::emulate::emulate(&compiled.ir, &rewritten, &dims, &host).unwrap_or_else(|e| panic!("{name}: {e}"));
     for output in &block.outputs {
         let (g, w) = (&got[&output.tensor.name], &want[&output.tensor.name].data);
         assert!(g.iter().all(|x| !x.is_nan()), "{name}: output {} has unwritten elements", output.tensor.name);
