@@ -6,6 +6,7 @@
 mod cases;
 mod cuda;
 mod examples;
+mod grad;
 mod interp;
 mod rewrites;
 mod robustness;

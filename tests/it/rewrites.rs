@@ -87,7 +87,8 @@ fn rewrites_of_examples_agree_with_the_original() {
     assert_eq!(llama.get("unpermute-in-store"), Some(&1), "{llama:?}");
     // LayerNorm deferral, once per LayerNorm (two of them).
     let gpt2 = seen.get("gpt2_layer").cloned().unwrap_or_default();
-    for rule in ["row-scale-through-matmul", "row-shift-through-matmul", "bias-through-matmul", "variance-from-moments"] {
+    for rule in ["row-scale-through-matmul", "row-shift-through-matmul", "bias-through-matmul", "variance-from-moments"]
+    {
         assert_eq!(gpt2.get(rule), Some(&2), "{rule}: {gpt2:?}");
     }
 }

@@ -3,7 +3,8 @@
 //! then each stage's output).
 //!
 //! A case file starts with comment lines of the form `// key: value`:
-//! - `// stage: parse | check | ir` — how far the pipeline runs and what the snapshot shows;
+//! - `// stage: parse | check | ir | grad` — how far the pipeline runs and what the snapshot shows
+//!   (`grad`: the backward blocks, each with what the forward saves for it);
 //! - `// expect: ok | error` — whether the case must be accepted or rejected;
 //! - `// checks: …` — one line saying what the case is about (required).
 
@@ -37,7 +38,7 @@ pub fn header(text: &str) -> Result<Header, String> {
         }
     }
     let stage = stage.ok_or("missing `// stage:` header")?;
-    if !["parse", "check", "ir"].contains(&stage.as_str()) {
+    if !["parse", "check", "ir", "grad"].contains(&stage.as_str()) {
         return Err(format!("unknown stage `{stage}`"));
     }
     let expect_error = match expect.as_deref() {
@@ -61,7 +62,22 @@ pub fn run_case(path: &Path, text: &str) -> Result<String, String> {
             checked.render_diagnostics()
         ));
     }
-    Ok(snapshot(&header, text, &checked))
+    let mut out = snapshot(&header, text, &checked);
+    if header.stage == "grad" {
+        out.push_str(&backward(&checked)?);
+    }
+    Ok(out)
+}
+
+/// The backward blocks of a checked case, each after its saved-tensor summary.
+fn backward(checked: &Checked) -> Result<String, String> {
+    let view = coda::grad_view(checked).map_err(|e| format!("internal error: {e}"))?;
+    let mut out = String::from("----- BACKWARD\n");
+    for gradient in &view.grads {
+        out.push_str(&coda::grad_header(&view, gradient));
+        out.push_str(&coda::ir::print::print_block(&gradient.backward, Some(&view.source)));
+    }
+    Ok(out)
 }
 
 fn snapshot(header: &Header, text: &str, checked: &Checked) -> String {

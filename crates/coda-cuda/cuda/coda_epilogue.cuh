@@ -430,6 +430,8 @@ template <> struct PairBits<float> {
     typedef float2 type;
     static __device__ __forceinline__ float2 pack(float a, float b) { return make_float2(a, b); }
 };
+__device__ __forceinline__ float2 unpack_pair(unsigned u, bf16) { return unpack2_bf16(u); }
+__device__ __forceinline__ float2 unpack_pair(unsigned u, f16) { return unpack2_f16(u); }
 
 template <class T, class Frag>
 __device__ __forceinline__ void store_tile_staged(const Frag& f, const TileInfo& t,
@@ -485,6 +487,99 @@ __device__ __forceinline__ void store_tile_staged(const Frag& f, const TileInfo&
     }
 }
 
+// Staged store with a column map: like store_tile_staged, for outputs whose
+// columns are not the accumulator's own.  Map gives, for slot e of the
+// tile-local accumulator column lc, the output column relative to the
+// output tile's origin Map::origin(tile_n0), or -1 when that slot is not
+// stored; the output tile is Map::width<BN>() columns wide and must contain
+// every mapped column of its accumulator tile.  Values are written to
+// shared memory element by element, then stored with 16-byte coalesced
+// vectors (element stores at the ragged right edge, bounded by out_cols);
+// falls back to bounded element stores when the scratch does not fit or
+// out / ld are misaligned.  Same scratch, barriers and call rules as
+// store_tile_staged.
+//   StagedHalfCols: a pair operation's output (one value per column pair,
+//     slot 0): pair (lc, lc + 1) goes to output column lc / 2.
+//   StagedUnpermuteCols<START, END, GROUP>: an accumulator in the pair
+//     layout of PairRows put back in order: column c of [START, END) goes to
+//     its source column (pair_source); needs START % GROUP == 0 and
+//     BN % GROUP == 0 so that every group lies inside one tile.
+struct StagedHalfCols {
+    template <int BN>
+    __host__ __device__ static constexpr int width() { return BN / 2; }
+    static __device__ __forceinline__ int origin(int n0) { return n0 / 2; }
+    static __device__ __forceinline__ int dest(int, int lc, int e) { return e == 0 ? lc / 2 : -1; }
+};
+template <int START, int END, int GROUP>
+struct StagedUnpermuteCols {
+    static_assert(START % GROUP == 0 && (END - START) % GROUP == 0 && GROUP % 2 == 0, "bad pair layout");
+    static constexpr int kGroup = GROUP;
+    template <int BN>
+    __host__ __device__ static constexpr int width() { return BN; }
+    static __device__ __forceinline__ int origin(int n0) { return n0; }
+    static __device__ __forceinline__ int dest(int n0, int lc, int e) {
+        const int c = n0 + lc + e;
+        if (c < START || c >= END) return lc + e;
+        const int local = c - START, j = local % GROUP;
+        return START + (local - j) + (j & 1) * (GROUP / 2) + (j >> 1) - n0;
+    }
+};
+template <class T, class Map, class Frag>
+__device__ __forceinline__ void store_tile_staged_map(const Frag& f, const TileInfo& t,
+                                                      const float (&v)[Frag::RI][Frag::CJ][2], T* out, long long ld,
+                                                      int out_cols, float* smem) {
+    constexpr int kW = Map::template width<Frag::BN>();
+    constexpr int kVec = 16 / (int)sizeof(T);
+    constexpr int kRowBytes = (Frag::BN + 8) * (int)sizeof(T);
+    constexpr int kChunksPerRow = kW / kVec;
+    constexpr int kChunks = Frag::BM * kChunksPerRow;
+    static_assert(kW % kVec == 0, "output tile width must be a multiple of 16 bytes");
+    const int origin = Map::origin(t.tile_n0);
+    const bool fits = staged_store_bytes<Frag::BM, Frag::BN, T>() <= t.smem_bytes;
+    const bool aligned = (ld % kVec) == 0 && (reinterpret_cast<unsigned long long>(out) & 15) == 0;
+    if (!fits || !aligned) {  // uniform over the CTA
+#pragma unroll
+        for (int i = 0; i < Frag::RI; ++i)
+#pragma unroll
+            for (int j = 0; j < Frag::CJ; ++j)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int d = Map::dest(t.tile_n0, f.local_col(j), e);
+                    if (d >= 0) store_at(out, ld, f.row(i), origin + d, f.m, out_cols, v[i][j][e]);
+                }
+        return;
+    }
+    unsigned char* s = reinterpret_cast<unsigned char*>(smem);
+    f.sync();  // scratch may still be in use
+#pragma unroll
+    for (int i = 0; i < Frag::RI; ++i)
+#pragma unroll
+        for (int j = 0; j < Frag::CJ; ++j)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int d = Map::dest(t.tile_n0, f.local_col(j), e);
+                if (d >= 0) store1(reinterpret_cast<T*>(s + f.local_row(i) * kRowBytes) + d, v[i][j][e]);
+            }
+    f.sync();
+#pragma unroll
+    for (int c0 = 0; c0 < kChunks; c0 += Frag::kThreads) {
+        const int c = c0 + f.thread_index();
+        if (kChunks % Frag::kThreads != 0 && c >= kChunks) break;
+        const int r = c / kChunksPerRow, ch = c % kChunksPerRow;
+        const int grow = t.tile_m0 + r, gcol = origin + ch * kVec;
+        if (grow >= t.m || gcol >= out_cols) continue;
+        const T* src = reinterpret_cast<const T*>(s + r * kRowBytes) + ch * kVec;
+        T* dst = out + (long long)grow * ld + gcol;
+        if (gcol + kVec <= out_cols) {
+            *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+        } else {
+#pragma unroll
+            for (int k = 0; k < kVec; ++k)
+                if (gcol + k < out_cols) dst[k] = src[k];
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------
 // Loads (out-of-range elements read as 0)
 // ---------------------------------------------------------------------------
@@ -514,6 +609,64 @@ __device__ __forceinline__ float2 load_col_pair(const Frag& f, int j, const T* v
     if (col + 1 < f.n) r = load2(vec + col);
     else if (col < f.n) r.x = load1(vec + col);
     return r;
+}
+
+// ---------------------------------------------------------------------------
+// Staged tile operand: a 16-bit rows x cols matrix (e.g. a residual) read
+// for the CTA's whole BM x BN tile through shared memory, in the padded
+// layout of store_tile_staged: 16-byte coalesced loads (element loads at
+// ragged edges or for a misaligned base / ld), then each thread reads its
+// pairs from shared memory.  Keeps the operand's global loads out of the
+// per-pair code (no long-latency loads hoisted into registers beside the
+// accumulators).  Needs staged_store_bytes<BM, BN, T>() bytes of scratch
+// (a static property of the configuration: check it before choosing this);
+// contains barriers; out-of-range elements read as 0.  A later helper that
+// writes scratch starts with a barrier, so the operand must be read (all
+// staged_pair calls) before it.
+// ---------------------------------------------------------------------------
+template <class T, class Frag>
+__device__ __forceinline__ void stage_tile(const Frag& f, const TileInfo& t, const T* src, long long ld, int rows,
+                                           int cols, float* smem) {
+    static_assert(sizeof(T) == 2, "stage_tile is for 16-bit operands");
+    constexpr int kVec = 8;
+    constexpr int kRowBytes = (Frag::BN + 8) * 2;
+    constexpr int kChunksPerRow = Frag::BN / kVec;
+    constexpr int kChunks = Frag::BM * kChunksPerRow;
+    const bool vec_ok = (ld % kVec) == 0 && (reinterpret_cast<unsigned long long>(src) & 15) == 0;
+    unsigned char* s = reinterpret_cast<unsigned char*>(smem);
+    f.sync();  // scratch may still be in use
+#pragma unroll 4
+    for (int c0 = 0; c0 < kChunks; c0 += Frag::kThreads) {
+        const int c = c0 + f.thread_index();
+        if (kChunks % Frag::kThreads != 0 && c >= kChunks) break;
+        const int r = c / kChunksPerRow, ch = c % kChunksPerRow;
+        const int grow = t.tile_m0 + r, gcol = t.tile_n0 + ch * kVec;
+        uint4 val = make_uint4(0u, 0u, 0u, 0u);
+        if (grow < rows) {
+            const T* p = src + (long long)grow * ld + gcol;
+            if (vec_ok && gcol + kVec <= cols) {
+                val = __ldg(reinterpret_cast<const uint4*>(p));
+            } else {
+                unsigned short e[kVec];
+#pragma unroll
+                for (int k = 0; k < kVec; ++k)
+                    e[k] = gcol + k < cols ? __ldg(reinterpret_cast<const unsigned short*>(p + k)) : (unsigned short)0;
+                val.x = e[0] | ((unsigned)e[1] << 16);
+                val.y = e[2] | ((unsigned)e[3] << 16);
+                val.z = e[4] | ((unsigned)e[5] << 16);
+                val.w = e[6] | ((unsigned)e[7] << 16);
+            }
+        }
+        *reinterpret_cast<uint4*>(s + r * kRowBytes + ch * 16) = val;
+    }
+    f.sync();
+}
+// The pair (row(i), col(j)), (row(i), col(j) + 1) of a staged operand.
+template <class T, class Frag>
+__device__ __forceinline__ float2 staged_pair(const Frag& f, int i, int j, const float* smem) {
+    constexpr int kRowBytes = (Frag::BN + 8) * 2;
+    const unsigned char* s = reinterpret_cast<const unsigned char*>(smem);
+    return unpack_pair(*reinterpret_cast<const unsigned*>(s + f.local_row(i) * kRowBytes + f.local_col(j) * 2), T());
 }
 
 }  // namespace coda

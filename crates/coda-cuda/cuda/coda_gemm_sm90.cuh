@@ -238,6 +238,16 @@ __device__ __forceinline__ void tma_load_2d(unsigned dst, const TmaDesc& desc, u
         "l"(reinterpret_cast<unsigned long long>(&desc)), "r"(bar), "r"(c0), "r"(c1)
         : "memory");
 }
+// 4D tiled TMA load of box (c0, c1, c2, c3) (innermost first): the pair-order
+// view of a weight (see Sm90PairRows).
+__device__ __forceinline__ void tma_load_4d(unsigned dst, const TmaDesc& desc, unsigned bar, int c0, int c1, int c2,
+                                            int c3) {
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, "
+        "%6}], [%2];\n" ::"r"(dst),
+        "l"(reinterpret_cast<unsigned long long>(&desc)), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+        : "memory");
+}
 __device__ __forceinline__ void tma_prefetch_desc(const TmaDesc& desc) {
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<unsigned long long>(&desc)) : "memory");
 }
@@ -339,9 +349,49 @@ CODA_WG_DEFINE(256, f16, "f16", CODA_WG_REGS_256, CODA_WG_OPS_256, CODA_WG_ACCS_
 // ---------------------------------------------------------------------------
 // The GEMM
 // ---------------------------------------------------------------------------
+// B row maps of the Hopper mainloop.  IdentityRows (coda_gemm_sm80.cuh): B
+// row n is weight row n.  Sm90PairRows<START, END, GROUP>: the pair layout of
+// PairRows (in each group of GROUP rows in [START, END), rows i and
+// i + GROUP/2 become neighbours 2i, 2i + 1), loaded by TMA through a second,
+// rank-4 tensor map of the same weight (tbp below), which lists the rows of
+// [START, END) as {k, half, i, group} with strides {1, GROUP/2 * ld,
+// ld, GROUP * ld} from row START: a box {64, 2, 32, 1} is 64 consecutive rows
+// of the pair order, written to shared memory exactly like a 2D box of 64
+// rows (so the swizzle and the wgmma descriptors are unchanged).  Needs a
+// K-contiguous B (B_NxK) and START, END, GROUP multiples of 64, so that no
+// 64-row box straddles [START, END) or a group.
+template <int START, int END, int GROUP>
+struct Sm90PairRows {
+    static_assert(START % 64 == 0 && END % 64 == 0 && GROUP % 64 == 0 && END > START && (END - START) % GROUP == 0,
+                  "Sm90PairRows needs START, END and GROUP multiples of 64");
+    static constexpr bool kIdentity = false;
+    // The tensor-map coordinates {k0, half, i, group} of the 64 rows from
+    // logical row n (a multiple of 64 in [START, END)).
+    static __device__ __forceinline__ void coords(int n, int& i, int& group) {
+        const int local = n - START;
+        group = local / GROUP;
+        i = (local % GROUP) / 2;
+    }
+    static __device__ __forceinline__ bool inside(int n) { return n >= START && n < END; }
+};
+
+template <class Cfg, class LayoutA, class LayoutB, class Elem, class Epi, class RowsB>
+__device__ __forceinline__ void gemm_sm90_rows(const TmaDesc& ta, const TmaDesc& tb, const TmaDesc& tbp,
+                                               const GemmArgs& g, const typename Epi::Params& ep);
+
+// The plain Hopper GEMM (weight rows in order).
 template <class Cfg, class LayoutA, class LayoutB, class Elem, class Epi>
 __device__ __forceinline__ void gemm_sm90(const TmaDesc& ta, const TmaDesc& tb, const GemmArgs& g,
                                           const typename Epi::Params& ep) {
+    gemm_sm90_rows<Cfg, LayoutA, LayoutB, Elem, Epi, IdentityRows>(ta, tb, tb, g, ep);
+}
+
+// The Hopper GEMM with a B row map (RowsB = IdentityRows or Sm90PairRows;
+// tbp is the pair-order view, ignored for IdentityRows).
+template <class Cfg, class LayoutA, class LayoutB, class Elem, class Epi, class RowsB>
+__device__ __forceinline__ void gemm_sm90_rows(const TmaDesc& ta, const TmaDesc& tb, const TmaDesc& tbp,
+                                               const GemmArgs& g, const typename Epi::Params& ep) {
+    static_assert(RowsB::kIdentity || LayoutB::kKContiguous, "a B row map needs a K-contiguous B (B_NxK)");
     static_assert(is_same<Elem, bf16>::value || is_same<Elem, f16>::value, "Elem must be bf16 or f16");
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
     static_assert(sizeof(Elem) == 0, "gemm_sm90 needs sm_90a (wgmma, setmaxnreg)");
@@ -372,6 +422,7 @@ __device__ __forceinline__ void gemm_sm90(const TmaDesc& ta, const TmaDesc& tb, 
     if (tid == 0) {
         tma_prefetch_desc(ta);
         tma_prefetch_desc(tb);
+        if (!RowsB::kIdentity) tma_prefetch_desc(tbp);
 #pragma unroll 1
         for (int s = 0; s < S; ++s) {
             mbar_init(bars + 8 * s, 1);                       // full: the producer's expect-tx arrive
@@ -410,8 +461,17 @@ __device__ __forceinline__ void gemm_sm90(const TmaDesc& ta, const TmaDesc& tb, 
                     }
 #pragma unroll
                     for (int i = 0; i < Cfg::BN / 64; ++i) {
-                        if (kBK) tma_load_2d(sb + i * 8192, tb, full, k0, n0 + 64 * i);
-                        else tma_load_2d(sb + i * 8192, tb, full, n0 + 64 * i, k0);
+                        const int n = n0 + 64 * i;
+                        if constexpr (!RowsB::kIdentity) {
+                            if (RowsB::inside(n)) {
+                                int pi, pg;
+                                RowsB::coords(n, pi, pg);
+                                tma_load_4d(sb + i * 8192, tbp, full, k0, 0, pi, pg);
+                                continue;
+                            }
+                        }
+                        if (kBK) tma_load_2d(sb + i * 8192, tb, full, k0, n);
+                        else tma_load_2d(sb + i * 8192, tb, full, n, k0);
                     }
                     if (++slot == S) {
                         slot = 0;

@@ -1,7 +1,8 @@
 //! GEMM tile configurations (the predefined `coda::Cfg*` of
-//! `coda_gemm_sm80.cuh`) and the choice of one per kernel.
+//! `coda_gemm_sm80.cuh` and `coda::Sm90Cfg*` of `coda_gemm_sm90.cuh`) and
+//! the choice of one per kernel.
 //!
-//! The choice looks at the accumulator width `N` (a constant in practice;
+//! The portable choice ([`choose`]) looks at the accumulator width `N` (a constant in practice;
 //! `M` is the token count, bound at run time) and at how heavy the epilogue
 //! is:
 //!
@@ -12,11 +13,43 @@
 //!   of local memory where a 128-register config would spill;
 //! * `N >= 2048` with a light epilogue: `Cfg128x256` (the fastest config);
 //! * otherwise `Cfg128x128`.
+//!
+//! On `sm_90a` ([`Target::Sm90a`]) a GEMM whose portable choice is not the
+//! small-tile one moves to the Hopper mainloop ([`for_target`]): TMA loads,
+//! wgmma, a persistent grid. `Sm90Cfg128x256` (the fastest: 0.96–0.99× of
+//! cuBLAS in `scripts/gemm-harness/NOTES.md`) unless the epilogue keeps
+//! per-column partials (`2 × BN / 8` more registers per thread, which spill
+//! beside 128 accumulators) or `N` is a constant below 256; then
+//! `Sm90Cfg128x128`. A B operand read in pair order stays on the portable
+//! mainloop unless its permuted range and groups are multiples of 64 rows
+//! (what one TMA box of the pair-order view covers).
 
 use coda_ir::Dim;
 
 /// Register values above which an epilogue counts as heavy.
 pub const HEAVY_NODES: usize = 12;
+
+/// The code-generation target: which mainloops exist.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// Any sm_80+ GPU: the portable mma.sync mainloop only.
+    Portable,
+    /// Hopper (`sm_90a`): the TMA + wgmma mainloop where it applies.
+    Sm90a,
+}
+
+impl Target {
+    /// The target of an arch name: `sm_90a` is Hopper with its
+    /// architecture-specific instructions; every other arch (`sm_80`,
+    /// `sm_90` without `a`, later families without wgmma) is portable.
+    pub fn from_arch(arch: &str) -> Target {
+        if arch == "sm_90a" {
+            Target::Sm90a
+        } else {
+            Target::Portable
+        }
+    }
+}
 
 /// One of the predefined tile configurations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,6 +62,10 @@ pub enum TileConfig {
     Cfg128x128w4,
     /// 128×256×64, 8 warps, 3 stages.
     Cfg128x256,
+    /// Hopper: 128×256×64, two cooperative consumer warpgroups, 3 stages.
+    Sm90Cfg128x256,
+    /// Hopper: 128×128×64, two cooperative consumer warpgroups, 5 stages.
+    Sm90Cfg128x128,
 }
 
 impl TileConfig {
@@ -39,7 +76,14 @@ impl TileConfig {
             TileConfig::Cfg128x128 => "Cfg128x128",
             TileConfig::Cfg128x128w4 => "Cfg128x128w4",
             TileConfig::Cfg128x256 => "Cfg128x256",
+            TileConfig::Sm90Cfg128x256 => "Sm90Cfg128x256",
+            TileConfig::Sm90Cfg128x128 => "Sm90Cfg128x128",
         }
+    }
+
+    /// Runs on the Hopper mainloop (`gemm_sm90`).
+    pub fn is_sm90(self) -> bool {
+        matches!(self, TileConfig::Sm90Cfg128x256 | TileConfig::Sm90Cfg128x128)
     }
 
     /// `(BM, BN, BK)`.
@@ -47,7 +91,8 @@ impl TileConfig {
         match self {
             TileConfig::Cfg64x64 => (64, 64, 32),
             TileConfig::Cfg128x128 | TileConfig::Cfg128x128w4 => (128, 128, 32),
-            TileConfig::Cfg128x256 => (128, 256, 64),
+            TileConfig::Cfg128x256 | TileConfig::Sm90Cfg128x256 => (128, 256, 64),
+            TileConfig::Sm90Cfg128x128 => (128, 128, 64),
         }
     }
 
@@ -56,22 +101,36 @@ impl TileConfig {
         match self {
             TileConfig::Cfg64x64 | TileConfig::Cfg128x128w4 => 128,
             TileConfig::Cfg128x128 | TileConfig::Cfg128x256 => 256,
+            TileConfig::Sm90Cfg128x256 | TileConfig::Sm90Cfg128x128 => 384,
         }
     }
 
     /// Pipeline stages.
     pub fn stages(self) -> i64 {
         match self {
-            TileConfig::Cfg64x64 | TileConfig::Cfg128x256 => 3,
+            TileConfig::Cfg64x64 | TileConfig::Cfg128x256 | TileConfig::Sm90Cfg128x256 => 3,
             TileConfig::Cfg128x128 | TileConfig::Cfg128x128w4 => 4,
+            TileConfig::Sm90Cfg128x128 => 5,
         }
     }
 
-    /// The mainloop's dynamic shared memory, `stages * (BM + BN) * BK * 2`
-    /// bytes (the epilogues codac emits need no more: `kSmemFloats = 0`).
+    /// The kernel's dynamic shared memory (the epilogues codac emits need no
+    /// scratch of their own: `kSmemFloats = 0`). Portable:
+    /// `stages * (BM + BN) * BK * 2` bytes. Hopper (`gemm_sm90_smem_bytes`):
+    /// 1024 bytes of alignment slack, the TMA ring, one epilogue scratch of
+    /// `BM * (BN + 8) * 2` bytes (the staged store) rounded to 128, and the
+    /// mbarriers. The emitted kernel `static_assert`s that this matches the
+    /// header's own formula.
     pub fn smem_bytes(self) -> u32 {
         let (bm, bn, bk) = self.tile();
-        u32::try_from(self.stages() * (bm + bn) * bk * 2).unwrap_or(u32::MAX)
+        let ring = self.stages() * (bm + bn) * bk * 2;
+        let bytes = if self.is_sm90() {
+            let scratch = (bm * (bn + 8) * 2 + 127) / 128 * 128;
+            1024 + ring + scratch + 16 * self.stages() + 16
+        } else {
+            ring
+        };
+        u32::try_from(bytes).unwrap_or(u32::MAX)
     }
 }
 
@@ -89,6 +148,33 @@ pub fn choose(m: &Dim, n: &Dim, heavy: bool) -> TileConfig {
     }
 }
 
+/// The configuration of a GEMM on `target` (see the module docs):
+/// `portable` is [`choose`]'s answer, `col_partials` whether the epilogue
+/// keeps per-column partial sums, `b_pairs` the B operand's pair order if
+/// any, `b_k_contiguous` whether B is `B_NxK`.
+pub fn for_target(
+    target: Target,
+    portable: TileConfig,
+    n: &Dim,
+    col_partials: bool,
+    b_pairs: Option<coda_ir::PairPerm>,
+    b_k_contiguous: bool,
+) -> TileConfig {
+    if target != Target::Sm90a || portable == TileConfig::Cfg64x64 {
+        return portable;
+    }
+    let tma_pairs = |p: coda_ir::PairPerm| b_k_contiguous && p.start % 64 == 0 && p.end % 64 == 0 && p.group % 64 == 0;
+    if b_pairs.is_some_and(|p| !tma_pairs(p)) {
+        return portable;
+    }
+    let narrow = n.as_const().is_some_and(|v| v < 256);
+    if col_partials || narrow {
+        TileConfig::Sm90Cfg128x128
+    } else {
+        TileConfig::Sm90Cfg128x256
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -103,5 +189,23 @@ mod tests {
         assert_eq!(TileConfig::Cfg128x128.smem_bytes(), 65536);
         assert_eq!(TileConfig::Cfg128x256.smem_bytes(), 147_456);
         assert_eq!(TileConfig::Cfg64x64.smem_bytes(), 24576);
+        assert_eq!(TileConfig::Sm90Cfg128x256.smem_bytes(), 216_128);
+    }
+
+    #[test]
+    fn hopper_choice() {
+        let n = Dim::constant(4096);
+        let sm90 = |portable, cols, pairs| for_target(Target::Sm90a, portable, &n, cols, pairs, true);
+        assert_eq!(sm90(TileConfig::Cfg128x256, false, None), TileConfig::Sm90Cfg128x256);
+        assert_eq!(sm90(TileConfig::Cfg128x128w4, true, None), TileConfig::Sm90Cfg128x128);
+        assert_eq!(sm90(TileConfig::Cfg64x64, false, None), TileConfig::Cfg64x64);
+        let rope = coda_ir::PairPerm { start: 0, end: 5120, group: 128 };
+        assert_eq!(sm90(TileConfig::Cfg128x256, false, Some(rope)), TileConfig::Sm90Cfg128x256);
+        let odd = coda_ir::PairPerm { start: 0, end: 96, group: 32 };
+        assert_eq!(sm90(TileConfig::Cfg128x256, false, Some(odd)), TileConfig::Cfg128x256);
+        let portable = for_target(Target::Portable, TileConfig::Cfg128x256, &n, false, None, true);
+        assert_eq!(portable, TileConfig::Cfg128x256);
+        assert_eq!(Target::from_arch("sm_90a"), Target::Sm90a);
+        assert_eq!(Target::from_arch("sm_100a"), Target::Portable);
     }
 }

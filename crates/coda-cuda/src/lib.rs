@@ -44,8 +44,9 @@ pub struct KernelSource {
 /// Options of code generation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CodegenOptions {
-    /// The target architecture recorded in the manifest (`sm_90a`, `sm_80`);
-    /// the generated code itself is the same for every sm_80+ target.
+    /// The target architecture (`sm_90a`, `sm_80`, …), recorded in the
+    /// manifest: on `sm_90a` GEMMs use the Hopper mainloop where it applies
+    /// ([`config::for_target`]); every other arch gets the portable one.
     pub arch: String,
 }
 
@@ -67,12 +68,17 @@ pub struct CompiledBlock {
 }
 
 /// Partitions and emits one verified block.
-pub fn compile_block(block: &Block, source: &SourceFile) -> Result<CompiledBlock, CodegenError> {
+pub fn compile_block(
+    block: &Block,
+    source: &SourceFile,
+    options: &CodegenOptions,
+) -> Result<CompiledBlock, CodegenError> {
+    reject_unsupported(block, source)?;
     let plan = plan::partition(block);
     if block.kind == BlockKind::Kernel {
         check_kernel_form(block, &plan, source)?;
     }
-    let ir = kir::build::build(block, &plan)?;
+    let ir = kir::build::build(block, &plan, config::Target::from_arch(&options.arch))?;
     let (kernels, manifest) = emit::emit_block(&ir, block, source)?;
     Ok(CompiledBlock { kernels, manifest, ir })
 }
@@ -86,12 +92,29 @@ pub fn compile_module(
     let mut kernels = Vec::new();
     let mut blocks = Vec::new();
     for block in &module.blocks {
-        let compiled = compile_block(block, source)?;
+        let compiled = compile_block(block, source, options)?;
         kernels.extend(compiled.kernels);
         blocks.push(compiled.manifest);
     }
-    let manifest = Manifest { schema: 1, source: source.name.clone(), arch: options.arch.clone(), blocks };
+    let manifest = Manifest { schema: 2, source: source.name.clone(), arch: options.arch.clone(), blocks };
     Ok((kernels, manifest))
+}
+
+/// Instructions the kernel IR cannot express yet.
+fn reject_unsupported(block: &Block, source: &SourceFile) -> Result<(), CodegenError> {
+    for (value, inst) in block.insts.iter() {
+        if matches!(inst, coda_ir::Inst::ScatterCols { .. }) {
+            return Err(CodegenError::Unsupported {
+                block: block.name.clone(),
+                location: source.location(block.insts.span(value)),
+                what: format!(
+                    "the column scatter {value} (the gradient of a column pick such as a cross-entropy target)"
+                ),
+                reason: "the kernel IR has no one-hot scatter yet".into(),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// In an explicit `kernel`, everything must be computed by the GEMM's

@@ -2,7 +2,7 @@
 //! file for any binding of the run-time dims, as deterministic JSON.
 //!
 //! ```text
-//! Manifest { schema: 1, source, arch, blocks: [BlockManifest] }
+//! Manifest { schema: 2, source, arch, blocks: [BlockManifest] }
 //! BlockManifest { block, kind: "block" | "kernel", dims: ["M", …],
 //!                 buffers: [BufferSpec], kernels: [KernelSpec] }
 //! BufferSpec { name, role: input | output | scratch | partial | staging,
@@ -12,7 +12,10 @@
 //! KernelSpec { name, kind: gemm | row | colreduce | copy, entry, file,
 //!              summary, config (gemm), grid: [x, y, z] sizes,
 //!              block: [x, y, z], smem_bytes, when (copy kernels),
-//!              args: [StructSpec] }
+//!              persistent (grid capped at the SM count),
+//!              tensor_maps: [TensorMapSpec], args: [StructSpec] }
+//! TensorMapSpec { buffer, base_row, dims: [size] (innermost first),
+//!              strides: [int] (dims 1.., in rows of the buffer), box: [int] }
 //! StructSpec { name, size, fields: [{ name, kind: ptr | i32 | i64 | f32,
 //!              value: {"ptr": buffer} | {"ld": buffer} | {"expr": size} }] }
 //! ```
@@ -26,6 +29,15 @@
 //! (16-byte aligned base, row stride a multiple of 8, unit column stride);
 //! otherwise the staging buffer aliases the input. Struct layouts follow
 //! `coda_runtime::ParamBlock` (natural alignment, tail padding).
+//!
+//! A kernel's parameters are its tensor maps (128-byte `CUtensorMap`s made
+//! by `cuTensorMapEncodeTiled`, in order), then its `args` structs. A
+//! tensor map describes the buffer's 16-bit elements from row `base_row`:
+//! `dims[0]` contiguous elements, then `dims[i]` steps of `strides[i-1]`
+//! rows (times the buffer's leading dimension), read in boxes of `box`
+//! elements with the 128-byte swizzle, the 256-byte L2 promotion and zero
+//! fill out of bounds. A `persistent` kernel's grid is
+//! `min(grid, multiprocessors)`: its CTAs loop over the tiles.
 
 use serde::{Deserialize, Serialize};
 
@@ -110,8 +122,30 @@ pub struct KernelSpec {
     /// Copy kernels: the staging buffer they fill (run only when needed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub when: Option<String>,
+    /// The grid is capped at the device's multiprocessor count.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub persistent: bool,
+    /// TMA tensor maps passed before `args`, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tensor_maps: Vec<TensorMapSpec>,
     /// The by-value struct arguments, in order.
     pub args: Vec<StructSpec>,
+}
+
+/// A TMA tensor map over a 16-bit buffer (see the module docs).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TensorMapSpec {
+    /// The buffer it reads.
+    pub buffer: String,
+    /// First row of the buffer it covers.
+    pub base_row: i64,
+    /// Extents in elements, innermost (contiguous) first (sizes).
+    pub dims: Vec<String>,
+    /// Strides of `dims[1..]`, in rows of the buffer.
+    pub strides: Vec<i64>,
+    /// The box one TMA copy reads, innermost first.
+    #[serde(rename = "box")]
+    pub box_dims: Vec<u32>,
 }
 
 /// A by-value struct argument.

@@ -126,6 +126,17 @@ pub fn infer(block: &Block, inst: &Inst) -> Result<Ty, TypeError> {
             }
             Ok(f32_ty(i.shape.clone()))
         }
+        Inst::ScatterCols { arg, index, cols } => {
+            let (a, i) = (ty(*arg)?, ty(*index)?);
+            if i.dtype != DType::I32 {
+                return err("scatter index is not i32");
+            }
+            float_operand(a)?;
+            if !a.shape.cols.is_one() || i.shape != a.shape {
+                return err(format!("scatter of {} by an index {}: both must be [rows, 1]", a.shape, i.shape));
+            }
+            Ok(f32_ty(Shape::new(a.shape.rows.clone(), cols.clone())))
+        }
         Inst::RopeTable { cols, .. } => Ok(f32_ty(Shape::new(Dim::constant(1), cols.clone()))),
         Inst::RopePartner { arg, .. } => Ok(ty(*arg)?.clone()),
         Inst::PermuteRows { arg, perm } => {

@@ -373,6 +373,17 @@ pub enum Inst {
         /// One column index per row.
         index: Value,
     },
+    /// `out[m, c] = arg[m]` where `c == index[m]`, 0 elsewhere (a row whose
+    /// index is outside `0..cols` is all zeros): the adjoint of
+    /// [`Inst::TakeCols`]. `arg: [M, 1]`, `index: i32[M, 1]`. Type: `f32[M, cols]`.
+    ScatterCols {
+        /// One value per row.
+        arg: Value,
+        /// One column index per row.
+        index: Value,
+        /// Width of the result.
+        cols: Dim,
+    },
     /// A per-column constant table of a rotary embedding over `cols` columns. Type: `f32[1, cols]`.
     RopeTable {
         /// The embedding.
@@ -428,7 +439,8 @@ impl Inst {
             Inst::Binary { lhs: a, rhs: b, .. }
             | Inst::MatMul { lhs: a, rhs: b, .. }
             | Inst::Interleave { even: a, odd: b }
-            | Inst::TakeCols { arg: a, index: b } => {
+            | Inst::TakeCols { arg: a, index: b }
+            | Inst::ScatterCols { arg: a, index: b, .. } => {
                 *a = f(*a);
                 *b = f(*b);
             }
@@ -459,7 +471,7 @@ impl Inst {
             Inst::Select { cond, on_true, on_false } => vec![*cond, *on_true, *on_false],
             Inst::ConcatCols { parts } => parts.clone(),
             Inst::Interleave { even, odd } => vec![*even, *odd],
-            Inst::TakeCols { arg, index } => vec![*arg, *index],
+            Inst::TakeCols { arg, index } | Inst::ScatterCols { arg, index, .. } => vec![*arg, *index],
         }
     }
 }

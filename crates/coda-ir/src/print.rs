@@ -104,6 +104,7 @@ fn describe(block: &Block, inst: &Inst) -> String {
         }
         Inst::Interleave { even, odd } => format!("interleave {even}, {odd}"),
         Inst::TakeCols { arg, index } => format!("take_cols {arg}, {index}"),
+        Inst::ScatterCols { arg, index, cols } => format!("scatter_cols {arg}, {index}, cols {cols}"),
         Inst::RopeTable { spec, table, cols } => {
             let table = match table {
                 RopeTable::Freq => "freq",

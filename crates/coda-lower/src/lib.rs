@@ -13,6 +13,7 @@ mod block;
 mod builtins;
 mod dims;
 mod expr;
+mod grad;
 mod kernel;
 mod names;
 mod sugar;
@@ -21,6 +22,8 @@ use coda_diagnostics::{Diagnostic, SourceFile};
 use coda_ir::Module;
 use coda_syntax::ast;
 
+pub use grad::GradRequest;
+
 /// The result of lowering one file.
 #[derive(Debug)]
 pub struct Lowered {
@@ -28,6 +31,8 @@ pub struct Lowered {
     pub module: Module,
     /// Errors and warnings, in source order.
     pub diagnostics: Vec<Diagnostic>,
+    /// The `grad` declarations that checked without errors, in source order.
+    pub grads: Vec<GradRequest>,
 }
 
 /// Checks and lowers a parsed file. Blocks with errors are left out of the module.
@@ -36,8 +41,10 @@ pub fn lower(file: &ast::File, source: &SourceFile) -> Lowered {
     let mut module = Module { file_name: source.name.clone(), blocks: Vec::new() };
     let mut file_dims = dims::DimScope::default();
     let mut seen_blocks: Vec<&ast::Ident> = Vec::new();
+    let mut grad_decls: Vec<&ast::GradDecl> = Vec::new();
     for item in &file.items {
         match item {
+            ast::Item::Grad(decl) => grad_decls.push(decl),
             ast::Item::Dim(decl) => file_dims.declare(decl, &mut diagnostics),
             ast::Item::Block(block) => {
                 if let Some(previous) = seen_blocks.iter().find(|b| b.name == block.name.name) {
@@ -58,6 +65,7 @@ pub fn lower(file: &ast::File, source: &SourceFile) -> Lowered {
             }
         }
     }
+    let grads = grad::lower_grads(&grad_decls, &seen_blocks, &module, &mut diagnostics);
     if file.items.iter().all(|i| !matches!(i, ast::Item::Block(_))) && !coda_diagnostics::has_errors(&diagnostics) {
         diagnostics.push(
             Diagnostic::warning("W0003", "the file defines no block")
@@ -65,5 +73,5 @@ pub fn lower(file: &ast::File, source: &SourceFile) -> Lowered {
         );
     }
     diagnostics.sort_by_key(|d| d.labels.first().map(|l| l.span));
-    Lowered { module, diagnostics }
+    Lowered { module, diagnostics, grads }
 }

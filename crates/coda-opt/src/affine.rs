@@ -11,6 +11,7 @@
 //! For `layernorm(x, γ, β) = σ ⊙ (x − μ) ⊙ γ + β` this is
 //! `σ ⊙ ((x ⊙ γ) @ W) − (σ μ) ⊗ (γᵀ W) + 1 ⊗ (βᵀ W)`.
 
+use crate::rowscale::product;
 use coda_ir::infer::TypeError;
 use coda_ir::{BinaryOp, Block, DType, Dim, Inst, Shape, UnaryOp, Value};
 use std::collections::HashMap;
@@ -24,6 +25,11 @@ pub(crate) const RULE_SHIFT: &str = "row-shift-through-matmul";
 /// `(X + 1 cᵀ) @ W = X @ W + 1 ⊗ (cᵀ W)`: the rank-one term with no per-row
 /// factor (LayerNorm's bias `β`) becomes a per-column vector of the result.
 pub(crate) const RULE_BIAS: &str = "bias-through-matmul";
+
+/// `(Y + 1 ⊗ u) + 1 ⊗ b = Y + 1 ⊗ (u + b)`: a bias added after the matmul
+/// joins the bias term's weight product (one per-column vector fewer in the
+/// consumer's epilogue; the weight-preparation GEMM adds `b`).
+pub(crate) const RULE_MERGE_BIAS: &str = "bias-into-weight-product";
 
 /// Most terms an expansion may have (LayerNorm has three).
 const MAX_TERMS: usize = 8;
@@ -110,12 +116,7 @@ pub(crate) fn split(block: &mut Block, lhs: Value, operand: DType) -> Result<Opt
 
 /// `± row ⊗ (col @ W)` added to the scaled accumulator `acc` (`[M, N]`);
 /// `weight_product` is `col @ W` (`[1, N]`).
-pub(crate) fn apply(
-    block: &mut Block,
-    acc: Value,
-    term: &RankOne,
-    weight_product: Value,
-) -> Result<Value, TypeError> {
+pub(crate) fn apply(block: &mut Block, acc: Value, term: &RankOne, weight_product: Value) -> Result<Value, TypeError> {
     let span = block.insts.span(acc);
     let shape = block.ty(acc).shape.clone();
     let mut correction = block.push(Inst::Broadcast { arg: weight_product, shape: shape.clone() }, span)?;
@@ -284,7 +285,12 @@ fn tile_has_producer(block: &Block, tile: &Term) -> bool {
 /// The rank-one form of a term without a tile: its per-row factors and
 /// scalars make the row vector, its per-column factors the column vector
 /// (all ones when it has none).
-fn rank_one_of(block: &mut Block, term: &Term, shape: &Shape, span: coda_diagnostics::Span) -> Result<RankOne, TypeError> {
+fn rank_one_of(
+    block: &mut Block,
+    term: &Term,
+    shape: &Shape,
+    span: coda_diagnostics::Span,
+) -> Result<RankOne, TypeError> {
     let mut rows = Vec::new();
     let mut cols = Vec::new();
     for f in &term.factors {
@@ -314,16 +320,4 @@ fn rank_one_of(block: &mut Block, term: &Term, shape: &Shape, span: coda_diagnos
     }
     let col = product(block, &cols, span)?;
     Ok(RankOne { negative: term.negative, row, col })
-}
-
-/// The product of `factors` (at least one), left to right.
-fn product(block: &mut Block, factors: &[Value], span: coda_diagnostics::Span) -> Result<Value, TypeError> {
-    let Some((&first, others)) = factors.split_first() else {
-        return Err(TypeError("a product of no factors".into()));
-    };
-    let mut acc = first;
-    for &f in others {
-        acc = block.push(Inst::Binary { op: BinaryOp::Mul, lhs: acc, rhs: f }, span)?;
-    }
-    Ok(acc)
 }

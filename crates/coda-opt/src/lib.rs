@@ -23,6 +23,7 @@
 //! inputs (`tests/it/rewrites.rs`).
 
 mod affine;
+mod fold;
 mod moments;
 mod pairs;
 mod rewriter;
@@ -38,18 +39,24 @@ pub struct Options {
     pub defer_norms: bool,
     /// Apply the pair-layout rules.
     pub pair_layouts: bool,
+    /// Fold a deferred norm's gain into the weight (`W' = diag(g) W`, made
+    /// by a weight-preparation kernel) instead of multiplying it into the
+    /// producer's output. Off by default: the right choice for inference
+    /// with static weights, not for training, where the weights change
+    /// every step (see `docs/reparameterizer.md`).
+    pub fold_gains: bool,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { defer_norms: true, pair_layouts: true }
+        Options { defer_norms: true, pair_layouts: true, fold_gains: false }
     }
 }
 
 impl Options {
     /// No rewriting at all (the greedy partition of the plain block).
     pub fn none() -> Self {
-        Options { defer_norms: false, pair_layouts: false }
+        Options { defer_norms: false, pair_layouts: false, fold_gains: false }
     }
 }
 
@@ -101,11 +108,13 @@ pub fn reparameterize(block: &Block, options: &Options) -> Result<Reparameterize
 }
 
 /// The rule names, in the order `codac explain` lists them.
-pub const RULES: [&str; 7] = [
+pub const RULES: [&str; 9] = [
     rowscale::RULE,
     affine::RULE_SHIFT,
     affine::RULE_BIAS,
+    affine::RULE_MERGE_BIAS,
     moments::RULE,
+    fold::RULE,
     pairs::RULE_GATED,
     pairs::RULE_ROPE,
     pairs::RULE_UNPERMUTE_STORE,

@@ -41,6 +41,7 @@ mod nvrtc;
 mod params;
 mod tensor;
 pub mod timing;
+mod tma;
 pub mod toolkit;
 
 pub use arch::{Arch, ArchSuffix};
@@ -53,7 +54,8 @@ pub use memory::DeviceBuffer;
 pub use nvrtc::{CompileOptions, CompiledKernel};
 pub use params::{layout, FieldKind, ParamBlock, StructLayout};
 pub use tensor::{contiguous_strides, describe, DType, TensorArg};
-pub use timing::{bench, time_ms, BenchStats, EventTimer};
+pub use timing::{bench, bench_cycle, compile_latency, time_ms, BenchStats, CompileLatency, EventTimer};
+pub use tma::TiledMap;
 pub use toolkit::Toolkit;
 
 #[cfg(test)]

@@ -1,10 +1,19 @@
-//! GPU timing with CUDA events, for benchmarks.
+//! GPU timing with CUDA events, for benchmarks: one event pair per sample,
+//! statistics of the samples ([`BenchStats`]), cycling through several
+//! copies of the inputs so that the L2 cache does not flatter the result
+//! ([`bench_cycle`]), and the latency of compiling a kernel with and
+//! without the kernel cache ([`compile_latency`]).
+
+use std::time::Instant;
 
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::CudaEvent;
 
+use crate::cache::{Artifacts, KernelCache};
+use crate::compiler::Compiler;
 use crate::device::{Device, Stream};
 use crate::error::{CudaResultExt, Result, RuntimeError};
+use crate::nvrtc::CompileOptions;
 
 /// A pair of timing events.
 #[derive(Debug)]
@@ -61,6 +70,18 @@ impl BenchStats {
         let median_ms = if n % 2 == 1 { sorted[n / 2] } else { (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0 };
         Ok(BenchStats { min_ms: sorted[0], median_ms, mean_ms: sorted.iter().sum::<f32>() / n as f32, samples_ms })
     }
+
+    /// The `q`-quantile (`0 <= q <= 1`) of the samples, interpolating
+    /// linearly between the two nearest order statistics.
+    pub fn quantile(&self, q: f64) -> f32 {
+        let mut sorted = self.samples_ms.clone();
+        sorted.sort_by(|a, b| a.total_cmp(b));
+        let Some(last) = sorted.len().checked_sub(1) else { return f32::NAN };
+        let pos = q.clamp(0.0, 1.0) * last as f64;
+        let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
+        let frac = (pos - lo as f64) as f32;
+        sorted[lo] + (sorted[hi] - sorted[lo]) * frac
+    }
 }
 
 /// Times `f` (which should enqueue work on `stream`) once, in milliseconds.
@@ -95,6 +116,81 @@ pub fn bench(
     BenchStats::from_samples(samples)
 }
 
+/// Times `iters` runs of `f` after `warmup` untimed ones, cycling through
+/// `copies` copies of the data: `f` gets the run's index modulo `copies`
+/// (warm-up runs included), so that consecutive runs use different copies
+/// and, with the copies together larger than the L2 cache, every run reads
+/// its operands from device memory as it would in a real model. Unlike
+/// [`bench`], every timed run is enqueued before any is waited for, each
+/// between its own pair of events: the GPU runs them back to back, so a
+/// sample is the GPU time of one run, without the host's launch latency.
+pub fn bench_cycle(
+    device: &Device,
+    stream: &Stream,
+    warmup: usize,
+    iters: usize,
+    copies: usize,
+    mut f: impl FnMut(usize) -> Result<()>,
+) -> Result<BenchStats> {
+    let copies = copies.max(1);
+    for run in 0..warmup {
+        f(run % copies)?;
+    }
+    stream.synchronize()?;
+    let timers = (0..iters).map(|_| EventTimer::new(device)).collect::<Result<Vec<_>>>()?;
+    for (i, t) in timers.iter().enumerate() {
+        t.start(stream)?;
+        f((warmup + i) % copies)?;
+        t.stop(stream)?;
+    }
+    stream.synchronize()?;
+    BenchStats::from_samples(timers.iter().map(EventTimer::elapsed_ms).collect::<Result<Vec<_>>>()?)
+}
+
+/// How long compiling one kernel takes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CompileLatency {
+    /// NVRTC compiling the source, with no cache involved (milliseconds).
+    pub cold_ms: f64,
+    /// Serving the same kernel from the kernel cache (milliseconds): from
+    /// its disk entry when the cache has a directory, else from memory.
+    pub hit_ms: f64,
+    /// Whether `hit_ms` was a disk lookup.
+    pub hit_from_disk: bool,
+    /// Whether NVRTC's own cache (CUDA 12.9+) was bypassed too (`--no-cache`);
+    /// false when this NVRTC rejected the flag.
+    pub nvrtc_cache_bypassed: bool,
+}
+
+/// Measures [`CompileLatency`] of `source` with `opts`: compiles it with a
+/// fresh memory-only cache (so NVRTC always runs) and NVRTC's `--no-cache`
+/// (NVRTC 12.9 and later keep a cache of their own, which would otherwise
+/// serve a source compiled earlier on the machine), stores the result in
+/// `compiler`'s cache (where a later [`Compiler::compile`] with the same
+/// options finds it, so nothing is compiled twice), then drops the
+/// in-memory entries of that cache and compiles again to time a hit.
+pub fn compile_latency(compiler: &Compiler, source: &str, opts: &CompileOptions) -> Result<CompileLatency> {
+    let uncached = Compiler::new(compiler.toolkit().clone(), KernelCache::new(None))?;
+    let mut bypass = opts.clone();
+    bypass.extra_flags.push("--no-cache".into());
+    let (cold, nvrtc_cache_bypassed) = match uncached.compile(source, &bypass) {
+        Ok(cold) => (cold, true),
+        Err(_) => (uncached.compile(source, opts)?, false),
+    };
+    let key = compiler.cache_key(source, opts);
+    let artifacts = Artifacts { cubin: cold.cubin.clone(), ptx: cold.ptx.clone(), log: cold.log.clone() };
+    compiler.cache().get_or_compile(&key, || Ok(artifacts))?;
+    compiler.cache().clear_memory();
+    let start = Instant::now();
+    let hit = compiler.compile(source, opts)?;
+    let hit_ms = start.elapsed().as_secs_f64() * 1e3;
+    if !hit.cache_hit {
+        return Err(RuntimeError::InvalidInput("the kernel cache did not keep a kernel just stored".into()));
+    }
+    let hit_from_disk = compiler.cache().dir().is_some();
+    Ok(CompileLatency { cold_ms: cold.compile_ms, hit_ms, hit_from_disk, nvrtc_cache_bypassed })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -106,6 +202,16 @@ mod tests {
         let s = BenchStats::from_samples(vec![5.0, 1.0, 2.0])?;
         assert_eq!(s.median_ms, 2.0);
         assert!(BenchStats::from_samples(vec![]).is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn quantiles() -> Result<()> {
+        let s = BenchStats::from_samples(vec![4.0, 1.0, 3.0, 2.0, 5.0])?;
+        assert_eq!((s.quantile(0.0), s.quantile(0.5), s.quantile(1.0)), (1.0, 3.0, 5.0));
+        assert_eq!(s.quantile(0.1), 1.4);
+        assert_eq!(s.quantile(0.9), 4.6);
+        assert_eq!(s.quantile(2.0), 5.0, "clamped");
         Ok(())
     }
 }

@@ -29,6 +29,25 @@ pub enum Item {
     Dim(DimDecl),
     /// A `block` or an explicit `kernel`.
     Block(Block),
+    /// A `grad` declaration: the backward of a block.
+    Grad(GradDecl),
+}
+
+/// `grad NAME = BLOCK wrt (inputs)` or `grad NAME = BLOCK(outputs) wrt (inputs)`:
+/// the backward block of `BLOCK`, giving the gradients of `inputs` from the
+/// gradients of `outputs` (all float outputs when the list is omitted).
+#[derive(Debug, Clone, PartialEq)]
+pub struct GradDecl {
+    /// The backward block's name.
+    pub name: Ident,
+    /// The forward block.
+    pub forward: Ident,
+    /// The outputs whose gradients are given, if listed.
+    pub outputs: Option<Vec<Ident>>,
+    /// The inputs whose gradients are wanted.
+    pub inputs: Vec<Ident>,
+    /// The whole declaration.
+    pub span: Span,
 }
 
 /// `dim NAME` (symbolic, bound at run time) or `dim NAME = expr` (a named constant).

@@ -1,6 +1,6 @@
 //! Node constructors called by the grammar's actions.
 
-use crate::ast::{BinOp, Expr, ExprKind};
+use crate::ast::{BinOp, Expr, ExprKind, GradDecl, Ident};
 use coda_diagnostics::{Diagnostic, Span};
 
 /// The deepest expression tree the parser builds; deeper ones become an error node.
@@ -31,4 +31,22 @@ pub(crate) fn node(notes: &mut Vec<Diagnostic>, kind: ExprKind, l: usize, r: usi
 /// Builds `lhs op rhs`.
 pub(crate) fn binary(notes: &mut Vec<Diagnostic>, op: BinOp, lhs: Expr, rhs: Expr, l: usize, r: usize) -> Expr {
     node(notes, ExprKind::Binary { op, lhs: Box::new(lhs), rhs: Box::new(rhs) }, l, r)
+}
+
+/// A `grad` declaration, after checking the two words the grammar reads as names.
+pub(crate) fn grad_decl(notes: &mut Vec<Diagnostic>, keyword: Ident, wrt: Ident, decl: GradDecl) -> GradDecl {
+    if keyword.name != "grad" {
+        notes.push(
+            Diagnostic::error("E0002", format!("unexpected name `{}`", keyword.name))
+                .with_primary(keyword.span, "not expected here")
+                .with_help("a top-level item starts with `dim`, `block`, `kernel` or `grad`"),
+        );
+    } else if wrt.name != "wrt" {
+        notes.push(
+            Diagnostic::error("E0002", format!("unexpected name `{}`", wrt.name))
+                .with_primary(wrt.span, "expected `wrt`")
+                .with_help("write `grad NAME = BLOCK wrt (inputs)`, e.g. `grad ffn_grad = ffn wrt (x1, w_gu)`"),
+        );
+    }
+    decl
 }

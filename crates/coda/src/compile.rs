@@ -61,6 +61,15 @@ pub enum CompileError {
 
 /// Generates the CUDA kernels of every block of a checked program.
 pub fn compile(checked: &Checked, options: &CompileOptions) -> Result<Compiled, CompileError> {
+    let module = rewritten_module(checked, options)?;
+    let codegen = CodegenOptions { arch: options.arch.clone() };
+    let (kernels, manifest) = coda_cuda::compile_module(&module, &checked.source, &codegen)?;
+    Ok(Compiled { kernels, manifest })
+}
+
+/// The blocks [`compile()`] partitions: the one asked for (or all), each
+/// `block` reparameterized.
+pub(crate) fn rewritten_module(checked: &Checked, options: &CompileOptions) -> Result<coda_ir::Module, CompileError> {
     if checked.has_errors() {
         return Err(CompileError::HasErrors(checked.source.name.clone()));
     }
@@ -76,7 +85,5 @@ pub fn compile(checked: &Checked, options: &CompileOptions) -> Result<Compiled, 
             *block = coda_opt::reparameterize(block, &options.rewrite)?.block;
         }
     }
-    let codegen = CodegenOptions { arch: options.arch.clone() };
-    let (kernels, manifest) = coda_cuda::compile_module(&module, &checked.source, &codegen)?;
-    Ok(Compiled { kernels, manifest })
+    Ok(module)
 }

@@ -18,6 +18,9 @@ pub fn explain_text(checked: &Checked) -> String {
 pub fn explain_text_with(checked: &Checked, options: &ExplainOptions) -> String {
     let mut out = String::new();
     for block in &checked.module.blocks {
+        if let Some(gradient) = crate::gradient_of(checked, &block.name) {
+            out.push_str(&crate::grad_header(checked, gradient));
+        }
         out.push_str(&format!(
             "// {} `{}`: {} input(s), {} output(s), {} matmul(s), {} IR values\n",
             kind_name(block),
@@ -47,6 +50,9 @@ pub fn explain_json_with(checked: &Checked, options: &ExplainOptions) -> Value {
         let mut entry = block_json(block, checked);
         let (plan, ks) = report::report_json(&block.name, &report::block_report(block, &checked.source, options));
         entry["plan"] = plan;
+        if let Some(gradient) = crate::gradient_of(checked, &block.name) {
+            entry["grad"] = crate::gradient::header_json(checked, gradient);
+        }
         blocks.push(entry);
         kernels.extend(ks);
     }

@@ -13,15 +13,20 @@
 
 mod compile;
 mod explain;
+mod gradient;
+mod profile;
 mod report;
 
 pub use coda_cuda as cuda;
 pub use coda_diagnostics::{has_errors, render, render_to_string, ColorChoice, Diagnostic, Severity, SourceFile, Span};
+pub use coda_grad as grad;
 pub use coda_ir as ir;
 pub use coda_ir::interp::{eval, random_inputs, DimBindings, EvalError, EvalOptions, HostTensor};
 pub use coda_opt as opt;
 pub use compile::{compile, CompileError, CompileOptions, Compiled};
 pub use explain::{explain_json, explain_json_with, explain_text, explain_text_with};
+pub use gradient::{grad_header, grad_view, gradient_of};
+pub use profile::{profile, BareGemm, BlockProfile, Extent, GemmProfile, KernelProfile};
 pub use report::ExplainOptions;
 
 /// A bug in codac, as opposed to an error in the user's program.
@@ -33,6 +38,9 @@ pub enum InternalError {
     /// The lowering built an ill-typed instruction.
     #[error("the lowering built an ill-typed instruction: {0}")]
     Lowering(String),
+    /// The differentiator built an invalid backward block.
+    #[error("{0}")]
+    Grad(String),
 }
 
 /// The result of checking one source text.
@@ -44,6 +52,9 @@ pub struct Checked {
     pub module: ir::Module,
     /// Every error and warning.
     pub diagnostics: Vec<Diagnostic>,
+    /// The gradient of every `grad` declaration that checked, in source order
+    /// (its backward block is not in [`Checked::module`]; see [`grad_view`]).
+    pub grads: Vec<coda_grad::Gradient>,
 }
 
 impl Checked {
@@ -70,8 +81,11 @@ pub fn check(file_name: &str, text: &str) -> Result<Checked, InternalError> {
     if syntax_ok {
         diagnostics.extend(lowered.diagnostics);
     }
-    let module =
-        if syntax_ok { lowered.module } else { ir::Module { file_name: file_name.to_string(), blocks: Vec::new() } };
+    let (module, requests) = if syntax_ok {
+        (lowered.module, lowered.grads)
+    } else {
+        (ir::Module { file_name: file_name.to_string(), blocks: Vec::new() }, Vec::new())
+    };
     if let Some(bug) = diagnostics.iter().find(|d| d.code == "E9000") {
         let detail = bug.labels.first().map(|l| l.message.clone()).unwrap_or_default();
         return Err(InternalError::Lowering(format!(
@@ -83,7 +97,10 @@ pub fn check(file_name: &str, text: &str) -> Result<Checked, InternalError> {
     for block in &module.blocks {
         coda_ir::verify::verify(block)?;
     }
-    Ok(Checked { source, module, diagnostics })
+    let (grads, grad_diagnostics) = gradient::build(&module, &requests)?;
+    diagnostics.extend(grad_diagnostics);
+    diagnostics.sort_by_key(|d| d.labels.first().map(|l| l.span));
+    Ok(Checked { source, module, diagnostics, grads })
 }
 
 /// Checks raw bytes, reporting invalid UTF-8 as a located diagnostic.
@@ -101,6 +118,7 @@ pub fn check_bytes(file_name: &str, bytes: &[u8]) -> Result<Checked, InternalErr
                 source,
                 module: ir::Module { file_name: file_name.to_string(), blocks: Vec::new() },
                 diagnostics: vec![diagnostic],
+                grads: Vec::new(),
             })
         }
     }

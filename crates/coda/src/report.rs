@@ -71,7 +71,7 @@ pub(crate) fn block_report(block: &Block, source: &SourceFile, options: &Explain
     } else {
         (block.clone(), BTreeMap::new())
     };
-    let kernels = coda_cuda::compile_block(&rewritten, source)
+    let kernels = coda_cuda::compile_block(&rewritten, source, &coda_cuda::CodegenOptions::default())
         .map(|compiled| kernel_reports(&compiled.ir, &compiled.manifest, &dims))
         .map_err(|e| e.to_string());
     BlockReport { rules, dims, kernels, unfused_bytes }

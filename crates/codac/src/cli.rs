@@ -49,6 +49,11 @@ pub(crate) enum Command {
         after_help = "Examples:\n  codac run examples/llama3_block.coda --dims M=4096 --random --check --time\n  codac run block.coda --dims M=256 --inputs inputs/ --out outputs/"
     )]
     Run(RunArgs),
+    /// Time every kernel of a block on the GPU, the block, and each GEMM without its epilogue.
+    #[command(
+        after_help = "Examples:\n  codac bench examples/llama3_block.coda --dims M=8192\n  codac bench examples/llama3_block.coda --dims M=8192 --json > bench.json"
+    )]
+    Bench(crate::bench_cmd::BenchArgs),
 }
 
 #[derive(Debug, Args)]
@@ -64,6 +69,9 @@ pub(crate) struct ExplainArgs {
     /// Print JSON (schema in docs/explain-json.md).
     #[arg(long)]
     pub(crate) json: bool,
+    /// Work on the backward blocks (the `grad` declarations, or every block w.r.t. all float inputs); see docs/backward.md.
+    #[arg(long)]
+    pub(crate) grad: bool,
 }
 
 #[derive(Debug, Args)]
@@ -82,6 +90,9 @@ pub(crate) struct EvalArgs {
     /// Evaluate only this block (default: every block in the file).
     #[arg(long)]
     pub(crate) block: Option<String>,
+    /// Evaluate the backward blocks: forward inputs, saved tensors from the saving forward, output gradients (random, or DIR/d<output>.npy); see docs/backward.md.
+    #[arg(long)]
+    pub(crate) grad: bool,
 }
 
 #[derive(Debug, Args)]
@@ -100,6 +111,9 @@ pub(crate) struct CompileArgs {
     /// Compile only this block (default: every block in the file).
     #[arg(long)]
     pub(crate) block: Option<String>,
+    /// Work on the backward blocks (the `grad` declarations, or every block w.r.t. all float inputs); see docs/backward.md.
+    #[arg(long)]
+    pub(crate) grad: bool,
 }
 
 #[derive(Debug, Args)]
@@ -121,6 +135,9 @@ pub(crate) struct RunArgs {
     /// Run only this block (default: every block in the file).
     #[arg(long)]
     pub(crate) block: Option<String>,
+    /// Work on the backward blocks (the `grad` declarations, or every block w.r.t. all float inputs); see docs/backward.md.
+    #[arg(long)]
+    pub(crate) grad: bool,
 }
 
 /// The run-time dims and the inputs, shared by `eval` and `run`.

@@ -40,6 +40,7 @@ pub(crate) fn run(cli: Cli) -> Result<Outcome> {
             if checked.has_errors() {
                 return Ok(Outcome::UserError);
             }
+            let checked = crate::grad_cmd::view(checked, args.grad)?;
             if args.json {
                 let text = serde_json::to_string_pretty(&coda::explain_json(&checked))?;
                 println!("{text}");
@@ -48,9 +49,11 @@ pub(crate) fn run(cli: Cli) -> Result<Outcome> {
             }
             Ok(Outcome::Success)
         }
+        Command::Eval(args) if args.grad => crate::grad_cmd::eval(&args, color),
         Command::Eval(args) => eval(&args, color),
         Command::Compile(args) => crate::compile_cmd::compile(&args, color),
         Command::Run(args) => crate::run_cmd::run(&args, color),
+        Command::Bench(args) => crate::bench_cmd::bench(&args, color),
     }
 }
 
@@ -147,7 +150,7 @@ pub(crate) fn check_dims_known(block: &coda::ir::Block, dims: &DimBindings) -> R
 }
 
 /// `name: dtype[shape]  mean … max|x| …`.
-fn summary(tensor: &coda::ir::Tensor, value: &HostTensor) -> String {
+pub(crate) fn summary(tensor: &coda::ir::Tensor, value: &HostTensor) -> String {
     let n = value.data.len().max(1) as f64;
     let mean = value.data.iter().sum::<f64>() / n;
     let max_abs =

@@ -14,6 +14,7 @@ pub(crate) fn compile(args: &CompileArgs, color: ColorChoice) -> Result<Outcome>
     if checked.has_errors() {
         return Ok(Outcome::UserError);
     }
+    let checked = crate::grad_cmd::view(checked, args.grad)?;
     let arch: Arch = args.arch.parse()?;
     let (cu, ptx, cubin) = parse_emit(&args.emit)?;
     let options = coda::CompileOptions { arch: arch.to_string(), block: args.block.clone(), ..Default::default() };

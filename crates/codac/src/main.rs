@@ -5,9 +5,13 @@
 //! in the user's program or invocation (diagnostics printed), 2 an internal
 //! compiler error (a bug in codac).
 
+mod bench_cmd;
+mod bench_report;
+mod bench_rig;
 mod cli;
 mod commands;
 mod compile_cmd;
+mod grad_cmd;
 mod npy;
 mod run_cmd;
 

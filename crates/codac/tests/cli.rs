@@ -133,3 +133,30 @@ fn read_npy(path: &Path) -> (Vec<u64>, Vec<f32>) {
     let shape = npy.shape().to_vec();
     (shape, npy.into_vec::<f32>().unwrap_or_else(|e| panic!("{e}")))
 }
+
+/// `codac bench` without a GPU is a clear user-facing error (exit 1), not a
+/// panic; with one, it prints its JSON report.
+#[test]
+fn bench_without_a_gpu_says_so() {
+    let out = codac(&["bench", "examples/out_proj_kernel.coda", "--dims", "M=256", "--json", "--color", "never"]);
+    let stderr = text(&out.stderr);
+    assert!(!stderr.contains("internal compiler error"), "{stderr}");
+    if out.status.code() == Some(0) {
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(json["tool"], "codac bench");
+        assert!(json["blocks"][0]["time"]["median_ms"].as_f64().is_some_and(|t| t > 0.0), "{json}");
+    } else {
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert!(stderr.starts_with("error: no GPU"), "{stderr}");
+    }
+}
+
+#[test]
+fn bench_help_has_an_example_and_refuses_few_runs() {
+    let out = codac(&["bench", "--help"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(text(&out.stdout).contains("Example"));
+    let out = codac(&["bench", "examples/out_proj_kernel.coda", "--dims", "M=256", "--iters", "10"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("--iters"), "{}", text(&out.stderr));
+}

@@ -1,5 +1,6 @@
 //! GEMM kernels: the `Epi_<kernel>` functor and the `extern "C"` entry that
-//! instantiates `coda::gemm_sm80`.
+//! instantiates `coda::gemm_sm80` (portable) or `coda::gemm_sm90_rows`
+//! (Hopper, with its tensor maps).
 //!
 //! The functor's `apply` evaluates, in order: scalars; per-row values for
 //! the thread's `Frag::RI` rows (loads, finished partials of earlier
@@ -8,14 +9,27 @@
 //! their contributions to partial reductions; finally the row / column
 //! reductions over the CTA tile and the partial stores.
 //!
-//! In 255-register configurations with at most one partial, one full-tile
+//! In 255-register configurations (and every Hopper one) with at most one partial, one full-tile
 //! store (a value on the accumulator's own columns, into a bf16 / f16
 //! buffer of the accumulator's shape) goes through
 //! `coda::store_tile_staged`: its values overwrite `f.acc` (dead once its
 //! pair has been processed) and are written after the loop with coalesced
 //! 16-byte stores through shared memory when the buffer's base is 16-byte
 //! aligned and its leading dimension a multiple of 8 (checked at run time,
-//! uniformly for the CTA); otherwise with bounded pair / element stores.
+//! uniformly for the CTA, by the helper); otherwise with bounded pair stores.
+//!
+//! The staged store may also be a pair operation's half-width output
+//! (`coda::StagedHalfCols`) or an output put back from pair order
+//! (`coda::StagedUnpermuteCols`, when every group lies inside one tile):
+//! both were 2-byte scattered stores before.
+//!
+//! Likewise one full-tile 16-bit operand read at the accumulator's own
+//! columns (a residual) is staged into shared memory before the loop with
+//! coalesced 16-byte loads (`coda::stage_tile`) and read back per pair
+//! (`coda::staged_pair`): its long-latency global loads then stay out of
+//! the unrolled per-pair code, where the compiler would hoist them into
+//! registers beside the accumulators (spills with 128 accumulators per
+//! thread on the Hopper mainloop).
 
 use super::expr::{binary, Emitter};
 use crate::error::CodegenError;
@@ -27,53 +41,77 @@ use std::collections::{BTreeSet, HashMap};
 /// The functor, the entry point and the `GemmArgs` struct of a GEMM kernel.
 pub(crate) fn emit(em: &mut Emitter<'_>, spec: &GemmSpec, entry: &str) -> Result<(String, StructSpec), CodegenError> {
     let epi = format!("Epi_{}", em.kernel.name);
-    let mut g =
-        Gemm { regs: HashMap::new(), cols: HashMap::new(), rows: Vec::new(), pairs: HashMap::new(), staged: None };
+    let mut g = Gemm {
+        regs: HashMap::new(),
+        cols: HashMap::new(),
+        rows: Vec::new(),
+        pairs: HashMap::new(),
+        staged: None,
+        staged_load: None,
+    };
     g.staged = staged_store(em, spec);
     em.set_indent(2);
     g.scalars(em)?;
     g.row_values(em)?;
     g.partial_decls(em)?;
     g.main_loop(em)?;
-    if let Some(idx) = g.staged {
+    if let Some((idx, how)) = g.staged {
         let store = em.kernel.stores[idx].clone();
-        let b = em.buf_w(store.buf);
-        let value = em.kernel.nodes[store.node].value;
-        em.open(format!("if (({b}_ld & 7) == 0 && ((unsigned long long){b} & 15) == 0)"));
-        em.stmt(format!("coda::store_tile_staged(f, t, f.acc, {b}, {b}_ld, smem);"), value);
-        em.close();
-        em.open("else");
-        em.line("#pragma unroll");
-        em.open("for (int i = 0; i < Frag::RI; ++i)");
-        em.line("#pragma unroll");
-        em.open("for (int j = 0; j < Frag::CJ; ++j)");
-        em.stmt(
-            format!("cg::st2({b}, {b}_ld, f.row(i), f.col(j), {b}_rows, {b}_cols, f.acc[i][j][0], f.acc[i][j][1]);"),
-            value,
-        );
-        em.close();
-        em.close();
-        em.close();
+        let call = staged_call(em, store.buf, how);
+        em.stmt(call, em.kernel.nodes[store.node].value);
     }
     g.reductions(em)?;
     let body = em.take_lines().join("\n");
-    let cfg = format!("coda::{}", spec.config.name());
-    let elem = super::params::c_type(spec.elem);
     let code = format!(
         "struct {epi} {{\n    struct Params {{\n{fields}    }};\n    static constexpr int kSmemFloats = 0;\n    \
          template <class Frag, class Tile>\n    static __device__ void apply(const Params& p, Frag& f, const Tile& t, float* smem) {{\n\
-         {body}\n    }}\n}};\n\n\
-         extern \"C\" __global__ void __launch_bounds__({cfg}::kThreads, {cfg}::kMinBlocks)\n\
-         {entry}(coda::GemmArgs g, {epi}::Params e) {{\n    coda::gemm_sm80<{cfg}, {la}, {lb}, {elem}, {epi}{rows}>(g, e);\n}}\n",
+         {body}\n    }}\n}};\n\n{entry_code}",
         fields = em.params.c_fields("        "),
-        la = spec.a.layout.tag(),
-        lb = spec.b.layout.tag(),
-        rows = match &spec.b.row_perm {
-            Some(p) => format!(", coda::PairRows<{}, {}, {}>", p.start, p.end, p.group),
-            None => String::new(),
-        },
+        entry_code = if spec.config.is_sm90() { sm90_entry(spec, &epi, entry) } else { sm80_entry(spec, &epi, entry) },
     );
     Ok((code, gemm_args(em, spec)))
+}
+
+/// The entry point instantiating the portable mainloop.
+fn sm80_entry(spec: &GemmSpec, epi: &str, entry: &str) -> String {
+    let cfg = format!("coda::{}", spec.config.name());
+    let rows = match &spec.b.row_perm {
+        Some(p) => format!(", coda::PairRows<{}, {}, {}>", p.start, p.end, p.group),
+        None => String::new(),
+    };
+    format!(
+        "extern \"C\" __global__ void __launch_bounds__({cfg}::kThreads, {cfg}::kMinBlocks)\n\
+         {entry}(coda::GemmArgs g, {epi}::Params e) {{\n    coda::gemm_sm80<{cfg}, {la}, {lb}, {elem}, {epi}{rows}>(g, e);\n}}\n",
+        la = spec.a.layout.tag(),
+        lb = spec.b.layout.tag(),
+        elem = super::params::c_type(spec.elem),
+    )
+}
+
+/// The entry point instantiating the Hopper mainloop: the tensor maps of A
+/// and B (and of B's pair-order view) come first, by value; the shared
+/// memory the host passes is checked against the header's formula.
+fn sm90_entry(spec: &GemmSpec, epi: &str, entry: &str) -> String {
+    let cfg = format!("coda::{}", spec.config.name());
+    let map = |name: &str| format!("const __grid_constant__ coda::TmaDesc {name}");
+    let (maps, rows, tbp) = match &spec.b.row_perm {
+        Some(p) => (
+            format!("{}, {}, {}", map("ta"), map("tb"), map("tbp")),
+            format!("coda::Sm90PairRows<{}, {}, {}>", p.start, p.end, p.group),
+            "tbp",
+        ),
+        None => (format!("{}, {}", map("ta"), map("tb")), "coda::IdentityRows".to_string(), "tb"),
+    };
+    format!(
+        "static_assert(coda::gemm_sm90_smem_bytes<{cfg}, {epi}>() == {smem}, \"codac's shared-memory size for {cfg}\");\n\n\
+         extern \"C\" __global__ void __launch_bounds__({cfg}::kThreads, 1)\n\
+         {entry}({maps}, coda::GemmArgs g, {epi}::Params e) {{\n    \
+         coda::gemm_sm90_rows<{cfg}, {la}, {lb}, {elem}, {epi}, {rows}>(ta, tb, {tbp}, g, e);\n}}\n",
+        smem = spec.config.smem_bytes(),
+        la = spec.a.layout.tag(),
+        lb = spec.b.layout.tag(),
+        elem = super::params::c_type(spec.elem),
+    )
 }
 
 /// The `GemmArgs` fields.
@@ -104,27 +142,65 @@ struct Gemm {
     rows: Vec<(NodeId, String)>,
     /// Pair loads in the current body, by (node, map offset).
     pairs: HashMap<(NodeId, i64), String>,
-    /// The store written through `store_tile_staged`, by index.
-    staged: Option<usize>,
+    /// The store written through shared memory, by index, and how.
+    staged: Option<(usize, Staging)>,
+    /// The tile operand read through shared memory (`coda::stage_tile`):
+    /// its buffer and the statement that stages it before the loop.
+    staged_load: Option<(usize, String)>,
+}
+
+/// How a staged store maps accumulator columns to output columns.
+#[derive(Debug, Clone, Copy)]
+enum Staging {
+    /// The accumulator's own columns (`store_tile_staged`).
+    Identity,
+    /// A pair operation's half-width output (`coda::StagedHalfCols`).
+    Half,
+    /// A pair layout put back in order (`coda::StagedUnpermuteCols`).
+    Unpermute(coda_ir::PairPerm),
 }
 
 /// The store to stage through shared memory, if any (see the module docs):
 /// only in 255-register configurations with at most one partial, where the
 /// extra address arithmetic does not spill.
-fn staged_store(em: &Emitter<'_>, spec: &GemmSpec) -> Option<usize> {
-    let roomy = matches!(spec.config, crate::config::TileConfig::Cfg128x128w4 | crate::config::TileConfig::Cfg128x256);
+fn staged_store(em: &Emitter<'_>, spec: &GemmSpec) -> Option<(usize, Staging)> {
+    let roomy = spec.config.is_sm90()
+        || matches!(spec.config, crate::config::TileConfig::Cfg128x128w4 | crate::config::TileConfig::Cfg128x256);
     if !roomy || em.kernel.partials.len() > 1 {
         return None;
     }
-    let fits = |s: &crate::kir::Store| {
-        let node = &em.kernel.nodes[s.node];
+    let (_, bn, _) = spec.config.tile();
+    let staging = |s: &crate::kir::Store| -> Option<Staging> {
+        let map = em.kernel.nodes[s.node].reg.as_ref()?;
         let buf = &em.ir.buffers[s.buf];
-        let identity = node.reg.as_ref().is_some_and(|m| m.offset == 0 && m.stride == 1 && m.len == spec.n);
         let rows = buf.rows == crate::symexpr::SymExpr::from(&spec.m);
-        identity && rows && !s.accumulate && s.col_perm.is_none()
+        if !rows || s.accumulate || !buf.dtype.is_half() || map.offset != 0 {
+            return None;
+        }
+        match (map.stride, s.col_perm) {
+            (1, None) if map.len == spec.n => Some(Staging::Identity),
+            (1, Some(p)) if map.len == spec.n && p.start % p.group == 0 && bn % p.group == 0 => {
+                Some(Staging::Unpermute(p))
+            }
+            (2, None) => Some(Staging::Half),
+            _ => None,
+        }
     };
-    (0..em.kernel.stores.len())
-        .find(|i| fits(&em.kernel.stores[*i]) && em.ir.buffers[em.kernel.stores[*i].buf].dtype.is_half())
+    em.kernel.stores.iter().enumerate().find_map(|(i, s)| staging(s).map(|how| (i, how)))
+}
+
+/// The call that writes the staged store after the loop.
+fn staged_call(em: &mut Emitter<'_>, buf: usize, how: Staging) -> String {
+    let b = em.buf_w(buf);
+    let t = super::params::c_type(em.ir.buffers[buf].dtype);
+    let map = match how {
+        // The helper checks the buffer's alignment itself (uniformly for the
+        // CTA) and falls back to bounded pair stores.
+        Staging::Identity => return format!("coda::store_tile_staged(f, t, f.acc, {b}, {b}_ld, smem);"),
+        Staging::Half => "coda::StagedHalfCols".to_string(),
+        Staging::Unpermute(p) => format!("coda::StagedUnpermuteCols<{}, {}, {}>", p.start, p.end, p.group),
+    };
+    format!("coda::store_tile_staged_map<{t}, {map}>(f, t, f.acc, {b}, {b}_ld, {b}_cols, smem);")
 }
 
 impl Gemm {
@@ -222,20 +298,19 @@ impl Gemm {
             self.register(em, *id)?;
         }
         for (idx, store) in em.kernel.stores.clone().into_iter().enumerate() {
-            if self.staged != Some(idx) {
+            if self.staged.map(|(i, _)| i) != Some(idx) {
                 self.store(em, &store)?;
             }
         }
         for (idx, part) in em.kernel.partials.clone().iter().enumerate() {
             self.accumulate(em, idx, part)?;
         }
-        if let Some(idx) = self.staged {
+        if let Some((idx, _)) = self.staged {
             let node = em.kernel.stores[idx].node;
             let vars =
                 self.regs.get(&node).cloned().ok_or_else(|| em.internal("staged store of an unevaluated node"))?;
-            if let [v0, v1] = vars.as_slice() {
-                em.line(format!("f.acc[i][j][0] = {v0};"));
-                em.line(format!("f.acc[i][j][1] = {v1};"));
+            for (slot, v) in vars.iter().enumerate() {
+                em.line(format!("f.acc[i][j][{slot}] = {v};"));
             }
         }
         em.pop_scope();
@@ -244,6 +319,9 @@ impl Gemm {
         // Declare the loop-invariant locals the body uses, and only those.
         let pad = |n: usize| "    ".repeat(n);
         let mut lines = outer;
+        if let Some((_, stmt)) = &self.staged_load {
+            lines.push(format!("{}{stmt}", pad(2)));
+        }
         lines.push(format!("{}#pragma unroll", pad(2)));
         lines.push(format!("{}for (int i = 0; i < Frag::RI; ++i) {{", pad(2)));
         if uses(&text, "m") {
@@ -334,13 +412,34 @@ impl Gemm {
         if let Some(v) = self.pairs.get(&key) {
             return v.clone();
         }
-        let c0 = self.col(em, map, 0);
         let value = em.kernel.nodes[op].value;
         let name = em.local_for(value);
+        if self.can_stage(em, buf, map) {
+            if self.staged_load.is_none() {
+                let b = em.buf(buf);
+                let t = super::params::c_type(em.ir.buffers[buf].dtype);
+                let stmt = format!("coda::stage_tile<{t}>(f, t, {b}, {b}_ld, {b}_rows, {b}_cols, smem);");
+                self.staged_load = Some((buf, stmt));
+            }
+            let t = super::params::c_type(em.ir.buffers[buf].dtype);
+            em.stmt(format!("const float2 {name} = coda::staged_pair<{t}>(f, i, j, smem);"), value);
+            self.pairs.insert(key, name.clone());
+            return name;
+        }
+        let c0 = self.col(em, map, 0);
         let access = em.access(buf, "m", &c0, false);
         em.stmt(format!("const float2 {name} = cg::load2({access});"), value);
         self.pairs.insert(key, name.clone());
         name
+    }
+
+    /// Whether a pair load of `buf` at `map` can read the staged operand:
+    /// a 16-bit buffer at the accumulator's own columns, and no other
+    /// buffer staged already (the scratch holds one tile).
+    fn can_stage(&self, em: &Emitter<'_>, buf: usize, map: &ColMap) -> bool {
+        let half = em.ir.buffers[buf].dtype.is_half();
+        let own = map.offset == 0 && map.stride == 1;
+        half && own && self.staged_load.as_ref().is_none_or(|(b, _)| *b == buf)
     }
 
     fn slot_expr(

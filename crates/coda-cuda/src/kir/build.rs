@@ -20,10 +20,11 @@ use coda_ir::{Axis, Block, DType, Dim, Inst, ShapeClass, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// Builds the kernels of a partitioned block.
-pub(crate) fn build(block: &Block, plan: &Plan) -> Result<BlockIr, CodegenError> {
+pub(crate) fn build(block: &Block, plan: &Plan, target: config::Target) -> Result<BlockIr, CodegenError> {
     let mut b = Builder {
         block,
         plan,
+        target,
         buffers: Vec::new(),
         param_bufs: Vec::new(),
         output_bufs: Vec::new(),
@@ -58,6 +59,7 @@ pub(crate) fn build(block: &Block, plan: &Plan) -> Result<BlockIr, CodegenError>
 struct Builder<'a> {
     block: &'a Block,
     plan: &'a Plan,
+    target: config::Target,
     buffers: Vec<Buffer>,
     param_bufs: Vec<BufId>,
     output_bufs: Vec<BufId>,
@@ -116,25 +118,103 @@ impl Builder<'_> {
         }
     }
 
+    /// The tile configuration of every GEMM: the portable choice, then the
+    /// target's ([`config::for_target`]), before anything (partial buffer
+    /// widths) depends on the tile shape.
     fn choose_configs(&mut self) {
         for (k, kp) in self.plan.kernels.iter().enumerate() {
-            let KernelPlan::Gemm { matmul, .. } = kp else { continue };
+            let KernelPlan::Gemm { matmul, b, .. } = kp else { continue };
             let mut regs = 0;
             let mut heavy = false;
+            let mut col_partials = false;
             for (v, home) in self.plan.homes.iter().enumerate() {
                 match home {
                     Home::Acc(x) if *x == k => {
                         regs += 1;
                         heavy |= self.plan.maps[v].as_ref().is_some_and(|m| m.stride == 2);
                     }
-                    Home::RowPartial(x, _) | Home::ColPartial(x) if *x == k => heavy = true,
+                    Home::RowPartial(x, _) if *x == k => heavy = true,
+                    Home::ColPartial(x) if *x == k => (heavy, col_partials) = (true, true),
                     _ => {}
                 }
             }
             heavy |= regs > config::HEAVY_NODES;
             let shape = &self.block.ty(*matmul).shape;
-            self.configs.insert(k, config::choose(&shape.rows, &shape.cols, heavy));
+            let wide = self.wide_epilogue(k);
+            let portable = config::choose(&shape.rows, &shape.cols, heavy);
+            let (b_pairs, b_transposed) = match b {
+                OperandPlan::Param { transposed, row_perm, .. } | OperandPlan::Mat { transposed, row_perm, .. } => {
+                    (*row_perm, *transposed)
+                }
+            };
+            let per_column = col_partials || wide;
+            let chosen = match config::for_target(self.target, portable, &shape.cols, per_column, b_pairs, b_transposed) {
+                c if c.is_sm90() || !wide => c,
+                _ => TileConfig::Cfg64x64,
+            };
+            self.configs.insert(k, chosen);
         }
+    }
+
+    /// Whether kernel `k` reads `v` from memory (an input, a stored value or
+    /// partials) rather than computing it from constants and tables.
+    fn reads_memory(&self, v: Value, k: usize) -> bool {
+        let mut stack = vec![v];
+        let mut seen = BTreeSet::new();
+        while let Some(v) = stack.pop() {
+            let v = self.c(v);
+            if !seen.insert(v) {
+                continue;
+            }
+            match &self.plan.homes[v.index()] {
+                Home::Inline => stack.extend(self.block.inst(v).operands()),
+                Home::Acc(x) if *x == k => {}
+                Home::Dead => {}
+                _ => return true,
+            }
+        }
+        false
+    }
+
+    /// Whether the epilogue of GEMM `k` reads per-column vectors from
+    /// memory beside per-row values finished from partials (a deferred
+    /// LayerNorm's consumer: `σ` and `σμ` per row, `γᵀW` and `βᵀW + b` per
+    /// column). Each vector costs `2 × (columns per thread)` registers and
+    /// each row value one per row of the thread, which spill beside 128
+    /// accumulators on the big tiles (measured with ptxas). Such a GEMM
+    /// takes smaller tiles: `Sm90Cfg128x128` on `sm_90a`, `Cfg64x64` on the
+    /// portable mainloop.
+    fn wide_epilogue(&self, k: usize) -> bool {
+        let mut vectors = BTreeSet::new();
+        let mut finishes = false;
+        let mut seen = BTreeSet::new();
+        let mut stack: Vec<Value> = (0..self.plan.homes.len())
+            .filter(|v| self.plan.homes[*v] == Home::Acc(k))
+            .flat_map(|v| self.block.inst(Value::from_index(v)).operands())
+            .collect();
+        while let Some(v) = stack.pop() {
+            let v = self.c(v);
+            if !seen.insert(v) {
+                continue;
+            }
+            match &self.plan.homes[v.index()] {
+                Home::RowPartial(..) => finishes = true,
+                Home::Inline => {
+                    if let Inst::Broadcast { arg, .. } = self.block.inst(v) {
+                        let shape = &self.block.ty(*arg).shape;
+                        if shape.rows.is_one() && !shape.cols.is_one() {
+                            if self.reads_memory(*arg, k) {
+                                vectors.insert(self.c(*arg));
+                            }
+                            continue;
+                        }
+                    }
+                    stack.extend(self.block.inst(v).operands());
+                }
+                _ => {}
+            }
+        }
+        finishes && !vectors.is_empty()
     }
 
     fn declare_partials(&mut self) {
@@ -452,6 +532,7 @@ impl Builder<'_> {
                 let width = self.block.ty(arg).shape.cols.clone();
                 Op::Take { arg: n(self, arg)?, index: n(self, index)?, width }
             }
+            Inst::ScatterCols { .. } => return Err(self.internal("a column scatter reached kernel building")),
             Inst::RopePartner { spec, arg } => Op::RopePartner(spec, n(self, arg)?),
             Inst::UnpermuteCols { arg, perm } => Op::Unpermute(perm, n(self, arg)?),
             Inst::PermuteRows { .. } => return Err(self.internal("rows in pair order outside a GEMM operand")),

@@ -263,6 +263,7 @@ impl<'a> Machine<'a> {
                 layout::interleave(self.operand(*even)?, self.operand(*odd)?).map_err(shape_error)
             }
             Inst::TakeCols { arg, index } => self.take(*arg, *index),
+            Inst::ScatterCols { arg, index, .. } => self.scatter(*arg, *index, cols),
             Inst::RopeTable { spec, table, .. } => {
                 Ok(bind_rope(spec, &self.dims, &self.describe(value))?.table(*table, cols))
             }
@@ -334,6 +335,15 @@ impl<'a> Machine<'a> {
             return Err(self.malformed(message));
         }
         Ok(ops::take_cols(arg, index))
+    }
+
+    fn scatter(&self, arg: Value, index: Value, cols: usize) -> Result<Vec<f64>, EvalError> {
+        let (arg, index) = (self.operand(arg)?, self.operand(index)?);
+        if index.shape() != arg.shape() || arg.cols != 1 {
+            let message = format!("scatter of {:?} by an index {:?}", arg.shape(), index.shape());
+            return Err(self.malformed(message));
+        }
+        Ok(ops::scatter_cols(arg, index, cols))
     }
 
     fn rope_partner(&self, value: Value, spec: &RopeSpec, arg: Value) -> Result<Vec<f64>, EvalError> {

@@ -53,7 +53,8 @@
 //!   max, except that it is NaN if any element is NaN, `-inf` if all are
 //!   `-inf` and `+inf` if any is `+inf`.
 //! * `TakeCols`: `out[m] = arg[m, index[m]]` when `index[m]` is an integer in
-//!   `0..N`, else `0.0`.
+//!   `0..N`, else `0.0`. `ScatterCols` is its adjoint: `out[m, c] = arg[m]`
+//!   where `c == index[m]`, `0.0` elsewhere.
 //! * `RopeTable` / `RopePartner` with `RopeSpec { head_dim: hd, base, start,
 //!   end, style }`: a column `n` with `start <= n < end` has `j = (n - start)
 //!   mod hd`. Half style: pair `i = j mod (hd/2)`, first member iff

@@ -180,6 +180,18 @@ pub(super) fn take_cols(arg: &HostTensor, index: &HostTensor) -> Vec<f64> {
         .collect()
 }
 
+/// `out[r, index[r]] = arg[r]`, 0 elsewhere (nothing where the index is not
+/// an integer in `0..cols`); the caller has checked both data lengths.
+pub(super) fn scatter_cols(arg: &HostTensor, index: &HostTensor, cols: usize) -> Vec<f64> {
+    let mut out = vec![0.0; arg.rows * cols];
+    for (r, (&x, &i)) in arg.data.iter().zip(&index.data).enumerate() {
+        if let Some(c) = column_index(i, cols) {
+            out[r * cols + c] = x;
+        }
+    }
+    out
+}
+
 /// `i` as a column of a `cols`-wide tensor, if it is one.
 fn column_index(i: f64, cols: usize) -> Option<usize> {
     if i.fract() != 0.0 || i < 0.0 || i >= cols as f64 {

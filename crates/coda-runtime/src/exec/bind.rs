@@ -8,7 +8,7 @@ use crate::launch::LaunchConfig;
 use crate::memory::DeviceBuffer;
 use crate::params::ParamBlock;
 use crate::tensor::{DType, TensorArg};
-use coda_cuda::manifest::{BufferSpec, FieldValue, KernelSpec};
+use coda_cuda::manifest::{BufferSpec, FieldValue, KernelSpec, TensorMapSpec};
 use coda_cuda::symexpr::eval_str;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -29,11 +29,12 @@ pub(super) struct Launch {
     pub(super) params: Vec<ParamBlock>,
 }
 
-/// Address and leading dimension of a bound buffer.
+/// Address, leading dimension and element type of a bound buffer.
 #[derive(Debug, Clone, Copy)]
 struct Resolved {
     ptr: u64,
     ld: i64,
+    dtype: DType,
 }
 
 fn invalid(message: String) -> RuntimeError {
@@ -88,7 +89,8 @@ impl BlockExecutor {
             if loaded.spec.when.as_ref().is_some_and(|w| aliased.contains(w)) {
                 continue;
             }
-            launches.push(build_launch(index, &loaded.spec, &resolved, dims)?);
+            let sms = device.info().multiprocessors;
+            launches.push(build_launch(index, &loaded.spec, &resolved, dims, sms)?);
         }
         Ok(Prepared { launches, _owned: owned })
     }
@@ -131,7 +133,7 @@ fn bind_tensor(
             cols as i64
         }
     };
-    Ok(Resolved { ptr: t.ptr, ld })
+    Ok(Resolved { ptr: t.ptr, ld, dtype })
 }
 
 /// Allocates a buffer the host owns (`rows * ld` elements).
@@ -150,17 +152,19 @@ fn allocate(
     let elements = rows.checked_mul(ld).ok_or_else(|| invalid(format!("buffer `{}` is too large", b.name)))?;
     let bytes = usize_of(elements, "buffer size")? * dtype.size_bytes();
     let buffer = DeviceBuffer::alloc(device, bytes.max(16))?;
-    let r = Resolved { ptr: buffer.ptr(), ld };
+    let r = Resolved { ptr: buffer.ptr(), ld, dtype };
     owned.push(buffer);
     Ok(r)
 }
 
-/// The launch configuration and argument structs of one kernel.
+/// The launch configuration and parameters of one kernel: its tensor maps,
+/// then its argument structs; a persistent grid is capped at `sms`.
 fn build_launch(
     kernel: usize,
     spec: &KernelSpec,
     resolved: &BTreeMap<String, Resolved>,
     dims: &BTreeMap<String, i64>,
+    sms: u32,
 ) -> Result<Launch> {
     let get = |name: &str| {
         resolved
@@ -169,6 +173,9 @@ fn build_launch(
             .ok_or_else(|| invalid(format!("kernel `{}` uses unknown buffer `{name}`", spec.name)))
     };
     let mut params = Vec::new();
+    for map in &spec.tensor_maps {
+        params.push(tensor_map(map, get(&map.buffer)?, dims)?);
+    }
     for s in &spec.args {
         let mut block = ParamBlock::new();
         for f in &s.fields {
@@ -205,10 +212,34 @@ fn build_launch(
     }
     let grid = size(&spec.grid[0], dims)?;
     let grid = u32::try_from(grid).map_err(|_| invalid(format!("grid of `{}` is {grid} blocks", spec.name)))?;
+    let grid = if spec.persistent { grid.min(sms.max(1)) } else { grid };
     let cfg = LaunchConfig {
         grid: (grid, 1, 1),
         block: (spec.block[0], spec.block[1], spec.block[2]),
         smem_bytes: spec.smem_bytes,
     };
     Ok(Launch { kernel, cfg, params })
+}
+
+/// Encodes one tensor map of a kernel over a bound buffer.
+fn tensor_map(map: &TensorMapSpec, buffer: Resolved, dims: &BTreeMap<String, i64>) -> Result<ParamBlock> {
+    let elem = buffer.dtype.size_bytes() as u64;
+    let row_bytes =
+        u64::try_from(buffer.ld).map_err(|_| invalid(format!("buffer `{}` has a negative ld", map.buffer)))? * elem;
+    let mut extents = Vec::new();
+    for d in &map.dims {
+        // An empty contraction (K = 0) still needs a valid map: nothing is
+        // loaded from it.
+        extents.push(u64::try_from(size(d, dims)?.max(1)).unwrap_or(1));
+    }
+    let base = u64::try_from(map.base_row).map_err(|_| invalid(format!("tensor map base row {}", map.base_row)))?;
+    let strides = map.strides.iter().map(|s| u64::try_from(*s).unwrap_or(0) * row_bytes).collect();
+    crate::tma::TiledMap {
+        dtype: buffer.dtype,
+        address: buffer.ptr + base * row_bytes,
+        dims: extents,
+        strides,
+        box_dims: map.box_dims.clone(),
+    }
+    .encode()
 }

@@ -1,0 +1,22 @@
+//! Activity analysis: which forward values can carry a gradient.
+//!
+//! A value is *active* when it is a float and depends on one of the
+//! requested inputs. Integer and bool values (targets, positions,
+//! comparison results, casts to `i32`) are never active, so no gradient
+//! flows into them or through them.
+
+use coda_ir::{Block, Inst};
+
+/// `active[v]` for every forward value.
+pub(crate) fn active(block: &Block, wrt: &[usize]) -> Vec<bool> {
+    let mut active = vec![false; block.insts.len()];
+    for (v, inst) in block.insts.iter() {
+        let float = block.ty(v).dtype.is_float();
+        active[v.index()] = float
+            && match inst {
+                Inst::Param(i) => wrt.contains(i),
+                _ => inst.operands().iter().any(|o| active[o.index()]),
+            };
+    }
+    active
+}

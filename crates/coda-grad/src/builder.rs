@@ -1,0 +1,253 @@
+//! The backward block under construction: its interface, the recomputed
+//! forward values, the gradient accumulators and small instruction helpers.
+//!
+//! Layout of the block as built (before [`crate::compact`] prunes it):
+//! every forward param (same indices), one saved param per forward matmul,
+//! one gradient param per differentiated output; then a copy of every
+//! forward instruction in order (a matmul becomes a read of its saved
+//! param); then the gradient code, in reverse forward order.
+
+use crate::names::{grad_name, Names};
+use crate::{GradError, GradSpec, Saved};
+use coda_diagnostics::Span;
+use coda_ir::{Axis, BinaryOp, Block, BlockKind, Dim, Inst, Output, ReduceOp, Shape, Tensor, UnaryOp, Value};
+
+/// State of one differentiation.
+pub(crate) struct Builder<'f> {
+    pub(crate) fwd: &'f Block,
+    spec: &'f GradSpec,
+    pub(crate) active: Vec<bool>,
+    pub(crate) bwd: Block,
+    /// The backward copy of each forward value.
+    primal: Vec<Value>,
+    /// The gradient accumulated so far for each forward value.
+    adj: Vec<Option<Value>>,
+    /// The forward value each backward value recomputes, if any.
+    origin: Vec<Option<Value>>,
+    saved: Vec<Saved>,
+    /// The gradient param of each differentiated output, in spec order.
+    output_grads: Vec<Value>,
+    names: Names,
+}
+
+impl<'f> Builder<'f> {
+    /// Declares the interface and recomputes the forward.
+    pub(crate) fn new(fwd: &'f Block, spec: &'f GradSpec, active: Vec<bool>) -> Result<Self, GradError> {
+        let mut bwd = Block::new(spec.name.clone(), BlockKind::Block, spec.span);
+        bwd.dims = fwd.dims.clone();
+        bwd.params = fwd.params.clone();
+        let mut names = Names::default();
+        fwd.params.iter().for_each(|p| names.keep(&p.name));
+        fwd.outputs.iter().for_each(|o| names.keep(&o.tensor.name));
+        let n = fwd.insts.len();
+        let mut builder = Builder {
+            fwd,
+            spec,
+            active,
+            bwd,
+            primal: Vec::with_capacity(n),
+            adj: vec![None; n],
+            origin: Vec::new(),
+            saved: Vec::new(),
+            output_grads: Vec::new(),
+            names,
+        };
+        let saved_params = builder.declare_saved();
+        let grad_params = builder.declare_output_grads();
+        builder.copy_forward(&saved_params)?;
+        for index in grad_params {
+            let span = builder.bwd.params[index].span;
+            let v = builder.emit(Inst::Param(index), span)?;
+            let name = builder.bwd.params[index].name.clone();
+            builder.bwd.set_name(v, &name);
+            builder.output_grads.push(v);
+        }
+        Ok(builder)
+    }
+
+    /// One saved param per forward matmul: the value's name, or `mm<k>`.
+    fn declare_saved(&mut self) -> Vec<Option<usize>> {
+        let mut params = vec![None; self.fwd.insts.len()];
+        let mut ordinal = 0;
+        for (v, inst) in self.fwd.insts.iter() {
+            if !matches!(inst, Inst::MatMul { .. }) {
+                continue;
+            }
+            let base = self.fwd.names[v.index()].clone().unwrap_or_else(|| format!("mm{ordinal}"));
+            ordinal += 1;
+            let name = self.names.fresh(&base);
+            let ty = self.fwd.ty(v).clone();
+            self.saved.push(Saved { name: name.clone(), value: v, ty: ty.clone() });
+            let span = self.fwd.insts.span(v);
+            self.bwd.params.push(Tensor { name, dtype: ty.dtype, shape: ty.shape, rank: 2, span });
+            params[v.index()] = Some(self.bwd.params.len() - 1);
+        }
+        params
+    }
+
+    /// One param `d<output>` per differentiated output, typed like the output.
+    fn declare_output_grads(&mut self) -> Vec<usize> {
+        let mut indices = Vec::new();
+        for &j in &self.spec.outputs {
+            let tensor = &self.fwd.outputs[j].tensor;
+            let name = self.names.fresh(&grad_name(&tensor.name));
+            self.bwd.params.push(Tensor { name, ..tensor.clone() });
+            indices.push(self.bwd.params.len() - 1);
+        }
+        indices
+    }
+
+    /// Copies every forward instruction (a matmul becomes its saved param).
+    fn copy_forward(&mut self, saved_params: &[Option<usize>]) -> Result<(), GradError> {
+        for (v, inst) in self.fwd.insts.iter() {
+            let copy = match saved_params[v.index()] {
+                Some(index) => Inst::Param(index),
+                None => inst.map_operands(|o| self.primal[o.index()]),
+            };
+            let b = self.emit(copy, self.fwd.insts.span(v))?;
+            if let Some(name) = &self.fwd.names[v.index()] {
+                self.bwd.set_name(b, name);
+            }
+            self.origin[b.index()] = Some(v);
+            self.primal.push(b);
+        }
+        Ok(())
+    }
+
+    /// Seeds each differentiated output's value with its gradient param.
+    pub(crate) fn seed_outputs(&mut self) -> Result<(), GradError> {
+        for (k, &j) in self.spec.outputs.iter().enumerate() {
+            let value = self.fwd.outputs[j].value;
+            self.accumulate(value, self.output_grads[k])?;
+        }
+        Ok(())
+    }
+
+    /// Adds one output `d<input>` per requested input; returns the inputs whose gradient is zero.
+    pub(crate) fn finish_outputs(&mut self) -> Result<Vec<usize>, GradError> {
+        let mut zero = Vec::new();
+        for &i in &self.spec.wrt {
+            let param = self.fwd.params[i].clone();
+            let value = self.fwd.insts.iter().find(|(_, inst)| **inst == Inst::Param(i)).map(|(v, _)| v);
+            let gradient = match value.and_then(|v| self.adj[v.index()]) {
+                Some(g) => g,
+                None => {
+                    zero.push(i);
+                    self.full(0.0, &param.shape, param.span)?
+                }
+            };
+            let tensor = Tensor { name: self.names.fresh(&grad_name(&param.name)), ..param };
+            let span = tensor.span;
+            self.bwd.outputs.push(Output { tensor, value: gradient, accumulate: false, span });
+        }
+        Ok(zero)
+    }
+
+    /// The block, the forward origin of each value, every saved candidate and
+    /// the names of the output-gradient params.
+    pub(crate) fn into_parts(self) -> (Block, Vec<Option<Value>>, Vec<Saved>, Vec<String>) {
+        let names = self.output_grads.iter().map(|v| self.bwd.names[v.index()].clone().unwrap_or_default()).collect();
+        (self.bwd, self.origin, self.saved, names)
+    }
+
+    /// The backward copy of a forward value.
+    pub(crate) fn primal(&self, v: Value) -> Value {
+        self.primal[v.index()]
+    }
+
+    /// The finished gradient of a forward value, named `d<name>` when the value has a name.
+    pub(crate) fn take_gradient(&mut self, v: Value) -> Option<Value> {
+        let g = self.adj[v.index()]?;
+        if let Some(name) = &self.fwd.names[v.index()] {
+            if self.bwd.names[g.index()].is_none() {
+                self.bwd.set_name(g, &grad_name(name));
+            }
+        }
+        Some(g)
+    }
+
+    /// Adds `contribution` to the gradient of `v` (nothing if `v` is not active).
+    pub(crate) fn accumulate(&mut self, v: Value, contribution: Value) -> Result<(), GradError> {
+        if !self.active[v.index()] {
+            return Ok(());
+        }
+        let span = self.fwd.insts.span(v);
+        let total = match self.adj[v.index()] {
+            None => contribution,
+            Some(sum) => self.bin(BinaryOp::Add, sum, contribution, span)?,
+        };
+        self.adj[v.index()] = Some(total);
+        Ok(())
+    }
+
+    /// Appends an instruction.
+    pub(crate) fn emit(&mut self, inst: Inst, span: Span) -> Result<Value, GradError> {
+        let v = self.bwd.push(inst, span).map_err(|e| GradError::Internal(e.0))?;
+        self.origin.push(None);
+        Ok(v)
+    }
+
+    /// A scalar constant.
+    pub(crate) fn konst(&mut self, c: f64, span: Span) -> Result<Value, GradError> {
+        self.emit(Inst::Const(c), span)
+    }
+
+    /// The constant `c` at every element of `shape`.
+    pub(crate) fn full(&mut self, c: f64, shape: &Shape, span: Span) -> Result<Value, GradError> {
+        let scalar = self.konst(c, span)?;
+        self.broadcast(scalar, shape, span)
+    }
+
+    /// `v` widened to `shape` (itself if it has that shape).
+    pub(crate) fn broadcast(&mut self, v: Value, shape: &Shape, span: Span) -> Result<Value, GradError> {
+        if &self.bwd.ty(v).shape == shape {
+            return Ok(v);
+        }
+        self.emit(Inst::Broadcast { arg: v, shape: shape.clone() }, span)
+    }
+
+    /// The shape both operands broadcast to.
+    fn joint(&self, a: Value, b: Value) -> Shape {
+        let (sa, sb) = (&self.bwd.ty(a).shape, &self.bwd.ty(b).shape);
+        let pick = |x: &Dim, y: &Dim| if x.is_one() { y.clone() } else { x.clone() };
+        Shape::new(pick(&sa.rows, &sb.rows), pick(&sa.cols, &sb.cols))
+    }
+
+    /// `op(a, b)`, broadcasting a scalar or vector operand to the other's shape.
+    pub(crate) fn bin(&mut self, op: BinaryOp, a: Value, b: Value, span: Span) -> Result<Value, GradError> {
+        let shape = self.joint(a, b);
+        let a = self.broadcast(a, &shape, span)?;
+        let b = self.broadcast(b, &shape, span)?;
+        self.emit(Inst::Binary { op, lhs: a, rhs: b }, span)
+    }
+
+    /// `a * c` for a constant `c`.
+    pub(crate) fn scale(&mut self, a: Value, c: f64, span: Span) -> Result<Value, GradError> {
+        let c = self.konst(c, span)?;
+        self.bin(BinaryOp::Mul, a, c, span)
+    }
+
+    /// `op(a)`.
+    pub(crate) fn un(&mut self, op: UnaryOp, a: Value, span: Span) -> Result<Value, GradError> {
+        self.emit(Inst::Unary { op, arg: a }, span)
+    }
+
+    /// `cond ? t : f`, the branches broadcast to the condition's shape.
+    pub(crate) fn select(&mut self, cond: Value, t: Value, f: Value, span: Span) -> Result<Value, GradError> {
+        let shape = self.bwd.ty(cond).shape.clone();
+        let t = self.broadcast(t, &shape, span)?;
+        let f = self.broadcast(f, &shape, span)?;
+        self.emit(Inst::Select { cond, on_true: t, on_false: f }, span)
+    }
+
+    /// `g` where `cond` holds, 0 elsewhere.
+    pub(crate) fn mask(&mut self, cond: Value, g: Value, span: Span) -> Result<Value, GradError> {
+        let zero = self.konst(0.0, span)?;
+        self.select(cond, g, zero, span)
+    }
+
+    /// A reduction along one axis.
+    pub(crate) fn reduce(&mut self, op: ReduceOp, axis: Axis, a: Value, span: Span) -> Result<Value, GradError> {
+        self.emit(Inst::Reduce { op, axis, arg: a }, span)
+    }
+}

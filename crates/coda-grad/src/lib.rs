@@ -1,0 +1,180 @@
+//! Reverse-mode differentiation of the block IR.
+//!
+//! [`differentiate`] turns a verified forward [`Block`] into its backward
+//! block: an ordinary block whose inputs are the forward's inputs it still
+//! needs, the *saved* tensors and the gradients of the differentiated
+//! outputs (`d<output>`), and whose outputs are the gradients of the
+//! requested inputs (`d<input>`, in each input's dtype and shape). Because it
+//! is an ordinary block, it goes through the same reparameterizer,
+//! partitioner, code generator and interpreter as any other.
+//!
+//! # Saved-tensor policy
+//!
+//! The forward stores every matmul result the backward reads (in `f32`, the
+//! type of a matmul result), and nothing else; the backward recomputes
+//! every other forward value it needs (elementwise work, norms and their
+//! row statistics, activations, rotary tables) from its inputs and the
+//! saved matmul results. Matmuls are the only work too expensive to redo;
+//! everything else is memory-bound work that fuses into the backward's own
+//! kernels. For example the SwiGLU output is recomputed from the saved
+//! pre-activation `z` inside the backward, never stored. [`Gradient::saved`]
+//! lists the saved tensors and [`Gradient::saving_forward`] is the forward
+//! block that also outputs them.
+//!
+//! # Method
+//!
+//! The backward block first recomputes the forward (each matmul replaced by
+//! its saved tensor), then walks the forward's instructions in reverse and
+//! applies one vector-Jacobian product per instruction kind ([`vjp`], each
+//! rule with its derivative identity as a comment), accumulating the
+//! gradients of values used several times. Only *active* values (float
+//! values that depend on a requested input) receive gradients, so integer
+//! inputs, comparisons and constants never do. Dead code and unused inputs
+//! are then removed and the result is verified.
+
+mod activity;
+mod builder;
+mod compact;
+mod names;
+mod saving;
+mod unary;
+mod vjp;
+
+use coda_diagnostics::Span;
+use coda_ir::{Block, Ty, Value};
+
+/// What to differentiate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GradSpec {
+    /// The backward block's name.
+    pub name: String,
+    /// Indices of the forward's params whose gradients are wanted, in output order.
+    pub wrt: Vec<usize>,
+    /// Indices of the forward's outputs whose gradients are given.
+    pub outputs: Vec<usize>,
+    /// The declaration (the backward block's span).
+    pub span: Span,
+}
+
+/// A tensor the forward stores for the backward.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Saved {
+    /// Its name: an input of the backward and an output of the saving forward.
+    pub name: String,
+    /// The forward value saved.
+    pub value: Value,
+    /// Its type (`f32`, the value's shape).
+    pub ty: Ty,
+}
+
+/// The result of [`differentiate`].
+#[derive(Debug, Clone)]
+pub struct Gradient {
+    /// The forward block's name.
+    pub forward: String,
+    /// The backward block.
+    pub backward: Block,
+    /// The forward block with one more output per saved tensor.
+    pub saving_forward: Block,
+    /// What the forward stores for the backward, in forward order.
+    pub saved: Vec<Saved>,
+    /// The forward values the backward recomputes (besides inputs, saved
+    /// tensors and constants), in forward order.
+    pub recomputed: Vec<Value>,
+    /// The requested inputs that no differentiated output depends on (their gradient is zero).
+    pub zero: Vec<usize>,
+    /// For each requested input (forward param index), the backward output holding its gradient.
+    pub input_grads: Vec<(usize, String)>,
+    /// For each differentiated output (forward output index), the backward input
+    /// taking its gradient (absent from the backward when nothing depends on it).
+    pub output_grads: Vec<(usize, String)>,
+}
+
+/// Why a block could not be differentiated.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GradError {
+    /// An instruction on the path from an input to an output has no derivative rule.
+    #[error("{what} cannot be differentiated: {reason}")]
+    NotDifferentiable {
+        /// The forward value.
+        value: Value,
+        /// Its instruction, as printed.
+        what: String,
+        /// Why.
+        reason: String,
+    },
+    /// The spec names a param or output that does not exist, or one that is not a float.
+    #[error("bad gradient request: {0}")]
+    BadSpec(String),
+    /// A rule built an ill-typed or unverifiable block: a bug in codac.
+    #[error("the differentiator built an invalid block: {0}")]
+    Internal(String),
+}
+
+/// Builds the backward block of `forward` (see the module docs).
+pub fn differentiate(forward: &Block, spec: &GradSpec) -> Result<Gradient, GradError> {
+    check_spec(forward, spec)?;
+    let active = activity::active(forward, &spec.wrt);
+    let mut builder = builder::Builder::new(forward, spec, active)?;
+    builder.seed_outputs()?;
+    vjp::sweep(&mut builder)?;
+    let zero = builder.finish_outputs()?;
+    let (backward, origin, saved, output_names) = builder.into_parts();
+    let input_grads = spec.wrt.iter().copied().zip(backward.outputs.iter().map(|o| o.tensor.name.clone())).collect();
+    let output_grads = spec.outputs.iter().copied().zip(output_names).collect();
+    let (backward, origin) = compact::compact(&backward, &origin).map_err(GradError::Internal)?;
+    coda_ir::verify::verify(&backward).map_err(|e| GradError::Internal(e.to_string()))?;
+    let saved: Vec<Saved> = saved.into_iter().filter(|s| backward.param(&s.name).is_some()).collect();
+    let recomputed = recomputed_values(forward, &backward, &origin);
+    let saving_forward = saving::saving_forward(forward, &saved)?;
+    Ok(Gradient {
+        forward: forward.name.clone(),
+        backward,
+        saving_forward,
+        saved,
+        recomputed,
+        zero,
+        input_grads,
+        output_grads,
+    })
+}
+
+/// The default request: every float input, every float output.
+pub fn default_spec(forward: &Block, name: String, span: Span) -> GradSpec {
+    let wrt = forward.params.iter().enumerate().filter(|(_, p)| p.dtype.is_float()).map(|(i, _)| i).collect();
+    let outputs =
+        forward.outputs.iter().enumerate().filter(|(_, o)| o.tensor.dtype.is_float()).map(|(i, _)| i).collect();
+    GradSpec { name, wrt, outputs, span }
+}
+
+fn check_spec(forward: &Block, spec: &GradSpec) -> Result<(), GradError> {
+    for &i in &spec.wrt {
+        match forward.params.get(i) {
+            Some(p) if p.dtype.is_float() => {}
+            Some(p) => return Err(GradError::BadSpec(format!("input `{}` is not a float", p.name))),
+            None => return Err(GradError::BadSpec(format!("input #{i} does not exist"))),
+        }
+    }
+    for &i in &spec.outputs {
+        match forward.outputs.get(i) {
+            Some(o) if o.tensor.dtype.is_float() => {}
+            Some(o) => return Err(GradError::BadSpec(format!("output `{}` is not a float", o.tensor.name))),
+            None => return Err(GradError::BadSpec(format!("output #{i} does not exist"))),
+        }
+    }
+    Ok(())
+}
+
+/// Forward values copied into the backward, other than params, constants and saved tensors.
+fn recomputed_values(forward: &Block, backward: &Block, origin: &[Option<Value>]) -> Vec<Value> {
+    let mut values: Vec<Value> = backward
+        .insts
+        .iter()
+        .filter(|(_, inst)| !matches!(inst, coda_ir::Inst::Param(_) | coda_ir::Inst::Const(_)))
+        .filter_map(|(v, _)| origin.get(v.index()).copied().flatten())
+        .filter(|f| !matches!(forward.inst(*f), coda_ir::Inst::Const(_) | coda_ir::Inst::DimValue(_)))
+        .collect();
+    values.sort();
+    values.dedup();
+    values
+}

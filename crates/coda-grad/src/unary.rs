@@ -1,0 +1,152 @@
+//! Derivatives of the elementwise functions of one argument: for
+//! `y = f(x)` and the gradient `g` of `y`, the gradient of `x` is
+//! `g · f'(x)`, written with `x`, `y` and IR primitives only.
+
+use crate::builder::Builder;
+use crate::GradError;
+use coda_diagnostics::Span;
+use coda_ir::{BinaryOp, UnaryOp, Value};
+
+/// `sqrt(2 / pi)`.
+const SQRT_2_OVER_PI: f64 = 0.797_884_560_802_865_4;
+/// `1 / sqrt(2 pi)`, the standard normal density at 0.
+const INV_SQRT_2PI: f64 = 0.398_942_280_401_432_7;
+/// The cubic coefficient of the tanh form of GELU.
+const GELU_CUBIC: f64 = 0.044_715;
+/// Below this magnitude `Φ(x) = gelu(x) / x` is replaced by `Φ(0) = 1/2`
+/// (the difference, at most `|x| / sqrt(2 pi)`, is below `1e-30`).
+const PHI_SMALL: f64 = 1e-30;
+
+/// `g · f'(x)` for `y = op(x)`.
+pub(crate) fn vjp(
+    b: &mut Builder<'_>,
+    op: UnaryOp,
+    x: Value,
+    y: Value,
+    g: Value,
+    span: Span,
+) -> Result<Value, GradError> {
+    use BinaryOp::{Add, Div, Gt, Lt, Mul, Sub};
+    match op {
+        // d(-x) = -dx
+        UnaryOp::Neg => b.un(UnaryOp::Neg, g, span),
+        // d e^x = e^x dx = y dx
+        UnaryOp::Exp => b.bin(Mul, g, y, span),
+        // d ln x = dx / x
+        UnaryOp::Log => b.bin(Div, g, x, span),
+        // d sqrt(x) = dx / (2 sqrt(x)) = 0.5 dx / y
+        UnaryOp::Sqrt => {
+            let half = b.scale(g, 0.5, span)?;
+            b.bin(Div, half, y, span)
+        }
+        // d x^(-1/2) = -1/2 x^(-3/2) dx = -0.5 y³ dx
+        UnaryOp::Rsqrt => {
+            let y2 = b.bin(Mul, y, y, span)?;
+            let y3 = b.bin(Mul, y2, y, span)?;
+            let gy3 = b.bin(Mul, g, y3, span)?;
+            b.scale(gy3, -0.5, span)
+        }
+        // d tanh(x) = (1 - tanh²(x)) dx = (1 - y²) dx
+        UnaryOp::Tanh => {
+            let y2 = b.bin(Mul, y, y, span)?;
+            let one = b.konst(1.0, span)?;
+            let slope = b.bin(Sub, one, y2, span)?;
+            b.bin(Mul, g, slope, span)
+        }
+        // d σ(x) = σ(x)(1 - σ(x)) dx = y (1 - y) dx
+        UnaryOp::Sigmoid => {
+            let one = b.konst(1.0, span)?;
+            let rest = b.bin(Sub, one, y, span)?;
+            let slope = b.bin(Mul, y, rest, span)?;
+            b.bin(Mul, g, slope, span)
+        }
+        // d max(x, 0) = [x > 0] dx (0 at the kink, as in PyTorch)
+        UnaryOp::Relu => {
+            let zero = b.konst(0.0, span)?;
+            let positive = b.bin(Gt, x, zero, span)?;
+            b.mask(positive, g, span)
+        }
+        // d |x| = sign(x) dx (0 at 0)
+        UnaryOp::Abs => {
+            let zero = b.konst(0.0, span)?;
+            let positive = b.bin(Gt, x, zero, span)?;
+            let negative = b.bin(Lt, x, zero, span)?;
+            let minus = b.un(UnaryOp::Neg, g, span)?;
+            let below = b.mask(negative, minus, span)?;
+            b.select(positive, g, below, span)
+        }
+        // d sin(x) = cos(x) dx
+        UnaryOp::Sin => {
+            let c = b.un(UnaryOp::Cos, x, span)?;
+            b.bin(Mul, g, c, span)
+        }
+        // d cos(x) = -sin(x) dx
+        UnaryOp::Cos => {
+            let s = b.un(UnaryOp::Sin, x, span)?;
+            let gs = b.bin(Mul, g, s, span)?;
+            b.un(UnaryOp::Neg, gs, span)
+        }
+        // d softplus(x) = σ(x) dx
+        UnaryOp::Softplus => {
+            let s = b.un(UnaryOp::Sigmoid, x, span)?;
+            b.bin(Mul, g, s, span)
+        }
+        // d (x σ(x)) = (σ(x) + x σ(x)(1 - σ(x))) dx = σ(x) (1 + x (1 - σ(x))) dx
+        UnaryOp::Silu => {
+            let s = b.un(UnaryOp::Sigmoid, x, span)?;
+            let one = b.konst(1.0, span)?;
+            let rest = b.bin(Sub, one, s, span)?;
+            let x_rest = b.bin(Mul, x, rest, span)?;
+            let factor = b.bin(Add, one, x_rest, span)?;
+            let slope = b.bin(Mul, s, factor, span)?;
+            b.bin(Mul, g, slope, span)
+        }
+        UnaryOp::GeluTanh => gelu_tanh(b, x, g, span),
+        UnaryOp::GeluErf => gelu_erf(b, x, y, g, span),
+    }
+}
+
+/// With `u = c (x + a x³)` and `t = tanh(u)`, `gelu_tanh(x) = 0.5 x (1 + t)`:
+/// `d gelu_tanh = [0.5 (1 + t) + 0.5 x (1 - t²) c (1 + 3 a x²)] dx`.
+fn gelu_tanh(b: &mut Builder<'_>, x: Value, g: Value, span: Span) -> Result<Value, GradError> {
+    use BinaryOp::{Add, Mul, Sub};
+    let one = b.konst(1.0, span)?;
+    let x2 = b.bin(Mul, x, x, span)?;
+    let x3 = b.bin(Mul, x2, x, span)?;
+    let cubic = b.scale(x3, GELU_CUBIC, span)?;
+    let inner = b.bin(Add, x, cubic, span)?;
+    let u = b.scale(inner, SQRT_2_OVER_PI, span)?;
+    let t = b.un(coda_ir::UnaryOp::Tanh, u, span)?;
+    let one_plus_t = b.bin(Add, one, t, span)?;
+    let first = b.scale(one_plus_t, 0.5, span)?;
+    let t2 = b.bin(Mul, t, t, span)?;
+    let sech2 = b.bin(Sub, one, t2, span)?;
+    let x2a = b.scale(x2, 3.0 * GELU_CUBIC, span)?;
+    let du = b.bin(Add, one, x2a, span)?;
+    let du = b.scale(du, SQRT_2_OVER_PI, span)?;
+    let half_x = b.scale(x, 0.5, span)?;
+    let second = b.bin(Mul, half_x, sech2, span)?;
+    let second = b.bin(Mul, second, du, span)?;
+    let slope = b.bin(Add, first, second, span)?;
+    b.bin(Mul, g, slope, span)
+}
+
+/// `gelu(x) = x Φ(x)`: `d gelu = (Φ(x) + x φ(x)) dx` with the normal density
+/// `φ(x) = e^(-x²/2) / sqrt(2 pi)`. The IR has no `erf`, so `Φ(x)` is
+/// `gelu(x) / x`, and `1/2` where `|x| < 1e-30`.
+fn gelu_erf(b: &mut Builder<'_>, x: Value, y: Value, g: Value, span: Span) -> Result<Value, GradError> {
+    use BinaryOp::{Add, Div, Gt, Mul};
+    let magnitude = b.un(UnaryOp::Abs, x, span)?;
+    let small = b.konst(PHI_SMALL, span)?;
+    let away = b.bin(Gt, magnitude, small, span)?;
+    let ratio = b.bin(Div, y, x, span)?;
+    let half = b.konst(0.5, span)?;
+    let cdf = b.select(away, ratio, half, span)?;
+    let x2 = b.bin(Mul, x, x, span)?;
+    let exponent = b.scale(x2, -0.5, span)?;
+    let density = b.un(UnaryOp::Exp, exponent, span)?;
+    let density = b.scale(density, INV_SQRT_2PI, span)?;
+    let x_density = b.bin(Mul, x, density, span)?;
+    let slope = b.bin(Add, cdf, x_density, span)?;
+    b.bin(Mul, g, slope, span)
+}

@@ -1,0 +1,351 @@
+//! The reverse sweep and one vector-Jacobian product per instruction kind.
+//!
+//! For `y = f(a, b, …)` with gradient `g = ∂L/∂y`, each rule adds
+//! `∂L/∂a = g · ∂y/∂a` (as a vector-Jacobian product) to the gradient of
+//! every active operand. Rules read forward values through
+//! [`Builder::primal`], the backward's recomputed copy.
+
+use crate::builder::Builder;
+use crate::GradError;
+use coda_diagnostics::Span;
+use coda_ir::{Axis, BinaryOp, Dim, Inst, ReduceOp, Shape, UnaryOp, Value};
+
+/// Walks the forward in reverse, propagating every finished gradient.
+pub(crate) fn sweep(b: &mut Builder<'_>) -> Result<(), GradError> {
+    let fwd = b.fwd;
+    for (v, inst) in fwd.insts.iter().collect::<Vec<_>>().into_iter().rev() {
+        if !b.active[v.index()] {
+            continue;
+        }
+        let Some(g) = b.take_gradient(v) else { continue };
+        rule(b, v, inst, g)?;
+    }
+    Ok(())
+}
+
+/// The vector-Jacobian product of one instruction.
+fn rule(b: &mut Builder<'_>, v: Value, inst: &Inst, g: Value) -> Result<(), GradError> {
+    let span = b.fwd.insts.span(v);
+    match inst {
+        // Leaves: params collect their gradient; constants, dims and rotary tables have none.
+        Inst::Param(_) | Inst::Const(_) | Inst::DimValue(_) | Inst::RopeTable { .. } => Ok(()),
+        Inst::Unary { op, arg } => {
+            let (x, y) = (b.primal(*arg), b.primal(v));
+            let dx = crate::unary::vjp(b, *op, x, y, g, span)?;
+            b.accumulate(*arg, dx)
+        }
+        Inst::Binary { op, lhs, rhs } => binary(b, v, *op, *lhs, *rhs, g, span),
+        // y = c ? t : f  ⇒  dt = [c] g, df = [¬c] g
+        Inst::Select { cond, on_true, on_false } => {
+            let c = b.primal(*cond);
+            let zero = b.konst(0.0, span)?;
+            let dt = b.select(c, g, zero, span)?;
+            let df = b.select(c, zero, g, span)?;
+            b.accumulate(*on_true, dt)?;
+            b.accumulate(*on_false, df)
+        }
+        // A float-to-float cast is the identity up to rounding: dx = g (straight through).
+        Inst::Cast { arg, .. } => b.accumulate(*arg, g),
+        // y = broadcast(x)  ⇒  dx = g summed over every widened axis
+        Inst::Broadcast { arg, .. } => {
+            let shape = b.fwd.ty(*arg).shape.clone();
+            let dx = sum_to(b, g, &shape, span)?;
+            b.accumulate(*arg, dx)
+        }
+        Inst::MatMul { lhs, rhs, lhs_transposed, rhs_transposed, operand_dtype } => {
+            let m = MatMul { lhs: *lhs, rhs: *rhs, lt: *lhs_transposed, rt: *rhs_transposed, dtype: *operand_dtype };
+            matmul(b, &m, g, span)
+        }
+        // y = xᵀ  ⇒  dx = gᵀ
+        Inst::Transpose { arg } => {
+            let dx = b.emit(Inst::Transpose { arg: g }, span)?;
+            b.accumulate(*arg, dx)
+        }
+        Inst::Reduce { op, axis, arg } => reduce(b, v, *op, *axis, *arg, g, span),
+        Inst::SliceCols { arg, start, len, step } => slice(b, v, *arg, start, len, *step, g, span),
+        // y = [p₀ | p₁ | …]  ⇒  dpᵢ = g[:, offsetᵢ .. offsetᵢ + colsᵢ]
+        Inst::ConcatCols { parts } => {
+            let mut offset = Dim::constant(0);
+            for part in parts {
+                let cols = b.fwd.ty(*part).shape.cols.clone();
+                let piece = if parts.len() == 1 {
+                    g
+                } else {
+                    let slice = Inst::SliceCols { arg: g, start: offset.clone(), len: cols.clone(), step: 1 };
+                    b.emit(slice, span)?
+                };
+                b.accumulate(*part, piece)?;
+                offset = offset.add(&cols).map_err(|e| GradError::Internal(e.to_string()))?;
+            }
+            Ok(())
+        }
+        // y[:, 2j] = e[:, j], y[:, 2j+1] = o[:, j]  ⇒  de = g[:, 0::2], do = g[:, 1::2]
+        Inst::Interleave { even, odd } => {
+            let len = b.fwd.ty(*even).shape.cols.clone();
+            let de = b.emit(Inst::SliceCols { arg: g, start: Dim::constant(0), len: len.clone(), step: 2 }, span)?;
+            let d_odd = b.emit(Inst::SliceCols { arg: g, start: Dim::constant(1), len, step: 2 }, span)?;
+            b.accumulate(*even, de)?;
+            b.accumulate(*odd, d_odd)
+        }
+        // y[m] = x[m, i[m]]  ⇒  dx[m, c] = [c = i[m]] g[m] (the index gets no gradient)
+        Inst::TakeCols { arg, index } => {
+            let cols = b.fwd.ty(*arg).shape.cols.clone();
+            let i = b.primal(*index);
+            let dx = b.emit(Inst::ScatterCols { arg: g, index: i, cols }, span)?;
+            b.accumulate(*arg, dx)
+        }
+        // y[m, c] = [c = i[m]] x[m]  ⇒  dx[m] = g[m, i[m]]
+        Inst::ScatterCols { arg, index, .. } => {
+            let i = b.primal(*index);
+            let dx = b.emit(Inst::TakeCols { arg: g, index: i }, span)?;
+            b.accumulate(*arg, dx)
+        }
+        // y[:, n] = x[:, partner(n)] with `partner` an involution (a permutation
+        // that is its own inverse)  ⇒  dx[:, n] = g[:, partner(n)]
+        Inst::RopePartner { spec, arg } => {
+            let dx = b.emit(Inst::RopePartner { spec: spec.clone(), arg: g }, span)?;
+            b.accumulate(*arg, dx)
+        }
+        Inst::PermuteRows { .. } | Inst::UnpermuteCols { .. } => Err(not_differentiable(
+            b,
+            v,
+            "pair layouts are made by the reparameterizer; differentiate the block before reparameterizing it",
+        )),
+    }
+}
+
+fn not_differentiable(b: &Builder<'_>, v: Value, reason: &str) -> GradError {
+    GradError::NotDifferentiable {
+        value: v,
+        what: format!("`{}`", coda_ir::print::print_value(b.fwd, v)),
+        reason: reason.to_string(),
+    }
+}
+
+/// Elementwise functions of two arguments.
+fn binary(
+    b: &mut Builder<'_>,
+    v: Value,
+    op: BinaryOp,
+    lhs: Value,
+    rhs: Value,
+    g: Value,
+    span: Span,
+) -> Result<(), GradError> {
+    let (x, y) = (b.primal(lhs), b.primal(rhs));
+    match op {
+        // d(x + y) = dx + dy
+        BinaryOp::Add => {
+            b.accumulate(lhs, g)?;
+            b.accumulate(rhs, g)
+        }
+        // d(x - y) = dx - dy
+        BinaryOp::Sub => {
+            b.accumulate(lhs, g)?;
+            if b.active[rhs.index()] {
+                let minus = b.un(UnaryOp::Neg, g, span)?;
+                b.accumulate(rhs, minus)?;
+            }
+            Ok(())
+        }
+        // d(x y) = y dx + x dy
+        BinaryOp::Mul => {
+            if b.active[lhs.index()] {
+                let dx = b.bin(BinaryOp::Mul, g, y, span)?;
+                b.accumulate(lhs, dx)?;
+            }
+            if b.active[rhs.index()] {
+                let dy = b.bin(BinaryOp::Mul, g, x, span)?;
+                b.accumulate(rhs, dy)?;
+            }
+            Ok(())
+        }
+        // d(x / y) = dx / y - (x / y) dy / y
+        BinaryOp::Div => {
+            if b.active[lhs.index()] {
+                let dx = b.bin(BinaryOp::Div, g, y, span)?;
+                b.accumulate(lhs, dx)?;
+            }
+            if b.active[rhs.index()] {
+                let q = b.primal(v);
+                let gq = b.bin(BinaryOp::Mul, g, q, span)?;
+                let gq_y = b.bin(BinaryOp::Div, gq, y, span)?;
+                let dy = b.un(UnaryOp::Neg, gq_y, span)?;
+                b.accumulate(rhs, dy)?;
+            }
+            Ok(())
+        }
+        // d min(x, y) = [x < y] dx + [y < x] dy, split evenly at ties (as PyTorch)
+        BinaryOp::Min => extremum(b, BinaryOp::Lt, lhs, rhs, g, span),
+        // d max(x, y) = [x > y] dx + [y > x] dy, split evenly at ties
+        BinaryOp::Max => extremum(b, BinaryOp::Gt, lhs, rhs, g, span),
+        // Comparisons are piecewise constant: no gradient (their result is not active).
+        BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge | BinaryOp::Eq | BinaryOp::Ne => Ok(()),
+    }
+}
+
+/// The gradient of `min` (`wins = Lt`) or `max` (`wins = Gt`): the winner gets
+/// `g`, the loser 0, and each gets `g / 2` at a tie.
+fn extremum(
+    b: &mut Builder<'_>,
+    wins: BinaryOp,
+    lhs: Value,
+    rhs: Value,
+    g: Value,
+    span: Span,
+) -> Result<(), GradError> {
+    let (x, y) = (b.primal(lhs), b.primal(rhs));
+    let half = b.scale(g, 0.5, span)?;
+    let tie = b.bin(BinaryOp::Eq, x, y, span)?;
+    let tied = b.mask(tie, half, span)?;
+    for (this, other, operand) in [(x, y, lhs), (y, x, rhs)] {
+        if !b.active[operand.index()] {
+            continue;
+        }
+        let won = b.bin(wins, this, other, span)?;
+        let d = b.select(won, g, tied, span)?;
+        b.accumulate(operand, d)?;
+    }
+    Ok(())
+}
+
+/// `g` summed down to `shape` over the axes where `shape` is 1 and `g` is not.
+fn sum_to(b: &mut Builder<'_>, g: Value, shape: &Shape, span: Span) -> Result<Value, GradError> {
+    let mut out = g;
+    let current = b.bwd.ty(g).shape.clone();
+    if shape.rows.is_one() && !current.rows.is_one() {
+        out = b.reduce(ReduceOp::Sum, Axis::Rows, out, span)?;
+    }
+    if shape.cols.is_one() && !current.cols.is_one() {
+        out = b.reduce(ReduceOp::Sum, Axis::Cols, out, span)?;
+    }
+    Ok(out)
+}
+
+/// A matmul's operands and flags.
+struct MatMul {
+    lhs: Value,
+    rhs: Value,
+    lt: bool,
+    rt: bool,
+    dtype: coda_ir::DType,
+}
+
+/// `C = op(A) op(B)`  ⇒  `d op(A) = dC op(B)ᵀ` and `d op(B) = op(A)ᵀ dC`; a
+/// transposed operand gets the transpose, folded into the new matmul's flags:
+///
+/// * `A` plain: `dA = dC op(B)ᵀ`; `A` transposed: `dA = op(B) dCᵀ`;
+/// * `B` plain: `dB = op(A)ᵀ dC`; `B` transposed: `dB = dCᵀ op(A)`.
+///
+/// The gradient is read in the forward's 16-bit operand type, like the forward.
+fn matmul(b: &mut Builder<'_>, m: &MatMul, g: Value, span: Span) -> Result<(), GradError> {
+    let (a, w) = (b.primal(m.lhs), b.primal(m.rhs));
+    let product = |lhs, rhs, lhs_transposed, rhs_transposed| Inst::MatMul {
+        lhs,
+        rhs,
+        lhs_transposed,
+        rhs_transposed,
+        operand_dtype: m.dtype,
+    };
+    if b.active[m.lhs.index()] {
+        let da = if m.lt { product(w, g, m.rt, true) } else { product(g, w, false, !m.rt) };
+        let da = b.emit(da, span)?;
+        b.accumulate(m.lhs, da)?;
+    }
+    if b.active[m.rhs.index()] {
+        let dw = if m.rt { product(g, a, true, m.lt) } else { product(a, g, !m.lt, false) };
+        let dw = b.emit(dw, span)?;
+        b.accumulate(m.rhs, dw)?;
+    }
+    Ok(())
+}
+
+/// Reductions along one axis; `ŷ`, `ĝ` are `y`, `g` broadcast back to `x`'s shape.
+fn reduce(
+    b: &mut Builder<'_>,
+    v: Value,
+    op: ReduceOp,
+    axis: Axis,
+    arg: Value,
+    g: Value,
+    span: Span,
+) -> Result<(), GradError> {
+    let shape = b.fwd.ty(arg).shape.clone();
+    let (x, y) = (b.primal(arg), b.primal(v));
+    let dx = match op {
+        // y = Σ x  ⇒  dx = ĝ
+        ReduceOp::Sum => b.broadcast(g, &shape, span)?,
+        // y = log Σ e^x  ⇒  dx = ĝ e^(x - ŷ) (the softmax)
+        ReduceOp::LogSumExp => {
+            let shifted = b.bin(BinaryOp::Sub, x, y, span)?;
+            let softmax = b.un(UnaryOp::Exp, shifted, span)?;
+            b.bin(BinaryOp::Mul, g, softmax, span)?
+        }
+        // y = max x  ⇒  dx = [x = ŷ] ĝ / #{x = ŷ} (split evenly between tied maxima)
+        ReduceOp::Max => {
+            let hit = b.bin(BinaryOp::Eq, x, y, span)?;
+            let one = b.konst(1.0, span)?;
+            let ones = b.mask(hit, one, span)?;
+            let count = b.reduce(ReduceOp::Sum, axis, ones, span)?;
+            let share = b.bin(BinaryOp::Div, g, count, span)?;
+            b.mask(hit, share, span)?
+        }
+    };
+    b.accumulate(arg, dx)
+}
+
+/// `y = x[:, start + k·step]` for `k < len`  ⇒  `dx` is `g` put back at those
+/// columns and 0 elsewhere: `[0 | g | 0]` for a range, `interleave(g, 0)` or
+/// `interleave(0, g)` for the even or odd half of a tensor.
+#[allow(clippy::too_many_arguments)]
+fn slice(
+    b: &mut Builder<'_>,
+    v: Value,
+    arg: Value,
+    start: &Dim,
+    len: &Dim,
+    step: i64,
+    g: Value,
+    span: Span,
+) -> Result<(), GradError> {
+    let shape = b.fwd.ty(arg).shape.clone();
+    let rows = shape.rows.clone();
+    let dx = match step {
+        1 => {
+            let end = start.add(len).map_err(|e| GradError::Internal(e.to_string()))?;
+            let after = shape.cols.sub(&end).map_err(|e| GradError::Internal(e.to_string()))?;
+            let mut parts = Vec::new();
+            if start.as_const() != Some(0) {
+                parts.push(b.full(0.0, &Shape::new(rows.clone(), start.clone()), span)?);
+            }
+            parts.push(g);
+            if after.as_const() != Some(0) {
+                parts.push(b.full(0.0, &Shape::new(rows.clone(), after), span)?);
+            }
+            if parts.len() == 1 {
+                g
+            } else {
+                b.emit(Inst::ConcatCols { parts }, span)?
+            }
+        }
+        2 if halves(start, len, &shape.cols) => {
+            let zero = b.full(0.0, &Shape::new(rows, len.clone()), span)?;
+            let (even, odd) = if start.as_const() == Some(0) { (g, zero) } else { (zero, g) };
+            b.emit(Inst::Interleave { even, odd }, span)?
+        }
+        _ => {
+            return Err(not_differentiable(
+                b,
+                v,
+                "only column ranges and the even or odd half of a tensor have a gradient rule",
+            ))
+        }
+    };
+    b.accumulate(arg, dx)
+}
+
+/// Whether a step-2 slice is the whole even (`start` 0) or odd (`start` 1) half.
+fn halves(start: &Dim, len: &Dim, cols: &Dim) -> bool {
+    let whole = len.mul(&Dim::constant(2)).is_ok_and(|twice| &twice == cols);
+    whole && matches!(start.as_const(), Some(0 | 1))
+}

@@ -1,0 +1,184 @@
+//! Gradients: the backward blocks of a checked program (see `docs/backward.md`).
+//!
+//! [`check`](crate::check) differentiates the forward block of every `grad`
+//! declaration ([`Checked::grads`]); [`grad_view`] turns a checked program
+//! into one whose blocks are those backward blocks, so that `explain`,
+//! `eval`, `compile` and `run` treat them like any other block.
+
+use crate::{Checked, InternalError};
+use coda_diagnostics::Diagnostic;
+use coda_grad::{default_spec, differentiate, GradError, GradSpec, Gradient};
+use coda_ir::{Block, BlockKind, Module};
+use coda_lower::GradRequest;
+
+/// The gradients of the declared requests, with their diagnostics.
+pub(crate) fn build(
+    module: &Module,
+    requests: &[GradRequest],
+) -> Result<(Vec<Gradient>, Vec<Diagnostic>), InternalError> {
+    let mut gradients = Vec::new();
+    let mut diagnostics = Vec::new();
+    for request in requests {
+        let Some(forward) = module.block(&request.forward) else { continue };
+        let spec = GradSpec {
+            name: request.name.clone(),
+            wrt: request.wrt.clone(),
+            outputs: request.outputs.clone(),
+            span: request.span,
+        };
+        if let Some(gradient) = one(forward, &spec, &mut diagnostics)? {
+            gradients.push(gradient);
+        }
+    }
+    Ok((gradients, diagnostics))
+}
+
+/// Differentiates one block; a rule that does not apply is a diagnostic.
+fn one(forward: &Block, spec: &GradSpec, diagnostics: &mut Vec<Diagnostic>) -> Result<Option<Gradient>, InternalError> {
+    match differentiate(forward, spec) {
+        Ok(gradient) => {
+            for &i in &gradient.zero {
+                let param = &forward.params[i];
+                diagnostics.push(
+                    Diagnostic::warning("W0004", format!("the gradient of `{}` is zero", param.name))
+                        .with_primary(spec.span, format!("`{}` is differentiated here", param.name))
+                        .with_secondary(param.span, "no differentiated output depends on this input"),
+                );
+            }
+            Ok(Some(gradient))
+        }
+        Err(GradError::NotDifferentiable { value, what, reason }) => {
+            diagnostics.push(
+                Diagnostic::error("E0506", format!("{what} cannot be differentiated"))
+                    .with_primary(forward.insts.span(value), reason)
+                    .with_secondary(spec.span, "differentiated because of this declaration"),
+            );
+            Ok(None)
+        }
+        Err(error) => Err(InternalError::Grad(error.to_string())),
+    }
+}
+
+/// The backward blocks as a program of their own: those of the `grad`
+/// declarations, or, in a file without any, of every `block` with respect to
+/// all its float inputs (named `<block>_grad`). Backward blocks come in
+/// declaration order; [`Checked::grads`] holds their gradients.
+pub fn grad_view(checked: &Checked) -> Result<Checked, InternalError> {
+    let mut diagnostics = checked.diagnostics.clone();
+    let grads =
+        if checked.grads.is_empty() { defaults(&checked.module, &mut diagnostics)? } else { checked.grads.clone() };
+    let blocks = grads.iter().map(|g| g.backward.clone()).collect();
+    let module = Module { file_name: checked.module.file_name.clone(), blocks };
+    Ok(Checked { source: checked.source.clone(), module, diagnostics, grads })
+}
+
+/// The default gradient of every plain block.
+fn defaults(module: &Module, diagnostics: &mut Vec<Diagnostic>) -> Result<Vec<Gradient>, InternalError> {
+    let mut grads = Vec::new();
+    for forward in module.blocks.iter().filter(|b| b.kind == BlockKind::Block) {
+        let mut name = format!("{}_grad", forward.name);
+        while module.block(&name).is_some() {
+            name.push('_');
+        }
+        let spec = default_spec(forward, name, forward.span);
+        if spec.wrt.is_empty() {
+            continue;
+        }
+        if let Some(gradient) = one(forward, &spec, diagnostics)? {
+            grads.push(gradient);
+        }
+    }
+    Ok(grads)
+}
+
+/// The gradient whose backward block is `name`.
+pub fn gradient_of<'a>(checked: &'a Checked, name: &str) -> Option<&'a Gradient> {
+    checked.grads.iter().find(|g| g.backward.name == name)
+}
+
+/// The `explain` header of a backward block: what it differentiates, what
+/// the forward saves for it and what it recomputes.
+pub fn grad_header(checked: &Checked, gradient: &Gradient) -> String {
+    // The saving forward has the forward's instructions (the view holds no forward block).
+    let forward = &gradient.saving_forward;
+    let inputs: Vec<&str> = gradient.input_grads.iter().map(|(_, n)| n.as_str()).collect();
+    let given: Vec<&str> = gradient
+        .output_grads
+        .iter()
+        .filter(|(_, n)| gradient.backward.param(n).is_some())
+        .map(|(_, n)| n.as_str())
+        .collect();
+    let mut out = format!(
+        "// backward of block `{}`: computes {} from {}\n",
+        gradient.forward,
+        inputs.join(", "),
+        if given.is_empty() { "nothing".to_string() } else { given.join(", ") }
+    );
+    if gradient.saved.is_empty() {
+        out.push_str("// saved by the forward: nothing (the backward needs no matmul result)\n");
+    } else {
+        out.push_str(&format!(
+            "// saved by the forward ({} tensor(s), stored by `{}`):\n",
+            gradient.saved.len(),
+            gradient.saving_forward.name
+        ));
+    }
+    for s in &gradient.saved {
+        let span = forward.insts.span(s.value);
+        out.push_str(&format!(
+            "//   {}: {} = `{}` @ {}\n",
+            s.name,
+            s.ty,
+            checked.source.slice(span),
+            checked.source.location(span)
+        ));
+    }
+    let (named, unnamed) = recomputed_names(forward, gradient);
+    out.push_str(&format!(
+        "// recomputed in the backward: {}{} other value(s)\n",
+        if named.is_empty() { String::new() } else { format!("{}, and ", named.join(", ")) },
+        unnamed
+    ));
+    out
+}
+
+/// The `let` names of the recomputed values, and how many have none.
+fn recomputed_names(forward: &Block, gradient: &Gradient) -> (Vec<String>, usize) {
+    let mut named = Vec::new();
+    let mut unnamed = 0;
+    for v in &gradient.recomputed {
+        match forward.names.get(v.index()).cloned().flatten() {
+            Some(name) if !named.contains(&name) && forward.param(&name).is_none() => named.push(name),
+            Some(_) => {}
+            None => unnamed += 1,
+        }
+    }
+    (named, unnamed)
+}
+
+/// The `grad` entry of a backward block in `explain --json`.
+pub(crate) fn header_json(checked: &Checked, gradient: &Gradient) -> serde_json::Value {
+    let forward = &gradient.saving_forward;
+    let saved: Vec<serde_json::Value> = gradient
+        .saved
+        .iter()
+        .map(|s| {
+            serde_json::json!({
+                "name": s.name,
+                "dtype": s.ty.dtype.name(),
+                "shape": [s.ty.shape.rows.to_string(), s.ty.shape.cols.to_string()],
+                "source": checked.source.slice(forward.insts.span(s.value)),
+                "location": checked.source.location(forward.insts.span(s.value)),
+            })
+        })
+        .collect();
+    let (named, unnamed) = recomputed_names(forward, gradient);
+    serde_json::json!({
+        "forward": gradient.forward,
+        "saving_forward": gradient.saving_forward.name,
+        "gradients": gradient.input_grads.iter().map(|(i, n)| serde_json::json!({"input": forward.params[*i].name, "output": n})).collect::<Vec<_>>(),
+        "given": gradient.output_grads.iter().map(|(j, n)| serde_json::json!({"output": forward.outputs[*j].tensor.name, "input": n, "used": gradient.backward.param(n).is_some()})).collect::<Vec<_>>(),
+        "saved": saved,
+        "recomputed": { "named": named, "unnamed": unnamed },
+    })
+}

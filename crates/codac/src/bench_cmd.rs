@@ -1,0 +1,294 @@
+//! `codac bench`: times every kernel of a block on the GPU, the whole block,
+//! and for each GEMM kernel the same GEMM with an empty epilogue, plus the
+//! compile latency of every kernel (see `docs/benchmarks.md`).
+//!
+//! Protocol: random inputs scaled like real activations and weights
+//! (`coda::random_inputs`, never zeros); several copies of every buffer,
+//! cycled so that each timed kernel touches at least 256 MiB over the
+//! copies (about five times the L2 cache); the block runs on every copy
+//! first (filling the intermediate buffers a kernel timed alone reads) and
+//! keeps running for a short spin-up so the clocks settle; then each kernel
+//! alone, then the whole block (every kernel back to back, as `codac run`
+//! launches them), each `--warmup` untimed runs and `--iters` runs timed one
+//! by one with CUDA events; the median is reported. The bare GEMM is a
+//! block `y = a @ b.T` (the kernel's operand layouts, dtype and M, N, K)
+//! compiled through `coda::compile`, so it gets the same mainloop and
+//! configuration rules, and timed the same way in the same process.
+
+use crate::bench_report::{
+    gbps, render_text, tflops, BareReport, BlockReport, CompileReport, DeviceReport, GemmReport, KernelReport, Report,
+    Timing, SCHEMA,
+};
+use crate::bench_rig::{Rig, RigSpec};
+use crate::commands::{check_dims_known, load, parse_dims, Outcome};
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use coda::cuda::manifest::BlockManifest;
+use coda::cuda::KernelSource;
+use coda::{ColorChoice, DimBindings, GemmProfile, KernelProfile};
+use coda_runtime::{compile_latency, CompileOptions, Compiler, Device, RuntimeError};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+/// Arguments of `codac bench`.
+#[derive(Debug, Args)]
+pub(crate) struct BenchArgs {
+    /// The .coda file.
+    pub(crate) file: PathBuf,
+    /// Run-time dimensions, e.g. `M=8192`; may be repeated.
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub(crate) dims: Vec<String>,
+    /// Benchmark only this block (default: every block in the file).
+    #[arg(long)]
+    pub(crate) block: Option<String>,
+    /// Timed runs of each kernel and block (the median is reported).
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(100..))]
+    pub(crate) iters: u32,
+    /// Untimed runs before each timing loop.
+    #[arg(long, default_value_t = 10)]
+    pub(crate) warmup: u32,
+    /// Seed of the random inputs.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) seed: u64,
+    /// Print the results as JSON on standard output (the table goes to standard error).
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// Milliseconds each rig keeps the GPU busy before timing.
+const SPIN_UP_MS: f64 = 300.0;
+
+/// Runs `codac bench`.
+pub(crate) fn bench(args: &BenchArgs, color: ColorChoice) -> Result<Outcome> {
+    let checked = load(&args.file, color)?;
+    if checked.has_errors() {
+        return Ok(Outcome::UserError);
+    }
+    let dims = parse_dims(&args.dims)?;
+    let device = open_device()?;
+    let compiler = Compiler::global()?;
+    let options =
+        coda::CompileOptions { arch: device.arch().to_string(), block: args.block.clone(), ..Default::default() };
+    let compiled = coda::compile(&checked, &options)?;
+    let profiles = coda::profile(&checked, &options, &dims)?;
+    warm_up_nvrtc(compiler, &device)?;
+    let (major, minor) = compiler.nvrtc_version();
+    let info = device.info();
+    let mut report = Report {
+        schema: SCHEMA,
+        tool: "codac bench",
+        codac_version: env!("CARGO_PKG_VERSION"),
+        file: checked.source.name.clone(),
+        device: DeviceReport {
+            name: info.name.clone(),
+            arch: info.arch.to_string(),
+            multiprocessors: info.multiprocessors,
+            memory_bytes: info.total_memory as u64,
+            driver_version: info.driver_version,
+            nvrtc: format!("{major}.{minor}"),
+        },
+        warmup: args.warmup as usize,
+        iters: args.iters as usize,
+        blocks: Vec::new(),
+    };
+    let bench = Bench { device: &device, compiler, warmup: args.warmup as usize, iters: args.iters as usize };
+    for manifest in &compiled.manifest.blocks {
+        let Some(block) = checked.module.block(&manifest.block) else { continue };
+        check_dims_known(block, &dims)?;
+        let kernels = profiles.iter().find(|p| p.block == manifest.block).map(|p| p.kernels.as_slice());
+        let kernels = kernels.with_context(|| format!("no profile of block `{}`", manifest.block))?;
+        let inputs = coda::random_inputs(block, &dims, args.seed)?;
+        report.blocks.push(bench.block(block, manifest, &compiled.kernels, kernels, &dims, &inputs)?);
+    }
+    let text = render_text(&report);
+    if args.json {
+        eprint!("{text}");
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{text}");
+    }
+    Ok(Outcome::Success)
+}
+
+/// Opens device 0; every way of finding no usable GPU is a "no GPU" error.
+fn open_device() -> Result<Device> {
+    match Device::open(0) {
+        Ok(d) => Ok(d),
+        Err(e) if e.is_no_gpu() => bail!("no GPU: codac bench needs an NVIDIA GPU and its driver ({e})"),
+        Err(e @ RuntimeError::NoDriver { .. }) => bail!("no GPU: {e}"),
+        Err(e) => Err(e).context("cannot open CUDA device 0"),
+    }
+}
+
+/// Compiles a trivial kernel once, so that the first measured cold compile
+/// does not include NVRTC's own start-up.
+fn warm_up_nvrtc(compiler: &Compiler, device: &Device) -> Result<()> {
+    let source = "extern \"C\" __global__ void codac_bench_warm_up(int* p) { if (p) *p = 1; }\n";
+    compiler.compile(source, &CompileOptions::new(device.arch()).file_name("codac_bench_warm_up.cu"))?;
+    Ok(())
+}
+
+/// The settings shared by every measurement.
+struct Bench<'a> {
+    device: &'a Device,
+    compiler: &'a Compiler,
+    warmup: usize,
+    iters: usize,
+}
+
+/// A bare GEMM's measurements, keyed by its shape and layouts.
+type BareKey = (i64, i64, i64, bool, bool, String);
+
+impl Bench<'_> {
+    /// Cold and cached compile latency of every kernel of `manifest` (with
+    /// the options `BlockExecutor` uses, so it then finds them in the cache).
+    fn compile_all(
+        &self,
+        manifest: &BlockManifest,
+        sources: &[KernelSource],
+    ) -> Result<BTreeMap<String, CompileReport>> {
+        let mut out = BTreeMap::new();
+        for spec in &manifest.kernels {
+            let source = sources
+                .iter()
+                .find(|s| s.file_name == spec.file)
+                .with_context(|| format!("no source {}", spec.file))?;
+            eprintln!("compiling {} {} ({})", manifest.block, spec.name, spec.file);
+            let opts = CompileOptions::new(self.device.arch()).file_name(&spec.file);
+            let l = compile_latency(self.compiler, &source.source, &opts)?;
+            let report = CompileReport {
+                cold_ms: l.cold_ms,
+                hit_ms: l.hit_ms,
+                hit_from_disk: l.hit_from_disk,
+                nvrtc_cache_bypassed: l.nvrtc_cache_bypassed,
+                registers: 0,
+            };
+            out.insert(spec.name.clone(), report);
+        }
+        Ok(out)
+    }
+
+    /// Benchmarks one block and the bare GEMMs of its GEMM kernels.
+    fn block(
+        &self,
+        block: &coda::ir::Block,
+        manifest: &BlockManifest,
+        sources: &[KernelSource],
+        profiles: &[KernelProfile],
+        dims: &DimBindings,
+        inputs: &BTreeMap<String, coda::HostTensor>,
+    ) -> Result<BlockReport> {
+        let mut compiles = self.compile_all(manifest, sources)?;
+        let kernel_bytes: BTreeMap<String, u64> = profiles.iter().map(|p| (p.name.clone(), p.bytes_moved)).collect();
+        let spec = RigSpec { manifest, sources, dims, inputs, kernel_bytes: &kernel_bytes };
+        let rig = Rig::new(self.device, &spec)?;
+        for (name, regs) in rig.registers() {
+            if let Some(c) = compiles.get_mut(&name) {
+                c.registers = regs;
+            }
+        }
+        eprintln!("timing block {} ({} copies of {:.1} MB)", block.name, rig.copies, rig.bytes_per_copy as f64 / 1e6);
+        rig.fill_and_spin(self.device, SPIN_UP_MS)?;
+        let timings = rig.time_kernels(self.device, self.warmup, self.iters)?;
+        let block_time = Timing::of(&rig.time_block(self.device, self.warmup, self.iters)?);
+        let (copies, bytes_per_copy) = (rig.copies, rig.bytes_per_copy);
+        drop(rig);
+        let mut bare_done: BTreeMap<BareKey, BareReport> = BTreeMap::new();
+        let mut kernels = Vec::new();
+        for (name, stats) in timings {
+            let spec = manifest.kernels.iter().find(|k| k.name == name).with_context(|| format!("no kernel {name}"))?;
+            let profile = profiles.iter().find(|p| p.name == name).with_context(|| format!("no profile of {name}"))?;
+            let time = Timing::of(&stats);
+            let bare = match &profile.gemm {
+                Some(g) => {
+                    let key = (g.m.value, g.n.value, g.k.value, g.a_row_major, g.b_n_by_k, g.dtype.to_string());
+                    if !bare_done.contains_key(&key) {
+                        bare_done.insert(key.clone(), self.bare(g)?);
+                    }
+                    bare_done.get(&key).cloned()
+                }
+                None => None,
+            };
+            let compile = compiles.get(&name).copied().with_context(|| format!("no compile record of {name}"))?;
+            kernels.push(kernel_report(spec, profile, time, bare, compile));
+        }
+        let dims = block.symbolic_dims().filter_map(|d| dims.get(d).map(|v| (d.to_string(), *v))).collect();
+        Ok(BlockReport::totals(block.name.clone(), dims, copies, bytes_per_copy, kernels, block_time))
+    }
+
+    /// Compiles and times the GEMM of `g` with an empty epilogue.
+    fn bare(&self, g: &GemmProfile) -> Result<BareReport> {
+        let bare = g.bare_gemm();
+        let checked = coda::check("bare_gemm.coda", &bare.source)?;
+        if checked.has_errors() {
+            bail!("the bare GEMM of {} does not check (a bug):\n{}", g.shape(), checked.render_diagnostics());
+        }
+        let options = coda::CompileOptions { arch: self.device.arch().to_string(), ..Default::default() };
+        let compiled = coda::compile(&checked, &options)?;
+        let profiles = coda::profile(&checked, &options, &bare.dims)?;
+        let (Some(manifest), Some(profile), Some(block)) =
+            (compiled.manifest.blocks.first(), profiles.first(), checked.module.blocks.first())
+        else {
+            bail!("the bare GEMM of {} compiled to nothing (a bug)", g.shape());
+        };
+        let gemm = profile.kernels.iter().find(|k| k.gemm.is_some()).context("the bare GEMM has no GEMM kernel")?;
+        let config = gemm.gemm.as_ref().map(|p| p.config.clone());
+        let mut compile = self.compile_all(manifest, &compiled.kernels)?;
+        let inputs = coda::random_inputs(block, &bare.dims, 1)?;
+        let kernel_bytes: BTreeMap<String, u64> =
+            profile.kernels.iter().map(|p| (p.name.clone(), p.bytes_moved)).collect();
+        let spec = RigSpec {
+            manifest,
+            sources: &compiled.kernels,
+            dims: &bare.dims,
+            inputs: &inputs,
+            kernel_bytes: &kernel_bytes,
+        };
+        let rig = Rig::new(self.device, &spec)?;
+        eprintln!("timing the bare GEMM {} ({} copies)", g.shape(), rig.copies);
+        rig.fill_and_spin(self.device, SPIN_UP_MS / 3.0)?;
+        let timings = rig.time_kernels(self.device, self.warmup, self.iters)?;
+        let (_, stats) =
+            timings.into_iter().find(|(n, _)| *n == gemm.name).context("the bare GEMM kernel was not launched")?;
+        let mut compile = compile.remove(&gemm.name).context("no compile record of the bare GEMM")?;
+        compile.registers = rig.registers().get(&gemm.name).copied().unwrap_or(0);
+        let time = Timing::of(&stats);
+        Ok(BareReport { config, time, tflops: tflops(g.flops(), time.median_ms), copies: rig.copies, compile })
+    }
+}
+
+/// Combines the measurements of one kernel.
+fn kernel_report(
+    spec: &coda::cuda::manifest::KernelSpec,
+    profile: &KernelProfile,
+    time: Timing,
+    bare: Option<BareReport>,
+    compile: CompileReport,
+) -> KernelReport {
+    let gemm = profile.gemm.as_ref().map(|g| GemmReport {
+        m: g.m.value,
+        n: g.n.value,
+        k: g.k.value,
+        a_layout: if g.a_row_major { "MxK" } else { "KxM" },
+        b_layout: if g.b_n_by_k { "NxK" } else { "KxN" },
+        dtype: g.dtype.to_string(),
+        pair_rows: g.pair_rows,
+        flops: g.flops(),
+    });
+    let epilogue_cost = bare.as_ref().filter(|b| b.time.median_ms > 0.0).map(|b| time.median_ms / b.time.median_ms);
+    KernelReport {
+        name: spec.name.clone(),
+        kind: spec.kind.clone(),
+        summary: spec.summary.clone(),
+        config: spec.config.clone(),
+        tflops: gemm.as_ref().map(|g| tflops(g.flops, time.median_ms)),
+        gemm,
+        time,
+        bytes_moved: profile.bytes_moved,
+        epilogue_bytes: profile.epilogue_bytes,
+        epilogue_gbps: gbps(profile.epilogue_bytes, time.median_ms),
+        bare_gemm: bare,
+        epilogue_cost,
+        compile,
+    }
+}

@@ -1,0 +1,450 @@
+//! The results of `codac bench`: what is measured and derived for each
+//! kernel and block, the JSON document (`--json`, schema in
+//! `docs/benchmarks.md`) and the text table. Nothing here touches a GPU.
+
+use coda_runtime::BenchStats;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// The JSON schema version.
+pub(crate) const SCHEMA: u32 = 1;
+
+/// The whole run.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Report {
+    pub(crate) schema: u32,
+    pub(crate) tool: &'static str,
+    pub(crate) codac_version: &'static str,
+    /// The `.coda` file as given.
+    pub(crate) file: String,
+    pub(crate) device: DeviceReport,
+    /// Untimed runs before each timing loop.
+    pub(crate) warmup: usize,
+    /// Timed runs of each kernel and block.
+    pub(crate) iters: usize,
+    pub(crate) blocks: Vec<BlockReport>,
+}
+
+/// The GPU.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct DeviceReport {
+    pub(crate) name: String,
+    pub(crate) arch: String,
+    pub(crate) multiprocessors: u32,
+    pub(crate) memory_bytes: u64,
+    pub(crate) driver_version: i32,
+    /// `major.minor` of the NVRTC that compiled the kernels.
+    pub(crate) nvrtc: String,
+}
+
+/// Statistics of one timing loop, in milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub(crate) struct Timing {
+    pub(crate) median_ms: f64,
+    pub(crate) min_ms: f64,
+    pub(crate) mean_ms: f64,
+    pub(crate) p10_ms: f64,
+    pub(crate) p90_ms: f64,
+    pub(crate) samples: usize,
+}
+
+impl Timing {
+    pub(crate) fn of(stats: &BenchStats) -> Timing {
+        Timing {
+            median_ms: f64::from(stats.median_ms),
+            min_ms: f64::from(stats.min_ms),
+            mean_ms: f64::from(stats.mean_ms),
+            p10_ms: f64::from(stats.quantile(0.1)),
+            p90_ms: f64::from(stats.quantile(0.9)),
+            samples: stats.samples_ms.len(),
+        }
+    }
+}
+
+/// How long one kernel took to compile.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub(crate) struct CompileReport {
+    /// NVRTC with the cache bypassed.
+    pub(crate) cold_ms: f64,
+    /// Served by the kernel cache.
+    pub(crate) hit_ms: f64,
+    /// Whether the hit read the cache's disk entry (else its memory).
+    pub(crate) hit_from_disk: bool,
+    /// Whether NVRTC's own cache was bypassed for `cold_ms` (`--no-cache`).
+    pub(crate) nvrtc_cache_bypassed: bool,
+    /// Registers per thread.
+    pub(crate) registers: usize,
+}
+
+/// The GEMM of a kernel.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub(crate) struct GemmReport {
+    pub(crate) m: i64,
+    pub(crate) n: i64,
+    pub(crate) k: i64,
+    /// `MxK` or `KxM`.
+    pub(crate) a_layout: &'static str,
+    /// `NxK` (an `nn.Linear` weight) or `KxN`.
+    pub(crate) b_layout: &'static str,
+    pub(crate) dtype: String,
+    /// The weight is read in pair order.
+    pub(crate) pair_rows: bool,
+    pub(crate) flops: f64,
+}
+
+/// The same GEMM with an empty epilogue, timed in the same run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub(crate) struct BareReport {
+    pub(crate) config: Option<String>,
+    pub(crate) time: Timing,
+    pub(crate) tflops: f64,
+    pub(crate) copies: usize,
+    pub(crate) compile: CompileReport,
+}
+
+/// One launched kernel.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub(crate) struct KernelReport {
+    pub(crate) name: String,
+    /// `gemm`, `row`, `colreduce` or `copy`.
+    pub(crate) kind: String,
+    pub(crate) summary: String,
+    pub(crate) config: Option<String>,
+    pub(crate) gemm: Option<GemmReport>,
+    pub(crate) time: Timing,
+    /// GEMM kernels: `2 m n k` over the median time.
+    pub(crate) tflops: Option<f64>,
+    /// Every buffer the kernel touches, each counted once.
+    pub(crate) bytes_moved: u64,
+    /// `bytes_moved` less the GEMM operands.
+    pub(crate) epilogue_bytes: u64,
+    /// `epilogue_bytes` over the median time.
+    pub(crate) epilogue_gbps: f64,
+    pub(crate) bare_gemm: Option<BareReport>,
+    /// Median time over the bare GEMM's median time.
+    pub(crate) epilogue_cost: Option<f64>,
+    pub(crate) compile: CompileReport,
+}
+
+/// One block.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub(crate) struct BlockReport {
+    pub(crate) block: String,
+    pub(crate) dims: BTreeMap<String, i64>,
+    /// Copies of every buffer cycled through by the timing loops.
+    pub(crate) copies: usize,
+    pub(crate) bytes_per_copy: u64,
+    pub(crate) kernels: Vec<KernelReport>,
+    /// Every kernel back to back, as `codac run` launches them.
+    pub(crate) time: Timing,
+    pub(crate) flops: f64,
+    pub(crate) tflops: f64,
+    /// Sum of the kernels' medians.
+    pub(crate) sum_kernels_ms: f64,
+    /// Sum of the bare GEMMs' medians.
+    pub(crate) sum_bare_gemms_ms: f64,
+}
+
+/// `flops` over `ms`, in TFLOP/s.
+pub(crate) fn tflops(flops: f64, ms: f64) -> f64 {
+    if ms > 0.0 {
+        flops / ms / 1e9
+    } else {
+        0.0
+    }
+}
+
+/// `bytes` over `ms`, in GB/s.
+pub(crate) fn gbps(bytes: u64, ms: f64) -> f64 {
+    if ms > 0.0 {
+        bytes as f64 / ms / 1e6
+    } else {
+        0.0
+    }
+}
+
+impl BlockReport {
+    /// Fills the block totals from its kernels.
+    pub(crate) fn totals(
+        block: String,
+        dims: BTreeMap<String, i64>,
+        copies: usize,
+        bytes_per_copy: u64,
+        kernels: Vec<KernelReport>,
+        time: Timing,
+    ) -> BlockReport {
+        let flops = kernels.iter().filter_map(|k| k.gemm.as_ref()).map(|g| g.flops).sum();
+        let sum_kernels_ms = kernels.iter().map(|k| k.time.median_ms).sum();
+        let sum_bare_gemms_ms = kernels.iter().filter_map(|k| k.bare_gemm.as_ref()).map(|b| b.time.median_ms).sum();
+        let tflops = tflops(flops, time.median_ms);
+        BlockReport {
+            block,
+            dims,
+            copies,
+            bytes_per_copy,
+            kernels,
+            time,
+            flops,
+            tflops,
+            sum_kernels_ms,
+            sum_bare_gemms_ms,
+        }
+    }
+}
+
+/// Left-aligned columns separated by two spaces.
+fn table(rows: &[Vec<String>]) -> String {
+    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let width: Vec<usize> = (0..columns)
+        .map(|c| rows.iter().filter_map(|r| r.get(c)).map(|s| s.chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for row in rows {
+        let cells: Vec<String> = row.iter().enumerate().map(|(c, s)| format!("{s:<w$}", w = width[c])).collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+fn ms(v: f64) -> String {
+    format!("{v:.3}")
+}
+
+fn compile_time(ms: f64) -> String {
+    if ms >= 1000.0 {
+        format!("{:.2} s", ms / 1e3)
+    } else {
+        format!("{ms:.1} ms")
+    }
+}
+
+fn kernel_row(k: &KernelReport) -> Vec<String> {
+    let dash = || "-".to_string();
+    let bare = k.bare_gemm.as_ref();
+    vec![
+        k.name.clone(),
+        k.kind.clone(),
+        k.config.clone().unwrap_or_else(dash),
+        k.gemm.as_ref().map_or_else(dash, |g| format!("{}×{}×{}", g.m, g.n, g.k)),
+        ms(k.time.median_ms),
+        k.tflops.map_or_else(dash, |t| format!("{t:.0}")),
+        format!("{:.0}", k.epilogue_gbps),
+        bare.map_or_else(dash, |b| ms(b.time.median_ms)),
+        bare.and_then(|b| b.config.clone()).unwrap_or_else(dash),
+        k.epilogue_cost.map_or_else(dash, |c| format!("{c:.2}×")),
+        compile_time(k.compile.cold_ms),
+        compile_time(k.compile.hit_ms),
+        k.compile.registers.to_string(),
+    ]
+}
+
+/// The text form: one table per block, then the block totals.
+pub(crate) fn render_text(r: &Report) -> String {
+    let d = &r.device;
+    let mut out = format!(
+        "device: {} ({}, {} SMs, driver {}, NVRTC {})\n",
+        d.name, d.arch, d.multiprocessors, d.driver_version, d.nvrtc
+    );
+    for b in &r.blocks {
+        let dims: Vec<String> = b.dims.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        out.push_str(&format!(
+            "\nblock {} at {}: {} kernel(s); times in ms, median of {} runs after {} warm-up, cycling through {} copies of {:.1} MB\n",
+            b.block,
+            if dims.is_empty() { "its constant dims".to_string() } else { dims.join(", ") },
+            b.kernels.len(),
+            r.iters,
+            r.warmup,
+            b.copies,
+            b.bytes_per_copy as f64 / 1e6,
+        ));
+        let header = [
+            "kernel",
+            "kind",
+            "config",
+            "M×N×K",
+            "time",
+            "TFLOP/s",
+            "epi GB/s",
+            "bare",
+            "bare config",
+            "epi cost",
+            "cold compile",
+            "cache hit",
+            "regs",
+        ];
+        let mut rows = vec![header.iter().map(ToString::to_string).collect::<Vec<_>>()];
+        rows.extend(b.kernels.iter().map(kernel_row));
+        out.push_str(&table(&rows));
+        out.push_str(&format!(
+            "block: {} ms, {:.0} TFLOP/s ({} launches back to back; kernels alone sum to {} ms)\n",
+            ms(b.time.median_ms),
+            b.tflops,
+            b.kernels.len(),
+            ms(b.sum_kernels_ms)
+        ));
+        if b.sum_bare_gemms_ms > 0.0 {
+            out.push_str(&format!(
+                "bare GEMMs: {} ms; the block takes {:.2}× that\n",
+                ms(b.sum_bare_gemms_ms),
+                b.time.median_ms / b.sum_bare_gemms_ms
+            ));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn timing(median_ms: f64) -> Timing {
+        Timing {
+            median_ms,
+            min_ms: median_ms * 0.9,
+            mean_ms: median_ms,
+            p10_ms: median_ms,
+            p90_ms: median_ms,
+            samples: 100,
+        }
+    }
+
+    fn compile() -> CompileReport {
+        CompileReport { cold_ms: 2500.0, hit_ms: 1.25, hit_from_disk: true, nvrtc_cache_bypassed: true, registers: 168 }
+    }
+
+    fn gemm_kernel(median_ms: f64, bare_ms: f64) -> KernelReport {
+        let flops = 2.0 * 8192.0 * 4096.0 * 4096.0;
+        KernelReport {
+            name: "k0".into(),
+            kind: "gemm".into(),
+            summary: "acc = attn @ w_o.T".into(),
+            config: Some("Cfg128x128w4".into()),
+            gemm: Some(GemmReport {
+                m: 8192,
+                n: 4096,
+                k: 4096,
+                a_layout: "MxK",
+                b_layout: "NxK",
+                dtype: "bf16".into(),
+                pair_rows: false,
+                flops,
+            }),
+            time: timing(median_ms),
+            tflops: Some(tflops(flops, median_ms)),
+            bytes_moved: 3 << 26,
+            epilogue_bytes: 1 << 27,
+            epilogue_gbps: gbps(1 << 27, median_ms),
+            bare_gemm: Some(BareReport {
+                config: Some("Cfg128x256".into()),
+                time: timing(bare_ms),
+                tflops: tflops(flops, bare_ms),
+                copies: 6,
+                compile: compile(),
+            }),
+            epilogue_cost: Some(median_ms / bare_ms),
+            compile: compile(),
+        }
+    }
+
+    fn report() -> Report {
+        let kernels = vec![gemm_kernel(0.5, 0.4)];
+        let block = BlockReport::totals(
+            "llama3_layer".into(),
+            [("M".to_string(), 8192)].into(),
+            3,
+            1 << 30,
+            kernels,
+            timing(0.52),
+        );
+        Report {
+            schema: SCHEMA,
+            tool: "codac bench",
+            codac_version: "0.1.0",
+            file: "examples/llama3_block.coda".into(),
+            device: DeviceReport {
+                name: "NVIDIA H100 80GB HBM3".into(),
+                arch: "sm_90a".into(),
+                multiprocessors: 132,
+                memory_bytes: 80 << 30,
+                driver_version: 13000,
+                nvrtc: "13.0".into(),
+            },
+            warmup: 10,
+            iters: 200,
+            blocks: vec![block],
+        }
+    }
+
+    #[test]
+    fn rates() {
+        assert!((tflops(2.0 * 8192.0 * 4096.0 * 4096.0, 0.5) - 549.755_813_888).abs() < 1e-6);
+        assert_eq!(gbps(2_000_000, 1.0), 2.0);
+        assert_eq!(tflops(1.0, 0.0), 0.0);
+        assert_eq!(gbps(1, 0.0), 0.0);
+    }
+
+    #[test]
+    fn timing_from_samples() -> coda_runtime::Result<()> {
+        let samples: Vec<f32> = (1..=101).map(|i| i as f32 / 100.0).collect();
+        let t = Timing::of(&BenchStats::from_samples(samples)?);
+        assert_eq!((t.median_ms, t.min_ms, t.samples), (f64::from(0.51f32), f64::from(0.01f32), 101));
+        assert!((t.p10_ms - 0.11).abs() < 1e-6 && (t.p90_ms - 0.91).abs() < 1e-6, "{t:?}");
+        Ok(())
+    }
+
+    #[test]
+    fn block_totals() {
+        let r = report();
+        let b = &r.blocks[0];
+        assert_eq!(b.sum_kernels_ms, 0.5);
+        assert_eq!(b.sum_bare_gemms_ms, 0.4);
+        assert_eq!(b.flops, 2.0 * 8192.0 * 4096.0 * 4096.0);
+        assert!((b.tflops - tflops(b.flops, 0.52)).abs() < 1e-9);
+    }
+
+    #[test]
+    fn json_fields() -> Result<(), serde_json::Error> {
+        let json = serde_json::to_value(report())?;
+        assert_eq!(json["schema"], SCHEMA);
+        assert_eq!(json["device"]["arch"], "sm_90a");
+        let k = &json["blocks"][0]["kernels"][0];
+        assert_eq!(k["gemm"]["n"], 4096);
+        assert_eq!(k["bare_gemm"]["config"], "Cfg128x256");
+        assert_eq!(k["epilogue_cost"], 1.25);
+        assert_eq!(k["compile"]["cold_ms"], 2500.0);
+        assert_eq!(json["blocks"][0]["time"]["median_ms"], 0.52);
+        assert_eq!(json["blocks"][0]["dims"]["M"], 8192);
+        Ok(())
+    }
+
+    #[test]
+    fn text_table() {
+        let text = render_text(&report());
+        assert!(text.starts_with("device: NVIDIA H100 80GB HBM3 (sm_90a, 132 SMs"), "{text}");
+        assert!(text.contains("block llama3_layer at M=8192: 1 kernel(s)"), "{text}");
+        assert!(text.contains("cycling through 3 copies of 1073.7 MB"), "{text}");
+        let row = text.lines().find(|l| l.starts_with("k0 ")).unwrap_or_else(|| panic!("{text}"));
+        let cells: Vec<&str> = row.split("  ").map(str::trim).filter(|c| !c.is_empty()).collect();
+        assert_eq!(
+            cells,
+            [
+                "k0",
+                "gemm",
+                "Cfg128x128w4",
+                "8192×4096×4096",
+                "0.500",
+                "550",
+                "268",
+                "0.400",
+                "Cfg128x256",
+                "1.25×",
+                "2.50 s",
+                "1.2 ms",
+                "168"
+            ]
+        );
+        assert!(text.contains("block: 0.520 ms, 529 TFLOP/s (1 launches back to back; kernels alone sum to 0.500 ms)"));
+        assert!(text.contains("bare GEMMs: 0.400 ms; the block takes 1.30× that"), "{text}");
+    }
+}

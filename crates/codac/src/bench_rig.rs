@@ -1,0 +1,372 @@
+//! The device side of `codac bench`: several copies of every buffer of a
+//! block, and executors that launch the whole block or one kernel of it on
+//! any copy.
+//!
+//! The runtime's executor allocates scratch, partial and staging buffers
+//! itself, separately for each binding; a benchmark needs them shared, so
+//! that a kernel timed alone reads what the kernels before it wrote. The
+//! *open manifest* ([`open_manifest`]) therefore turns every buffer the
+//! runtime would allocate into an input that the rig binds: scratch and
+//! partial buffers get an allocation of their own (`rows × ld`); a staging
+//! buffer aliases its input when the runtime would (the input is 16-byte
+//! aligned with a row stride that is a multiple of 8 elements; the rig's
+//! allocations are contiguous, so that is a column count that is a multiple
+//! of 8), and its copy kernel is dropped; otherwise it gets an allocation
+//! and its copy kernel always runs, as it would in `codac run`.
+
+use anyhow::{bail, Context, Result};
+use coda::cuda::manifest::{BlockManifest, BufferSpec};
+use coda::cuda::symexpr::eval_str;
+use coda::cuda::KernelSource;
+use coda::{DimBindings, HostTensor};
+use coda_runtime::exec::{BlockExecutor, Prepared};
+use coda_runtime::{bench_cycle, convert, BenchStats, DType, Device, DeviceBuffer, TensorArg};
+use std::collections::BTreeMap;
+
+/// Copies of the data cycled through by every timing loop, at least.
+pub(crate) const MIN_COPIES: usize = 3;
+/// At most this many copies.
+pub(crate) const MAX_COPIES: usize = 256;
+/// The bytes each timed kernel should touch over all copies: four times
+/// the 50 MB L2 cache of an H100 (60 MB on an H200), rounded up.
+pub(crate) const ROTATION_BYTES: u64 = 256 << 20;
+/// The share of free device memory the copies may take.
+const MEMORY_SHARE: f64 = 0.7;
+
+/// How the rig provides one buffer of the open manifest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Provision {
+    /// A block input or output, bound as declared (`rank` axes).
+    Declared,
+    /// An allocation of `rows × ld` elements, bound as `[rows, cols]`.
+    Owned,
+    /// The allocation of another buffer (a staging buffer aliasing its input).
+    Alias(String),
+}
+
+/// A block manifest whose every buffer the rig binds (see the module docs),
+/// and how each buffer is provided.
+pub(crate) fn open_manifest(
+    manifest: &BlockManifest,
+    dims: &DimBindings,
+) -> Result<(BlockManifest, BTreeMap<String, Provision>)> {
+    let mut open = manifest.clone();
+    let mut provisions = BTreeMap::new();
+    let mut aliased = Vec::new();
+    for b in &mut open.buffers {
+        let provision = match b.role.as_str() {
+            "input" | "output" => Provision::Declared,
+            "staging" => {
+                let source =
+                    b.staging_of.clone().with_context(|| format!("staging buffer `{}` has no input", b.name))?;
+                let cols = eval_str(&b.shape[1], dims)?;
+                if cols % 8 == 0 {
+                    aliased.push(b.name.clone());
+                    Provision::Alias(source)
+                } else {
+                    Provision::Owned
+                }
+            }
+            _ => Provision::Owned,
+        };
+        if b.role != "output" {
+            b.role = "input".into();
+        }
+        provisions.insert(b.name.clone(), provision);
+    }
+    open.kernels.retain(|k| !k.when.as_ref().is_some_and(|w| aliased.contains(w)));
+    for k in &mut open.kernels {
+        k.when = None;
+    }
+    Ok((open, provisions))
+}
+
+/// The open manifest reduced to its kernel `index` (all buffers kept).
+fn single_kernel(open: &BlockManifest, index: usize) -> BlockManifest {
+    let mut one = open.clone();
+    one.kernels = open.kernels.get(index).cloned().into_iter().collect();
+    one
+}
+
+/// `[rows, cols]` and the leading dimension of a buffer at `dims`.
+fn extent(b: &BufferSpec, dims: &DimBindings) -> Result<(usize, usize, usize)> {
+    let get = |e: &str| -> Result<usize> {
+        let v = eval_str(e, dims).with_context(|| format!("size of buffer `{}`", b.name))?;
+        usize::try_from(v).with_context(|| format!("buffer `{}` has a negative size", b.name))
+    };
+    let (rows, cols) = (get(&b.shape[0])?, get(&b.shape[1])?);
+    let ld = match &b.ld {
+        Some(ld) => get(ld)?,
+        None => cols,
+    };
+    Ok((rows, cols, ld))
+}
+
+/// Bytes of one copy of every buffer the rig allocates.
+pub(crate) fn copy_bytes(
+    open: &BlockManifest,
+    provisions: &BTreeMap<String, Provision>,
+    dims: &DimBindings,
+) -> Result<u64> {
+    let mut total = 0u64;
+    for b in &open.buffers {
+        if matches!(provisions.get(&b.name), Some(Provision::Alias(_))) {
+            continue;
+        }
+        let (rows, _, ld) = extent(b, dims)?;
+        total += (rows * ld * b.dtype.parse::<DType>()?.size_bytes()) as u64;
+    }
+    Ok(total)
+}
+
+/// How many copies: enough that `smallest_kernel_bytes` (the least any
+/// timed kernel touches in one copy) times the copies reaches
+/// [`ROTATION_BYTES`], at least [`MIN_COPIES`], at most [`MAX_COPIES`] and
+/// what fits in `memory_budget` (at least one).
+pub(crate) fn copies_needed(smallest_kernel_bytes: u64, bytes_per_copy: u64, memory_budget: u64) -> usize {
+    let wanted = ROTATION_BYTES.div_ceil(smallest_kernel_bytes.max(1)) as usize;
+    let wanted = wanted.clamp(MIN_COPIES, MAX_COPIES);
+    let fit = (memory_budget / bytes_per_copy.max(1)) as usize;
+    wanted.min(fit).max(1)
+}
+
+/// The device bytes of a host tensor stored as `dtype`.
+fn host_bytes(dtype: DType, host: &HostTensor) -> Vec<u8> {
+    match dtype {
+        DType::I32 => convert::i32_to_bytes(&host.data.iter().map(|v| *v as i32).collect::<Vec<_>>()),
+        _ => convert::f32_to_bytes(dtype, &host.data.iter().map(|v| *v as f32).collect::<Vec<_>>()),
+    }
+}
+
+/// One copy of every buffer and its bindings.
+struct Copy {
+    _buffers: Vec<DeviceBuffer>,
+    bindings: BTreeMap<String, TensorArg>,
+}
+
+/// Allocates one copy: inputs (and the previous content of `+=` outputs)
+/// from `data`, other outputs zeroed, owned buffers zeroed (the block's
+/// first run fills them), aliases bound to their source.
+fn make_copy(
+    device: &Device,
+    open: &BlockManifest,
+    provisions: &BTreeMap<String, Provision>,
+    dims: &DimBindings,
+    data: &BTreeMap<String, Vec<u8>>,
+) -> Result<Copy> {
+    let mut buffers = Vec::new();
+    let mut bindings = BTreeMap::new();
+    let mut pointers: BTreeMap<String, (u64, usize)> = BTreeMap::new();
+    for b in &open.buffers {
+        let dtype: DType = b.dtype.parse()?;
+        let (rows, cols, ld) = extent(b, dims)?;
+        let provision = provisions.get(&b.name).cloned().unwrap_or(Provision::Owned);
+        let (ptr, stride) = match &provision {
+            Provision::Alias(source) => {
+                *pointers.get(source).with_context(|| format!("`{}` aliases unknown buffer `{source}`", b.name))?
+            }
+            _ => {
+                let bytes = rows * ld * dtype.size_bytes();
+                let buffer = match data.get(&b.name) {
+                    Some(host) if host.len() == bytes => DeviceBuffer::from_bytes(device, host)?,
+                    Some(host) => bail!("input `{}` has {} bytes, expected {bytes}", b.name, host.len()),
+                    None => {
+                        let mut buffer = DeviceBuffer::alloc(device, bytes.max(16))?;
+                        buffer.zero()?;
+                        buffer
+                    }
+                };
+                let ptr = buffer.ptr();
+                buffers.push(buffer);
+                (ptr, ld)
+            }
+        };
+        pointers.insert(b.name.clone(), (ptr, stride));
+        let arg = match (provision, b.rank) {
+            (Provision::Declared, 0) => TensorArg::contiguous(dtype, vec![], ptr),
+            (Provision::Declared, 1) => TensorArg::contiguous(dtype, vec![rows * cols], ptr),
+            _ => TensorArg::new(dtype, vec![rows, cols], vec![stride as isize, 1], ptr)?,
+        };
+        bindings.insert(b.name.clone(), arg);
+    }
+    Ok(Copy { _buffers: buffers, bindings })
+}
+
+/// An executor with one prepared launch list per copy.
+struct Runner {
+    name: String,
+    executor: BlockExecutor,
+    prepared: Vec<Prepared>,
+}
+
+impl Runner {
+    fn new(
+        device: &Device,
+        name: &str,
+        manifest: &BlockManifest,
+        sources: &[KernelSource],
+        copies: &[Copy],
+        dims: &DimBindings,
+    ) -> Result<Runner> {
+        let executor = BlockExecutor::new(device, manifest, sources)?;
+        let prepared =
+            copies.iter().map(|c| executor.prepare(device, dims, &c.bindings)).collect::<Result<Vec<_>, _>>()?;
+        Ok(Runner { name: name.to_string(), executor, prepared })
+    }
+
+    fn time(&self, device: &Device, warmup: usize, iters: usize) -> Result<BenchStats> {
+        let stream = device.stream();
+        let copies = self.prepared.len();
+        Ok(bench_cycle(device, stream, warmup, iters, copies, |c| self.executor.launch(&self.prepared[c], stream))?)
+    }
+}
+
+/// Registers per thread of each kernel, by short name.
+pub(crate) type Registers = BTreeMap<String, usize>;
+
+/// Copies of a block's data with runners for the block and each kernel.
+pub(crate) struct Rig {
+    /// Copies cycled through.
+    pub(crate) copies: usize,
+    /// Bytes of one copy.
+    pub(crate) bytes_per_copy: u64,
+    block: Runner,
+    kernels: Vec<Runner>,
+    _data: Vec<Copy>,
+}
+
+/// What a rig is built from.
+pub(crate) struct RigSpec<'a> {
+    pub(crate) manifest: &'a BlockManifest,
+    pub(crate) sources: &'a [KernelSource],
+    pub(crate) dims: &'a DimBindings,
+    /// Input (and `+=` output) contents by buffer name, already in device layout.
+    pub(crate) inputs: &'a BTreeMap<String, HostTensor>,
+    /// Bytes each kernel touches in one copy, by short name.
+    pub(crate) kernel_bytes: &'a BTreeMap<String, u64>,
+}
+
+impl Rig {
+    /// Uploads the copies and compiles (through the cache) and prepares
+    /// every runner.
+    pub(crate) fn new(device: &Device, spec: &RigSpec<'_>) -> Result<Rig> {
+        let (open, provisions) = open_manifest(spec.manifest, spec.dims)?;
+        let bytes_per_copy = copy_bytes(&open, &provisions, spec.dims)?;
+        let smallest = open.kernels.iter().filter_map(|k| spec.kernel_bytes.get(&k.name)).copied().min().unwrap_or(0);
+        let (free, _) = device.memory_info()?;
+        let copies = copies_needed(smallest, bytes_per_copy, (free as f64 * MEMORY_SHARE) as u64);
+        if (copies as u64) * bytes_per_copy > free as u64 {
+            bail!(
+                "one copy of block `{}` needs {bytes_per_copy} bytes; {free} are free on the device",
+                spec.manifest.block
+            );
+        }
+        let mut data = BTreeMap::new();
+        for b in &open.buffers {
+            if let Some(host) = spec.inputs.get(&b.name) {
+                data.insert(b.name.clone(), host_bytes(b.dtype.parse()?, host));
+            }
+        }
+        let made =
+            (0..copies).map(|_| make_copy(device, &open, &provisions, spec.dims, &data)).collect::<Result<Vec<_>>>()?;
+        let block = Runner::new(device, "block", &open, spec.sources, &made, spec.dims)?;
+        let mut kernels = Vec::new();
+        for (index, k) in open.kernels.iter().enumerate() {
+            kernels.push(Runner::new(device, &k.name, &single_kernel(&open, index), spec.sources, &made, spec.dims)?);
+        }
+        Ok(Rig { copies, bytes_per_copy, block, kernels, _data: made })
+    }
+
+    /// Registers per thread of each launched kernel.
+    pub(crate) fn registers(&self) -> Registers {
+        self.block.executor.compile_report().iter().map(|c| (c.name.clone(), c.registers)).collect()
+    }
+
+    /// Runs the block once on every copy (filling the intermediate buffers),
+    /// then keeps running it until `min_ms` have passed, so that the GPU is
+    /// at its working clocks before anything is timed.
+    pub(crate) fn fill_and_spin(&self, device: &Device, min_ms: f64) -> Result<()> {
+        let stream = device.stream();
+        let start = std::time::Instant::now();
+        loop {
+            for prepared in &self.block.prepared {
+                self.block.executor.launch(prepared, stream)?;
+            }
+            stream.synchronize()?;
+            if start.elapsed().as_secs_f64() * 1e3 >= min_ms {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Times each launched kernel alone, in launch order.
+    pub(crate) fn time_kernels(
+        &self,
+        device: &Device,
+        warmup: usize,
+        iters: usize,
+    ) -> Result<Vec<(String, BenchStats)>> {
+        self.kernels.iter().map(|r| Ok((r.name.clone(), r.time(device, warmup, iters)?))).collect()
+    }
+
+    /// Times the whole block: every kernel back to back, as `codac run` launches them.
+    pub(crate) fn time_block(&self, device: &Device, warmup: usize, iters: usize) -> Result<BenchStats> {
+        self.block.time(device, warmup, iters)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn manifest_of(text: &str) -> BlockManifest {
+        let checked = coda::check("t.coda", text).unwrap_or_else(|e| panic!("{e}"));
+        let compiled = coda::compile(&checked, &coda::CompileOptions::default()).unwrap_or_else(|e| panic!("{e}"));
+        compiled.manifest.blocks.into_iter().next().unwrap_or_else(|| panic!("no block"))
+    }
+
+    const BARE: &str = "dim M\ndim N = 64\ndim K = 32\nblock g(a: bf16[M, K], b: bf16[N, K]) -> (y: bf16[M, N]) {\n    y = a @ b.T\n}\n";
+
+    fn dims(m: i64) -> DimBindings {
+        [("M".to_string(), m)].into_iter().collect()
+    }
+
+    /// An aligned staging buffer aliases its input and its copy kernel goes.
+    #[test]
+    fn aligned_staging_aliases() -> Result<()> {
+        let manifest = manifest_of(BARE);
+        assert!(manifest.kernels.iter().any(|k| k.when.is_some()), "expected a conditional copy: {manifest:?}");
+        let (open, provisions) = open_manifest(&manifest, &dims(100))?;
+        assert!(open.kernels.iter().all(|k| k.kind == "gemm"), "{:?}", open.kernels);
+        assert!(open.buffers.iter().all(|b| b.role == "input" || b.name == "y"));
+        assert!(provisions.values().any(|p| matches!(p, Provision::Alias(_))));
+        assert_eq!(provisions.get("a"), Some(&Provision::Declared));
+        Ok(())
+    }
+
+    /// Staging an input with a column count that is not a multiple of 8
+    /// keeps its copy kernel, unconditionally, and owns its buffer.
+    #[test]
+    fn misaligned_staging_copies() -> Result<()> {
+        let text =
+            "dim M\ndim N = 64\nblock g(a: bf16[M, 12], b: bf16[N, 12]) -> (y: bf16[M, N]) {\n    y = a @ b.T\n}\n";
+        let manifest = manifest_of(text);
+        let (open, provisions) = open_manifest(&manifest, &dims(100))?;
+        let copies: Vec<_> = open.kernels.iter().filter(|k| k.kind == "copy").collect();
+        assert!(!copies.is_empty() && copies.iter().all(|k| k.when.is_none()), "{:?}", open.kernels);
+        assert!(provisions.values().filter(|p| **p == Provision::Owned).count() >= 1);
+        let bytes = copy_bytes(&open, &provisions, &dims(100))?;
+        assert!(bytes > 2 * (100 * 12 + 64 * 12 + 100 * 64), "staging copies count: {bytes}");
+        Ok(())
+    }
+
+    #[test]
+    fn copy_counts() {
+        let mb = 1u64 << 20;
+        assert_eq!(copies_needed(200 * mb, 1000 * mb, 80_000 * mb), MIN_COPIES);
+        assert_eq!(copies_needed(16 * mb, 20 * mb, 80_000 * mb), 16);
+        assert_eq!(copies_needed(1, 1, u64::MAX), MAX_COPIES);
+        assert_eq!(copies_needed(200 * mb, 30_000 * mb, 70_000 * mb), 2, "memory caps the copies");
+        assert_eq!(copies_needed(200 * mb, 90_000 * mb, 70_000 * mb), 1, "at least one");
+    }
+}

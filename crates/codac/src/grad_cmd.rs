@@ -1,0 +1,97 @@
+//! `--grad`: the backward blocks instead of the forward ones.
+//!
+//! `explain`, `compile` and `run` work on [`coda::grad_view`], whose blocks
+//! are the backward blocks (ordinary blocks; with `run --random` their saved
+//! inputs are random like every other input). `eval --grad` chains the
+//! interpreter: the forward inputs (random or read), the saved tensors from
+//! the saving forward, the output gradients (random, or `d<output>.npy`),
+//! then the backward block.
+
+use crate::cli::EvalArgs;
+use crate::commands::{check_dims_known, load, parse_dims, summary, Outcome};
+use crate::npy;
+use anyhow::{bail, Result};
+use coda::grad::Gradient;
+use coda::{Checked, ColorChoice, DimBindings, EvalOptions, HostTensor};
+use std::collections::BTreeMap;
+use std::io::Write;
+
+/// The program itself, or with `grad` its backward blocks.
+pub(crate) fn view(checked: Checked, grad: bool) -> Result<Checked> {
+    if !grad {
+        return Ok(checked);
+    }
+    let view = coda::grad_view(&checked)?;
+    if view.module.blocks.is_empty() {
+        bail!("{} has no block to differentiate (only explicit kernels, or no float inputs)", checked.source.name);
+    }
+    Ok(view)
+}
+
+/// Seed offset of the random output gradients, so they differ from the inputs.
+const GRADIENT_SEED: u64 = 0x6772_6164;
+
+/// `codac eval --grad`.
+pub(crate) fn eval(args: &EvalArgs, color: ColorChoice) -> Result<Outcome> {
+    let checked = load(&args.file, color)?;
+    if checked.has_errors() {
+        return Ok(Outcome::UserError);
+    }
+    let view = view(checked, true)?;
+    let dims = parse_dims(&args.input.dims)?;
+    let options = EvalOptions { round_to_storage: args.bf16_rounding };
+    let grads: Vec<&Gradient> = match &args.block {
+        Some(name) => match coda::gradient_of(&view, name) {
+            Some(g) => vec![g],
+            None => bail!("no backward block named `{name}` in {}", view.source.name),
+        },
+        None => view.grads.iter().collect(),
+    };
+    let mut stdout = std::io::stdout().lock();
+    for gradient in grads {
+        check_dims_known(&gradient.backward, &dims)?;
+        let inputs = backward_inputs(args, gradient, &dims, &options)?;
+        let outputs = coda::eval(&gradient.backward, &dims, &inputs, &options)?;
+        writeln!(stdout, "block {} (backward of {}):", gradient.backward.name, gradient.forward)?;
+        for output in &gradient.backward.outputs {
+            let Some(tensor) = outputs.get(&output.tensor.name) else { continue };
+            writeln!(stdout, "  {}", summary(&output.tensor, tensor))?;
+            if let Some(dir) = &args.out {
+                npy::write_output(dir, &output.tensor, tensor)?;
+            }
+        }
+    }
+    Ok(Outcome::Success)
+}
+
+/// Every input of the backward block: forward inputs, saved tensors (from
+/// the saving forward on those inputs) and output gradients.
+fn backward_inputs(
+    args: &EvalArgs,
+    gradient: &Gradient,
+    dims: &DimBindings,
+    options: &EvalOptions,
+) -> Result<BTreeMap<String, HostTensor>> {
+    let forward = &gradient.saving_forward;
+    let mut inputs = match &args.input.inputs {
+        Some(dir) => npy::read_inputs(forward, dims, dir)?,
+        None => coda::random_inputs(forward, dims, args.input.seed)?,
+    };
+    let saved = coda::eval(forward, dims, &inputs, options)?;
+    for s in &gradient.saved {
+        if let Some(t) = saved.get(&s.name) {
+            inputs.insert(s.name.clone(), t.clone());
+        }
+    }
+    // A block whose only inputs are the output gradients, to read or draw them.
+    let mut given = gradient.backward.clone();
+    given.params.retain(|p| gradient.output_grads.iter().any(|(_, n)| *n == p.name));
+    given.outputs.clear();
+    let output_grads = match &args.input.inputs {
+        Some(dir) => npy::read_inputs(&given, dims, dir)?,
+        None => coda::random_inputs(&given, dims, args.input.seed ^ GRADIENT_SEED)?,
+    };
+    inputs.extend(output_grads);
+    inputs.retain(|name, _| gradient.backward.param(name).is_some());
+    Ok(inputs)
+}

@@ -1,0 +1,229 @@
+//! Reverse-mode differentiation checked against central finite differences
+//! in f64, on small shapes and several seeds: every example (with its dims
+//! shrunk) and every case in `tests/cases/grad/` (one per op family).
+//!
+//! For a forward block `f` and random output gradients `dy`, the backward
+//! block must give `∂L/∂x` for `L(x) = Σ_outputs Σ dy ⊙ f(x)`; each checked
+//! element of each requested input is compared with
+//! `(L(x + h e) - L(x - h e)) / 2h`. The backward's saved inputs come from
+//! the saving forward on the same inputs.
+
+use coda::grad::{differentiate, GradSpec, Gradient};
+use coda::ir::Block;
+use coda::{DimBindings, EvalOptions, HostTensor};
+use std::collections::BTreeMap;
+
+/// Finite-difference step.
+const STEP: f64 = 1e-5;
+/// Elements checked per input at most (spread over the tensor).
+const MAX_CHECKED: usize = 48;
+
+type Tensors = BTreeMap<String, HostTensor>;
+
+fn exact() -> EvalOptions {
+    EvalOptions { round_to_storage: false }
+}
+
+/// Integer inputs: small indices, every fourth row the ignore index -100.
+fn integer_inputs(block: &Block, inputs: &mut Tensors) {
+    for p in block.params.iter().filter(|p| p.dtype == coda::ir::DType::I32) {
+        if let Some(t) = inputs.get_mut(&p.name) {
+            for (k, x) in t.data.iter_mut().enumerate() {
+                *x = if k % 4 == 3 { -100.0 } else { (*x).rem_euclid(7.0) };
+            }
+        }
+    }
+}
+
+/// `Σ dy ⊙ f(x)` over the differentiated outputs.
+fn loss(forward: &Block, dims: &DimBindings, inputs: &Tensors, grads: &Gradient, dy: &Tensors) -> f64 {
+    let outputs = coda::eval(forward, dims, inputs, &exact()).unwrap_or_else(|e| panic!("{}: {e}", forward.name));
+    let mut total = 0.0;
+    for (j, name) in &grads.output_grads {
+        let Some(weights) = dy.get(name) else { continue };
+        let value = &outputs[&forward.outputs[*j].tensor.name];
+        total += value.data.iter().zip(&weights.data).map(|(a, b)| a * b).sum::<f64>();
+    }
+    total
+}
+
+/// Evaluates the backward on inputs consistent with the forward.
+fn backward(grads: &Gradient, dims: &DimBindings, inputs: &Tensors, seed: u64) -> (Tensors, Tensors) {
+    let saved = coda::eval(&grads.saving_forward, dims, inputs, &exact()).unwrap_or_else(|e| panic!("saving: {e}"));
+    let mut dy = coda::random_inputs(&grads.backward, dims, seed ^ 0x5eed).unwrap_or_else(|e| panic!("{e}"));
+    dy.retain(|name, _| grads.output_grads.iter().any(|(_, n)| n == name));
+    let mut all = inputs.clone();
+    for s in &grads.saved {
+        all.insert(s.name.clone(), saved[&s.name].clone());
+    }
+    all.extend(dy.clone());
+    all.retain(|name, _| grads.backward.param(name).is_some());
+    let outputs = coda::eval(&grads.backward, dims, &all, &exact()).unwrap_or_else(|e| panic!("backward: {e}"));
+    (outputs, dy)
+}
+
+/// Checks one forward block's gradients on one seed; returns how many elements were compared.
+fn check_against_differences(forward: &Block, spec: &GradSpec, dims: &DimBindings, seed: u64) -> usize {
+    let grads = differentiate(forward, spec).unwrap_or_else(|e| panic!("{}: {e}", forward.name));
+    let mut inputs = coda::random_inputs(forward, dims, seed).unwrap_or_else(|e| panic!("{e}"));
+    integer_inputs(forward, &mut inputs);
+    let (outputs, dy) = backward(&grads, dims, &inputs, seed);
+    let mut compared = 0;
+    for (i, out_name) in &grads.input_grads {
+        let name = &forward.params[*i].name;
+        let analytic = &outputs[out_name];
+        let n = inputs[name].data.len();
+        let stride = n.div_ceil(MAX_CHECKED).max(1);
+        for k in (0..n).step_by(stride) {
+            let x0 = inputs[name].data[k];
+            let shifted = |delta: f64| {
+                let mut shifted = inputs.clone();
+                if let Some(t) = shifted.get_mut(name) {
+                    t.data[k] = x0 + delta;
+                }
+                shifted
+            };
+            let up = loss(forward, dims, &shifted(STEP), &grads, &dy);
+            let down = loss(forward, dims, &shifted(-STEP), &grads, &dy);
+            let numeric = (up - down) / (2.0 * STEP);
+            let got = analytic.data[k];
+            let tolerance = 1e-6 + 1e-5 * got.abs().max(numeric.abs());
+            assert!(
+                (got - numeric).abs() <= tolerance,
+                "{}: d{name}[{k}] = {got}, finite differences give {numeric} (seed {seed})",
+                forward.name
+            );
+            compared += 1;
+        }
+    }
+    compared
+}
+
+/// The file with every `dim NAME = …` whose name is in `small` given that value.
+fn shrink_dims(text: &str, small: &[(&str, i64)]) -> String {
+    let mut out = String::new();
+    for line in text.lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let replaced = match words.as_slice() {
+            ["dim", name, "=", ..] => small.iter().find(|(n, _)| n == name).map(|(n, v)| format!("dim {n} = {v}")),
+            _ => None,
+        };
+        out.push_str(&replaced.unwrap_or_else(|| line.to_string()));
+        out.push('\n');
+    }
+    out
+}
+
+/// The small dims used for each example.
+fn example_dims(file: &str) -> &'static [(&'static str, i64)] {
+    match file {
+        "llama3_block.coda" => &[("D", 8), ("F", 6), ("HD", 4), ("QH", 2), ("KVH", 1)],
+        "gpt2_block.coda" => &[("D", 6), ("H", 10)],
+        "lm_head_ce.coda" => &[("D", 6), ("V", 9)],
+        "parallel_block.coda" => &[("D", 8), ("F", 6), ("HD", 4), ("H", 2)],
+        "gemma_mlp.coda" => &[("D", 6), ("F", 5)],
+        "out_proj_kernel.coda" => &[("D", 6)],
+        other => panic!("no small dims for {other}"),
+    }
+}
+
+/// The gradients to check: the file's `grad` declarations, or the default
+/// request for every block when it declares none.
+fn gradients(checked: &coda::Checked) -> Vec<Gradient> {
+    let view = coda::grad_view(checked).unwrap_or_else(|e| panic!("{}: {e}", checked.source.name));
+    assert!(!view.has_errors(), "{}", view.render_diagnostics());
+    view.grads
+}
+
+/// Every gradient of a file against finite differences, on three seeds.
+fn check_file(checked: &coda::Checked) {
+    let grads = gradients(checked);
+    assert!(!grads.is_empty(), "{}: no gradient", checked.source.name);
+    for gradient in &grads {
+        let forward = checked.module.block(&gradient.forward).unwrap_or_else(|| panic!("{}", gradient.forward));
+        let spec = GradSpec {
+            name: gradient.backward.name.clone(),
+            wrt: gradient.input_grads.iter().map(|(i, _)| *i).collect(),
+            outputs: gradient.output_grads.iter().map(|(j, _)| *j).collect(),
+            span: gradient.backward.span,
+        };
+        let dims: DimBindings = forward.symbolic_dims().map(|d| (d.to_string(), 5)).collect();
+        let compared: usize =
+            [1, 2, 3].iter().map(|&seed| check_against_differences(forward, &spec, &dims, seed)).sum();
+        assert!(compared > 0, "{}: nothing compared", gradient.backward.name);
+    }
+}
+
+/// An example with its constant dims made small.
+fn small_example(path: &std::path::Path) -> coda::Checked {
+    let file = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let text = shrink_dims(&std::fs::read_to_string(path).unwrap_or_default(), example_dims(&file));
+    let checked = coda::check(&format!("examples/{file}"), &text).unwrap_or_else(|e| panic!("{file}: {e}"));
+    assert!(!checked.has_errors(), "{file}:\n{}", checked.render_diagnostics());
+    assert!(!checked.grads.is_empty(), "{file} declares no gradient");
+    checked
+}
+
+#[test]
+fn example_gradients_match_finite_differences() {
+    insta::glob!("../../examples", "*.coda", |path: &std::path::Path| check_file(&small_example(path)));
+}
+
+#[test]
+fn op_family_gradients_match_finite_differences() {
+    insta::glob!("../cases/grad", "*.coda", |path: &std::path::Path| {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let header = coda_tests::header(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert_eq!(header.stage, "grad", "{}", path.display());
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let checked = coda::check(&name, &text).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(!checked.has_errors(), "{name}:\n{}", checked.render_diagnostics());
+        check_file(&checked);
+        emulate_backward(&checked);
+    });
+}
+
+/// Whether a block holds a column scatter, which the code generator cannot lower yet.
+fn has_scatter(block: &Block) -> bool {
+    block.insts.iter().any(|(_, inst)| matches!(inst, coda::ir::Inst::ScatterCols { .. }))
+}
+
+/// The kernels of every backward block (plain and reparameterized) on the
+/// CPU emulator against the interpreter; a block with a column scatter must
+/// be refused by the code generator with a message saying so.
+fn emulate_backward(checked: &coda::Checked) {
+    let view = coda::grad_view(checked).unwrap_or_else(|e| panic!("{e}"));
+    let name = view.source.name.clone();
+    for block in &view.module.blocks {
+        if has_scatter(block) {
+            let message = coda::cuda::compile_block(block, &view.source, &coda::cuda::CodegenOptions::default())
+                .err()
+                .map(|e| e.to_string());
+            assert!(message.unwrap_or_default().contains("column scatter"), "{name}: scatter compiled");
+            continue;
+        }
+        crate::cuda::emulate_block(&name, block, &view.source, 3);
+        let rewritten = coda::opt::reparameterize(block, &coda::opt::Options::default())
+            .unwrap_or_else(|e| panic!("{name}: {e}"))
+            .block;
+        crate::cuda::emulate_block(&name, &rewritten, &view.source, 3);
+    }
+}
+
+#[test]
+fn backward_blocks_compile_and_emulate_like_the_interpreter() {
+    insta::glob!("../../examples", "*.coda", |path: &std::path::Path| {
+        let checked = small_example(path);
+        let view = coda::grad_view(&checked).unwrap_or_else(|e| panic!("{e}"));
+        let name = view.source.name.clone();
+        let compiled = coda::compile(&view, &coda::CompileOptions::default());
+        if view.module.blocks.iter().any(has_scatter) {
+            let message = compiled.err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(message.contains("column scatter"), "{name}: {message}");
+            return;
+        }
+        let compiled = compiled.unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(compiled.manifest.blocks.len(), view.module.blocks.len());
+        emulate_backward(&checked);
+    });
+}
