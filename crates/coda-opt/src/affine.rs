@@ -128,6 +128,27 @@ pub(crate) fn apply(block: &mut Block, acc: Value, term: &RankOne, weight_produc
     block.push(Inst::Binary { op, lhs: acc, rhs: correction }, span)
 }
 
+/// Whether the old value `lhs` is used only as the (not transposed) left
+/// operand of matmuls, directly or through casts, and is not an output. A
+/// LayerNorm whose result is needed elsewhere is computed whole by some
+/// kernel anyway; deferring it would only add work (and rounding).
+pub(crate) fn only_left_operand(block: &Block, users: &[Vec<Value>], lhs: Value) -> bool {
+    let mut stack = vec![lhs];
+    while let Some(v) = stack.pop() {
+        if block.outputs.iter().any(|o| o.value == v) {
+            return false;
+        }
+        for &u in &users[v.index()] {
+            match block.inst(u) {
+                Inst::MatMul { lhs, rhs, lhs_transposed: false, .. } if *lhs == v && *rhs != v => {}
+                Inst::Cast { .. } => stack.push(u),
+                _ => return false,
+            }
+        }
+    }
+    true
+}
+
 /// A readable name for a product of `factors` (`x1_ln2_g` for `x1 ⊙ γ`),
 /// when every factor, or the vector it broadcasts, has a source name.
 pub(crate) fn product_name(block: &Block, factors: &[Value]) -> Option<String> {

@@ -34,11 +34,16 @@ pub(crate) fn gains(
     let operand = product(block, &rest, span)?;
     let weight_shape = block.ty(weight).shape.clone();
     let mut folded = weight;
+    let mut named = vec![weight];
     for g in gains {
         let g = weight_gain(block, g, &cols).ok_or_else(|| TypeError("a gain without its vector".into()))?;
+        named.push(g);
         let along_k = if transposed { g } else { block.push(Inst::Transpose { arg: g }, span)? };
         let wide = block.push(Inst::Broadcast { arg: along_k, shape: weight_shape.clone() }, span)?;
         folded = block.push(Inst::Binary { op: BinaryOp::Mul, lhs: folded, rhs: wide }, span)?;
+    }
+    if let Some(name) = crate::affine::product_name(block, &named) {
+        block.set_name(folded, &name);
     }
     Ok(Some((operand, folded)))
 }

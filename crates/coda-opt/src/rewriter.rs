@@ -42,6 +42,8 @@ struct Rewriter<'a> {
     /// Deferred matmuls (old value) with one bias term: the result before
     /// the bias, and the bias's weight product.
     biased: HashMap<Value, (Value, Value)>,
+    /// The users of every old value.
+    users: Vec<Vec<Value>>,
 }
 
 /// Rewrites `old` with the chosen pair layouts; an error is a bug in a rule
@@ -60,6 +62,7 @@ pub(crate) fn rewrite(old: &Block, options: &Options, plan: &BTreeMap<Value, Cho
         unabsorbed: BTreeSet::new(),
         in_layout_memo: HashMap::new(),
         biased: HashMap::new(),
+        users: pairs::users_of(old),
     };
     r.run()?;
     let block = compact(&r.new)?;
@@ -244,7 +247,12 @@ impl Rewriter<'_> {
         let weight = self.plain(rhs)?;
         let mut deferred = affine::Split { operand: a, scale: None, rank_one: Vec::new() };
         if self.options.defer_norms && !lhs_transposed {
-            deferred = match affine::split(&mut self.new, a, operand_dtype)? {
+            let split = if self.options.defer_layernorm && affine::only_left_operand(self.old, &self.users, lhs) {
+                affine::split(&mut self.new, a, operand_dtype)?
+            } else {
+                None
+            };
+            deferred = match split {
                 Some(split) => split,
                 None => {
                     let (operand, scale) = rowscale::split(&mut self.new, a, operand_dtype)?;
@@ -274,7 +282,8 @@ impl Rewriter<'_> {
         // GEMMs launch before the GEMM whose epilogue reads them.
         let mut products = Vec::new();
         for term in &deferred.rank_one {
-            let product = Inst::MatMul { lhs: term.col, rhs: unfolded, lhs_transposed: false, rhs_transposed, operand_dtype };
+            let product =
+                Inst::MatMul { lhs: term.col, rhs: unfolded, lhs_transposed: false, rhs_transposed, operand_dtype };
             let product = self.emit(product, span)?;
             if let Some(name) = affine::product_name(&self.new, &[term.col, rhs]) {
                 self.new.set_name(product, &name);

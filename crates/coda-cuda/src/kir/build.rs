@@ -148,7 +148,8 @@ impl Builder<'_> {
                 }
             };
             let per_column = col_partials || wide;
-            let chosen = match config::for_target(self.target, portable, &shape.cols, per_column, b_pairs, b_transposed) {
+            let chosen = match config::for_target(self.target, portable, &shape.cols, per_column, b_pairs, b_transposed)
+            {
                 c if c.is_sm90() || !wide => c,
                 _ => TileConfig::Cfg64x64,
             };
@@ -188,9 +189,12 @@ impl Builder<'_> {
         let mut vectors = BTreeSet::new();
         let mut finishes = false;
         let mut seen = BTreeSet::new();
+        // The epilogue's values and what they read (not the matmul's operands).
         let mut stack: Vec<Value> = (0..self.plan.homes.len())
-            .filter(|v| self.plan.homes[*v] == Home::Acc(k))
-            .flat_map(|v| self.block.inst(Value::from_index(v)).operands())
+            .map(Value::from_index)
+            .filter(|v| self.plan.homes[v.index()] == Home::Acc(k))
+            .filter(|v| !matches!(self.block.inst(*v), Inst::MatMul { .. }))
+            .flat_map(|v| self.block.inst(v).operands())
             .collect();
         while let Some(v) = stack.pop() {
             let v = self.c(v);
