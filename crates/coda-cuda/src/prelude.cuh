@@ -170,6 +170,13 @@ __device__ __forceinline__ float rope_sign(int n, int start, int end, int hd, bo
 __device__ __forceinline__ int rope_partner(int n, int start, int end, int hd, bool interleaved) {
     return rope_col(n, start, end, hd, interleaved).partner;
 }
+// The same frequency looked up in a table of the head's head_dim / 2
+// frequencies (emitted by codac beside the kernel).
+__device__ __forceinline__ double rope_freq_tab(int n, int start, int end, int hd, bool interleaved,
+                                                const double* table) {
+    const RopeCol r = rope_col(n, start, end, hd, interleaved);
+    return r.in ? __ldg(table + r.pair) : 0.0;
+}
 // x * freq in double, reduced to [-pi, pi], then the SFU sine / cosine
 // (absolute error below 4e-7 on [-pi, pi]).
 __device__ __forceinline__ float reduced_angle(float x, double freq) {

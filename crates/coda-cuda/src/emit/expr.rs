@@ -36,6 +36,9 @@ pub(crate) struct Emitter<'a> {
     /// Threads per row that may run a cooperative (block-wide) reduction
     /// at the current point; 1 where only sequential code is allowed.
     pub(crate) coop: u32,
+    /// File-scope declarations the kernel needs (rotary frequency tables),
+    /// by name, emitted before the kernel.
+    pub(crate) globals: std::collections::BTreeMap<String, String>,
 }
 
 impl<'a> Emitter<'a> {
@@ -52,6 +55,7 @@ impl<'a> Emitter<'a> {
             indent: 0,
             scopes: vec![HashMap::new()],
             coop: 1,
+            globals: std::collections::BTreeMap::new(),
         }
     }
 
@@ -318,7 +322,8 @@ impl<'a> Emitter<'a> {
             if let Some((x, spec)) = self.rope_angle(a) {
                 let xv = self.eval(x, m, k)?;
                 let args = self.rope_args(&spec);
-                let freq = format!("cg::rope_freq_d({k}, {args}, {})", freq_exponent(&spec));
+                let table = self.rope_freq_table(&spec);
+                let freq = format!("cg::rope_freq_tab({k}, {args}, {table})");
                 let f = if op == UnaryOp::Sin { "sin_angle" } else { "cos_angle" };
                 return Ok(format!("cg::{f}({xv}, {freq})"));
             }
@@ -478,6 +483,29 @@ pub(crate) fn float_lit(c: f64) -> String {
 }
 
 /// `-2 log2(base) / head_dim`: a rotary frequency is `2^(pair * this)`.
+impl Emitter<'_> {
+    /// The name of a file-scope table of the `head_dim / 2` rotary
+    /// frequencies `base^(-2 i / head_dim)` in double, computed here exactly
+    /// as the interpreter does, so the epilogue looks a frequency up instead
+    /// of evaluating a double-precision `exp2` per element.
+    fn rope_freq_table(&mut self, spec: &RopeSpec) -> String {
+        let name = format!("coda_rope_freq_{}_{}", spec.head_dim, spec.base.to_bits());
+        let values: Vec<String> = (0..spec.head_dim / 2)
+            .map(|i| double_lit(spec.base.powf(-((2 * i) as f64) / spec.head_dim as f64)))
+            .collect();
+        let decl = format!(
+            "// base {} ^ (-2 i / {}), i < {}\n__device__ const double {name}[{}] = {{{}}};\n",
+            double_lit(spec.base),
+            spec.head_dim,
+            spec.head_dim / 2,
+            spec.head_dim / 2,
+            values.join(", ")
+        );
+        self.globals.entry(name.clone()).or_insert(decl);
+        name
+    }
+}
+
 fn freq_exponent(spec: &RopeSpec) -> String {
     double_lit(-2.0 * spec.base.log2() / spec.head_dim as f64)
 }

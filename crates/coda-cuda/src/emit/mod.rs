@@ -133,6 +133,8 @@ fn emit_kernel(
             (code, simple_launch(&em, "copy", ir.buffers[*src].rows.clone(), when))
         }
     };
+    let globals: String = em.globals.values().map(|d| format!("{d}\n")).collect();
+    let code = format!("{globals}{code}");
     let summary = summary(ir, kernel, block);
     let sm90 = matches!(&kernel.kind, KernelKind::Gemm(spec) if spec.config.is_sm90());
     let text = file_text(&file, source, ir, &entry, launch.kind, &summary, &code, sm90);

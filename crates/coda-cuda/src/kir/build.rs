@@ -475,7 +475,8 @@ impl Builder<'_> {
             }
             Home::Row(x) | Home::Col(x) if x == ctx.k => Node { op: self.op_of(ctx, v)?, space, reg: None, value: v },
             Home::Inline | Home::RowPartial(..) if is_col_kernel && self.has_mat_before(v, ctx.k) => {
-                Node { op: Op::Load(self.scratch_buf(v, DType::F32)), space, reg: None, value: v }
+                let dtype = self.carry_dtype(v);
+                Node { op: Op::Load(self.scratch_buf(v, dtype)), space, reg: None, value: v }
             }
             Home::Inline => Node { op: self.op_of(ctx, v)?, space, reg: None, value: v },
             Home::RowPartial(_, kind) => {
@@ -488,8 +489,9 @@ impl Builder<'_> {
                 Node { op: Op::FinishCol(buf), space, reg: None, value: v }
             }
             Home::Acc(x) | Home::Row(x) | Home::Col(x) if x < ctx.k => {
-                self.mats.entry((v, DType::F32)).or_insert(x);
-                Node { op: Op::Load(self.scratch_buf(v, DType::F32)), space, reg: None, value: v }
+                let dtype = self.carry_dtype(v);
+                self.mats.entry((v, dtype)).or_insert(x);
+                Node { op: Op::Load(self.scratch_buf(v, dtype)), space, reg: None, value: v }
             }
             other => return Err(self.internal(format!("kernel {} reads {v} homed at {other:?}", ctx.k))),
         };
@@ -500,7 +502,19 @@ impl Builder<'_> {
     }
 
     fn has_mat_before(&self, v: Value, k: usize) -> bool {
-        self.mats.get(&(v, DType::F32)).is_some_and(|x| *x < k)
+        self.mats.get(&(v, self.carry_dtype(v))).is_some_and(|x| *x < k)
+    }
+
+    /// The dtype a value is carried in between kernels: its own dtype when
+    /// that is 16-bit (the value is already rounded to it, so storing it
+    /// that way is exact and halves the traffic), else f32.
+    fn carry_dtype(&self, v: Value) -> DType {
+        let dtype = self.block.ty(v).dtype;
+        if dtype.is_half() {
+            dtype
+        } else {
+            DType::F32
+        }
     }
 
     /// The operation of `v` with its operands' nodes.
