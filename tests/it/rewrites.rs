@@ -43,8 +43,18 @@ fn rel_l2(a: &BTreeMap<String, HostTensor>, b: &BTreeMap<String, HostTensor>, na
 
 /// Rewrites `block` and compares it with the original; returns the rules applied.
 fn check_block(block: &Block, what: &str, sizes: &[i64], seeds: &[u64]) -> BTreeMap<&'static str, usize> {
-    let rewritten =
-        coda::opt::reparameterize(block, &coda::opt::Options::default()).unwrap_or_else(|e| panic!("{what}: {e}"));
+    check_block_with(block, what, sizes, seeds, &coda::opt::Options::default())
+}
+
+/// [`check_block`] with the reparameterizer's options.
+fn check_block_with(
+    block: &Block,
+    what: &str,
+    sizes: &[i64],
+    seeds: &[u64],
+    options: &coda::opt::Options,
+) -> BTreeMap<&'static str, usize> {
+    let rewritten = coda::opt::reparameterize(block, options).unwrap_or_else(|e| panic!("{what}: {e}"));
     coda::ir::verify::verify(&rewritten.block).unwrap_or_else(|e| panic!("{what}: rewritten block: {e}"));
     for &size in sizes {
         let dims: DimBindings = block.symbolic_dims().map(|d| (d.to_string(), size)).collect();
@@ -102,5 +112,34 @@ fn rewrites_of_cases_agree_with_the_original() {
                 check_block(&block, &what, &[1, 4, 37], &[1, 2, 3]);
             }
         }
+    }
+}
+
+/// The inference option: norm gains folded into the weights. The rewritten
+/// blocks agree with the originals, every deferred norm's gain moves, and
+/// the folded weights are made by weight-preparation kernels (the norm
+/// consumers' kernel counts do not change).
+#[test]
+fn folded_gains_agree_with_the_original() {
+    let options = coda::opt::Options { fold_gains: true, ..coda::opt::Options::default() };
+    let expected = [("gpt2_block.coda", 2, 6), ("lm_head_ce.coda", 1, 1), ("llama3_block.coda", 2, 2)];
+    for (file, folds, weight_preps) in expected {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples").join(file);
+        let block = blocks_of(&path).into_iter().next().unwrap_or_else(|| panic!("{file}: no block"));
+        let applied = check_block_with(&block, file, &[3], &[1], &options);
+        assert_eq!(applied.get("gain-into-weight"), Some(&folds), "{file}: {applied:?}");
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        let checked = coda::check(file, &text).unwrap_or_else(|e| panic!("{e}"));
+        let explain = coda::ExplainOptions { rewrite: options, ..Default::default() };
+        let json = coda::explain_json_with(&checked, &explain);
+        let kernels: Vec<_> = json["kernels"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|k| k["block"] == block.name.as_str())
+            .collect();
+        let count = |kind: &str| kernels.iter().filter(|k| k["kind"] == kind).count();
+        assert_eq!(count("weight_prep"), weight_preps, "{file}: {kernels:?}");
     }
 }

@@ -11,6 +11,7 @@
 //! For `layernorm(x, γ, β) = σ ⊙ (x − μ) ⊙ γ + β` this is
 //! `σ ⊙ ((x ⊙ γ) @ W) − (σ μ) ⊗ (γᵀ W) + 1 ⊗ (βᵀ W)`.
 
+use crate::rowscale::product;
 use coda_ir::infer::TypeError;
 use coda_ir::{BinaryOp, Block, DType, Dim, Inst, Shape, UnaryOp, Value};
 use std::collections::HashMap;
@@ -24,6 +25,11 @@ pub(crate) const RULE_SHIFT: &str = "row-shift-through-matmul";
 /// `(X + 1 cᵀ) @ W = X @ W + 1 ⊗ (cᵀ W)`: the rank-one term with no per-row
 /// factor (LayerNorm's bias `β`) becomes a per-column vector of the result.
 pub(crate) const RULE_BIAS: &str = "bias-through-matmul";
+
+/// `(Y + 1 ⊗ u) + 1 ⊗ b = Y + 1 ⊗ (u + b)`: a bias added after the matmul
+/// joins the bias term's weight product (one per-column vector fewer in the
+/// consumer's epilogue; the weight-preparation GEMM adds `b`).
+pub(crate) const RULE_MERGE_BIAS: &str = "bias-into-weight-product";
 
 /// Most terms an expansion may have (LayerNorm has three).
 const MAX_TERMS: usize = 8;
@@ -120,6 +126,27 @@ pub(crate) fn apply(block: &mut Block, acc: Value, term: &RankOne, weight_produc
     }
     let op = if term.negative { BinaryOp::Sub } else { BinaryOp::Add };
     block.push(Inst::Binary { op, lhs: acc, rhs: correction }, span)
+}
+
+/// Whether the old value `lhs` is used only as the (not transposed) left
+/// operand of matmuls, directly or through casts, and is not an output. A
+/// LayerNorm whose result is needed elsewhere is computed whole by some
+/// kernel anyway; deferring it would only add work (and rounding).
+pub(crate) fn only_left_operand(block: &Block, users: &[Vec<Value>], lhs: Value) -> bool {
+    let mut stack = vec![lhs];
+    while let Some(v) = stack.pop() {
+        if block.outputs.iter().any(|o| o.value == v) {
+            return false;
+        }
+        for &u in &users[v.index()] {
+            match block.inst(u) {
+                Inst::MatMul { lhs, rhs, lhs_transposed: false, .. } if *lhs == v && *rhs != v => {}
+                Inst::Cast { .. } => stack.push(u),
+                _ => return false,
+            }
+        }
+    }
+    true
 }
 
 /// A readable name for a product of `factors` (`x1_ln2_g` for `x1 ⊙ γ`),
@@ -314,16 +341,4 @@ fn rank_one_of(
     }
     let col = product(block, &cols, span)?;
     Ok(RankOne { negative: term.negative, row, col })
-}
-
-/// The product of `factors` (at least one), left to right.
-fn product(block: &mut Block, factors: &[Value], span: coda_diagnostics::Span) -> Result<Value, TypeError> {
-    let Some((&first, others)) = factors.split_first() else {
-        return Err(TypeError("a product of no factors".into()));
-    };
-    let mut acc = first;
-    for &f in others {
-        acc = block.push(Inst::Binary { op: BinaryOp::Mul, lhs: acc, rhs: f }, span)?;
-    }
-    Ok(acc)
 }

@@ -8,6 +8,15 @@
 //!   operand, `(r ⊙ X) @ W = r ⊙ (X @ W)`, so `rmsnorm(x, g) @ W` becomes
 //!   `r ⊙ ((x ⊙ g) @ W)`: the producer stores `x ⊙ g` and row partials of
 //!   `x²`, the consumer applies `r` in its epilogue.
+//! * **LayerNorm deferral** ([`affine`], [`moments`]): a left operand
+//!   `σ ⊙ (x − μ) ⊙ γ + β` is expanded into product terms; the tile term
+//!   becomes the GEMM (`σ ⊙ ((x ⊙ γ) @ W)`) and the others rank-one
+//!   corrections with weight products computed by weight-preparation GEMMs
+//!   (`− (σμ) ⊗ (γᵀW) + 1 ⊗ (βᵀW)`, a bias added after the matmul joining
+//!   the last); the variance `Σ(x − μ)²` is rewritten with the raw moments
+//!   `Σx`, `Σx²`, which the producer's epilogue emits as partials.
+//! * **gain folding** ([`fold`], off by default: [`Options::fold_gains`]):
+//!   a deferred norm's gain moves into the weight, `W' = diag(g) W`.
 //! * **pair layouts** ([`pairs`]): a matmul whose output is split into
 //!   `[gate | up]` halves, or rotated by rotate-half RoPE, reads its weight's
 //!   rows in interleaved order ([`coda_ir::Inst::PermuteRows`], done by the
@@ -23,6 +32,7 @@
 //! inputs (`tests/it/rewrites.rs`).
 
 mod affine;
+mod fold;
 mod moments;
 mod pairs;
 mod rewriter;
@@ -38,18 +48,30 @@ pub struct Options {
     pub defer_norms: bool,
     /// Apply the pair-layout rules.
     pub pair_layouts: bool,
+    /// Defer LayerNorm too (its row shift and bias leave the operand as
+    /// rank-one corrections; needs `defer_norms`). On by default; its
+    /// rounding error grows with a row's `|mean| / std` (see
+    /// `docs/reparameterizer.md`), so blocks whose normalized rows are
+    /// dominated by their mean should turn it off.
+    pub defer_layernorm: bool,
+    /// Fold a deferred norm's gain into the weight (`W' = diag(g) W`, made
+    /// by a weight-preparation kernel) instead of multiplying it into the
+    /// producer's output. Off by default: the right choice for inference
+    /// with static weights, not for training, where the weights change
+    /// every step (see `docs/reparameterizer.md`).
+    pub fold_gains: bool,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { defer_norms: true, pair_layouts: true }
+        Options { defer_norms: true, pair_layouts: true, defer_layernorm: true, fold_gains: false }
     }
 }
 
 impl Options {
     /// No rewriting at all (the greedy partition of the plain block).
     pub fn none() -> Self {
-        Options { defer_norms: false, pair_layouts: false }
+        Options { defer_norms: false, pair_layouts: false, defer_layernorm: false, fold_gains: false }
     }
 }
 
@@ -101,11 +123,13 @@ pub fn reparameterize(block: &Block, options: &Options) -> Result<Reparameterize
 }
 
 /// The rule names, in the order `codac explain` lists them.
-pub const RULES: [&str; 7] = [
+pub const RULES: [&str; 9] = [
     rowscale::RULE,
     affine::RULE_SHIFT,
     affine::RULE_BIAS,
+    affine::RULE_MERGE_BIAS,
     moments::RULE,
+    fold::RULE,
     pairs::RULE_GATED,
     pairs::RULE_ROPE,
     pairs::RULE_UNPERMUTE_STORE,

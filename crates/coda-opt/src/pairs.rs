@@ -91,7 +91,7 @@ fn wanted_perm(block: &Block, users: &[Vec<Value>], v: Value, n: i64) -> Option<
 }
 
 /// The users of every value.
-fn users_of(block: &Block) -> Vec<Vec<Value>> {
+pub(crate) fn users_of(block: &Block) -> Vec<Vec<Value>> {
     let mut users = vec![Vec::new(); block.insts.len()];
     for (v, inst) in block.insts.iter() {
         for o in inst.operands() {

@@ -9,9 +9,9 @@
 //! else puts them back in order and marks the layout as not absorbed.
 
 use crate::pairs::{self, Choice};
-use crate::{affine, rowscale, Options};
+use crate::{affine, fold, rowscale, Options};
 use coda_ir::infer::TypeError;
-use coda_ir::{Axis, Block, Dim, Inst, Output, PairPerm, RopeSpec, RopeStyle, Value};
+use coda_ir::{Axis, BinaryOp, Block, Dim, Inst, Output, PairPerm, RopeSpec, RopeStyle, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// The result of one rewriting walk.
@@ -39,6 +39,11 @@ struct Rewriter<'a> {
     applied: BTreeMap<&'static str, usize>,
     unabsorbed: BTreeSet<Value>,
     in_layout_memo: HashMap<(Value, PairPerm), Option<Value>>,
+    /// Deferred matmuls (old value) with one bias term: the result before
+    /// the bias, and the bias's weight product.
+    biased: HashMap<Value, (Value, Value)>,
+    /// The users of every old value.
+    users: Vec<Vec<Value>>,
 }
 
 /// Rewrites `old` with the chosen pair layouts; an error is a bug in a rule
@@ -56,6 +61,8 @@ pub(crate) fn rewrite(old: &Block, options: &Options, plan: &BTreeMap<Value, Cho
         applied: BTreeMap::new(),
         unabsorbed: BTreeSet::new(),
         in_layout_memo: HashMap::new(),
+        biased: HashMap::new(),
+        users: pairs::users_of(old),
     };
     r.run()?;
     let block = compact(&r.new)?;
@@ -118,6 +125,9 @@ impl Rewriter<'_> {
         let span = self.old.insts.span(v);
         if let Inst::MatMul { .. } = inst {
             return self.matmul(v, inst);
+        }
+        if let Some(mapped) = self.merge_bias(v, inst)? {
+            return Ok(mapped);
         }
         if let Some((perm, origin)) = self.paired_operand(inst) {
             if let Some(mapped) = self.absorb(v, inst, perm, origin)? {
@@ -229,55 +239,68 @@ impl Rewriter<'_> {
     }
 
     fn matmul(&mut self, v: Value, inst: &Inst) -> Result<Mapped, TypeError> {
-        let Inst::MatMul { lhs, rhs, lhs_transposed, rhs_transposed, operand_dtype } = inst else {
+        let Inst::MatMul { lhs, rhs, lhs_transposed, rhs_transposed, operand_dtype } = *inst else {
             return Err(TypeError("not a matmul".into()));
         };
         let span = self.old.insts.span(v);
-        let mut a = self.plain(*lhs)?;
-        let mut b = self.plain(*rhs)?;
-        let mut scale = None;
-        let mut rank_one = Vec::new();
+        let mut a = self.plain(lhs)?;
+        let weight = self.plain(rhs)?;
+        let mut deferred = affine::Split { operand: a, scale: None, rank_one: Vec::new() };
         if self.options.defer_norms && !lhs_transposed {
-            match affine::split(&mut self.new, a, *operand_dtype)? {
-                Some(split) => (a, scale, rank_one) = (split.operand, split.scale, split.rank_one),
-                None => (a, scale) = rowscale::split(&mut self.new, a, *operand_dtype)?,
+            let split = if self.options.defer_layernorm && affine::only_left_operand(self.old, &self.users, lhs) {
+                affine::split(&mut self.new, a, operand_dtype)?
+            } else {
+                None
+            };
+            deferred = match split {
+                Some(split) => split,
+                None => {
+                    let (operand, scale) = rowscale::split(&mut self.new, a, operand_dtype)?;
+                    affine::Split { operand, scale, rank_one: Vec::new() }
+                }
+            };
+            a = deferred.operand;
+        }
+        let mut b = weight;
+        if self.options.fold_gains && (deferred.scale.is_some() || !deferred.rank_one.is_empty()) {
+            if let Some((operand, folded)) = fold::gains(&mut self.new, a, weight, rhs_transposed)? {
+                (a, b) = (operand, folded);
+                self.count(fold::RULE);
             }
         }
         let choice = self.plan.get(&v).copied();
+        let mut unfolded = weight;
         if let Some(c) = choice {
-            b = self.emit(Inst::PermuteRows { arg: b, perm: c.perm }, span)?;
+            unfolded = self.emit(Inst::PermuteRows { arg: weight, perm: c.perm }, span)?;
+            b = if b == weight { unfolded } else { self.emit(Inst::PermuteRows { arg: b, perm: c.perm }, span)? };
             self.count(c.rule);
         }
+        // Shifts before the bias, so that a bias added after the matmul
+        // can join the bias term (`merge_bias`).
+        deferred.rank_one.sort_by_key(|t| t.row.is_none());
         // The weight products come first, so that their weight-preparation
         // GEMMs launch before the GEMM whose epilogue reads them.
         let mut products = Vec::new();
-        for term in &rank_one {
-            let product = Inst::MatMul {
-                lhs: term.col,
-                rhs: b,
-                lhs_transposed: false,
-                rhs_transposed: *rhs_transposed,
-                operand_dtype: *operand_dtype,
-            };
+        for term in &deferred.rank_one {
+            let product =
+                Inst::MatMul { lhs: term.col, rhs: unfolded, lhs_transposed: false, rhs_transposed, operand_dtype };
             let product = self.emit(product, span)?;
-            if let Some(name) = affine::product_name(&self.new, &[term.col, *rhs]) {
+            if let Some(name) = affine::product_name(&self.new, &[term.col, rhs]) {
                 self.new.set_name(product, &name);
             }
             products.push(product);
         }
-        let mm = Inst::MatMul {
-            lhs: a,
-            rhs: b,
-            lhs_transposed: *lhs_transposed,
-            rhs_transposed: *rhs_transposed,
-            operand_dtype: *operand_dtype,
-        };
+        let mm = Inst::MatMul { lhs: a, rhs: b, lhs_transposed, rhs_transposed, operand_dtype };
         let mut out = self.emit(mm, span)?;
-        if let Some(r) = scale {
+        if let Some(r) = deferred.scale {
             out = rowscale::apply(&mut self.new, out, r)?;
             self.count(rowscale::RULE);
         }
-        for (term, product) in rank_one.iter().zip(products) {
+        let biases = deferred.rank_one.iter().filter(|t| t.row.is_none()).count();
+        for (term, product) in deferred.rank_one.iter().zip(products) {
+            if term.row.is_none() && biases == 1 && choice.is_none() {
+                self.biased.insert(v, (out, product));
+            }
             out = affine::apply(&mut self.new, out, term, product)?;
             self.count(if term.row.is_some() { affine::RULE_SHIFT } else { affine::RULE_BIAS });
         }
@@ -285,6 +308,35 @@ impl Rewriter<'_> {
             Some(c) => Mapped::Paired { value: out, perm: c.perm, origin: v },
             None => Mapped::Plain(out),
         })
+    }
+
+    /// `(Y + 1 ⊗ u) + 1 ⊗ b = Y + 1 ⊗ (u + b)` for a matmul `Y + 1 ⊗ u`
+    /// whose bias term `u` is a weight product and a bias `b` added to it:
+    /// the weight-preparation GEMM adds `b`, and the consumer's epilogue
+    /// reads one per-column vector instead of two.
+    fn merge_bias(&mut self, v: Value, inst: &Inst) -> Result<Option<Mapped>, TypeError> {
+        let Inst::Binary { op: BinaryOp::Add, lhs, rhs } = *inst else { return Ok(None) };
+        let (matmul, other) = match (self.biased.get(&lhs), self.biased.get(&rhs)) {
+            (Some(_), _) => (lhs, rhs),
+            (None, Some(_)) => (rhs, lhs),
+            (None, None) => return Ok(None),
+        };
+        let Inst::Broadcast { arg: bias, .. } = *self.old.inst(other) else { return Ok(None) };
+        let bias_shape = &self.old.ty(bias).shape;
+        if !bias_shape.rows.is_one() || bias_shape.cols != self.old.ty(v).shape.cols || bias_shape.cols.is_one() {
+            return Ok(None);
+        }
+        let Some(&(base, product)) = self.biased.get(&matmul) else { return Ok(None) };
+        let span = self.old.insts.span(v);
+        let bias = self.plain(bias)?;
+        let merged = self.emit(Inst::Binary { op: BinaryOp::Add, lhs: product, rhs: bias }, span)?;
+        if let Some(name) = affine::product_name(&self.new, &[product, bias]) {
+            self.new.set_name(merged, &name);
+        }
+        let shape = self.new.ty(base).shape.clone();
+        let wide = self.emit(Inst::Broadcast { arg: merged, shape }, span)?;
+        self.count(affine::RULE_MERGE_BIAS);
+        Ok(Some(Mapped::Plain(self.emit(Inst::Binary { op: BinaryOp::Add, lhs: base, rhs: wide }, span)?)))
     }
 }
 

@@ -49,7 +49,7 @@ pub(crate) fn apply(block: &mut Block, acc: Value, r: Value) -> Result<Value, Ty
 }
 
 /// The factors of a product tree, left to right.
-fn flatten(block: &Block, v: Value, out: &mut Vec<Value>) {
+pub(crate) fn flatten(block: &Block, v: Value, out: &mut Vec<Value>) {
     match block.inst(v) {
         Inst::Binary { op: BinaryOp::Mul, lhs, rhs } => {
             let (lhs, rhs) = (*lhs, *rhs);
@@ -69,7 +69,7 @@ fn row_vector(block: &Block, f: Value, rows: &coda_ir::Dim) -> Option<Value> {
 }
 
 /// The product of `factors` (at least one), left to right.
-fn product(block: &mut Block, factors: &[Value], span: coda_diagnostics::Span) -> Result<Value, TypeError> {
+pub(crate) fn product(block: &mut Block, factors: &[Value], span: coda_diagnostics::Span) -> Result<Value, TypeError> {
     let Some((&first, others)) = factors.split_first() else {
         return Err(TypeError("a product of no factors".into()));
     };

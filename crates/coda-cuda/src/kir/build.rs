@@ -140,15 +140,85 @@ impl Builder<'_> {
             }
             heavy |= regs > config::HEAVY_NODES;
             let shape = &self.block.ty(*matmul).shape;
+            let wide = self.wide_epilogue(k);
             let portable = config::choose(&shape.rows, &shape.cols, heavy);
             let (b_pairs, b_transposed) = match b {
                 OperandPlan::Param { transposed, row_perm, .. } | OperandPlan::Mat { transposed, row_perm, .. } => {
                     (*row_perm, *transposed)
                 }
             };
-            let chosen = config::for_target(self.target, portable, &shape.cols, col_partials, b_pairs, b_transposed);
+            let per_column = col_partials || wide;
+            let chosen = match config::for_target(self.target, portable, &shape.cols, per_column, b_pairs, b_transposed)
+            {
+                c if c.is_sm90() || !wide => c,
+                _ => TileConfig::Cfg64x64,
+            };
             self.configs.insert(k, chosen);
         }
+    }
+
+    /// Whether kernel `k` reads `v` from memory (an input, a stored value or
+    /// partials) rather than computing it from constants and tables.
+    fn reads_memory(&self, v: Value, k: usize) -> bool {
+        let mut stack = vec![v];
+        let mut seen = BTreeSet::new();
+        while let Some(v) = stack.pop() {
+            let v = self.c(v);
+            if !seen.insert(v) {
+                continue;
+            }
+            match &self.plan.homes[v.index()] {
+                Home::Inline => stack.extend(self.block.inst(v).operands()),
+                Home::Acc(x) if *x == k => {}
+                Home::Dead => {}
+                _ => return true,
+            }
+        }
+        false
+    }
+
+    /// Whether the epilogue of GEMM `k` reads per-column vectors from
+    /// memory beside per-row values finished from partials (a deferred
+    /// LayerNorm's consumer: `σ` and `σμ` per row, `γᵀW` and `βᵀW + b` per
+    /// column). Each vector costs `2 × (columns per thread)` registers and
+    /// each row value one per row of the thread, which spill beside 128
+    /// accumulators on the big tiles (measured with ptxas). Such a GEMM
+    /// takes smaller tiles: `Sm90Cfg128x128` on `sm_90a`, `Cfg64x64` on the
+    /// portable mainloop.
+    fn wide_epilogue(&self, k: usize) -> bool {
+        let mut vectors = BTreeSet::new();
+        let mut finishes = false;
+        let mut seen = BTreeSet::new();
+        // The epilogue's values and what they read (not the matmul's operands).
+        let mut stack: Vec<Value> = (0..self.plan.homes.len())
+            .map(Value::from_index)
+            .filter(|v| self.plan.homes[v.index()] == Home::Acc(k))
+            .filter(|v| !matches!(self.block.inst(*v), Inst::MatMul { .. }))
+            .flat_map(|v| self.block.inst(v).operands())
+            .collect();
+        while let Some(v) = stack.pop() {
+            let v = self.c(v);
+            if !seen.insert(v) {
+                continue;
+            }
+            match &self.plan.homes[v.index()] {
+                Home::RowPartial(..) => finishes = true,
+                Home::Inline => {
+                    if let Inst::Broadcast { arg, .. } = self.block.inst(v) {
+                        let shape = &self.block.ty(*arg).shape;
+                        if shape.rows.is_one() && !shape.cols.is_one() {
+                            if self.reads_memory(*arg, k) {
+                                vectors.insert(self.c(*arg));
+                            }
+                            continue;
+                        }
+                    }
+                    stack.extend(self.block.inst(v).operands());
+                }
+                _ => {}
+            }
+        }
+        finishes && !vectors.is_empty()
     }
 
     fn declare_partials(&mut self) {
