@@ -433,14 +433,42 @@ template <> struct PairBits<float> {
 __device__ __forceinline__ float2 unpack_pair(unsigned u, bf16) { return unpack2_bf16(u); }
 __device__ __forceinline__ float2 unpack_pair(unsigned u, f16) { return unpack2_f16(u); }
 
+// The second half of every staged store: the BM x W tile in scratch (rows
+// of (BN + 8) elements) to out[tile_m0 + r][origin + c], consecutive threads
+// taking consecutive 16-byte chunks of a row; element stores at the ragged
+// right edge (columns >= out_cols), rows >= M skipped.
+template <class T, class Frag, int W>
+__device__ __forceinline__ void store_staged_rows(const Frag& f, const TileInfo& t, const unsigned char* s, T* out,
+                                                  long long ld, int origin, int out_cols) {
+    constexpr int kVec = 16 / (int)sizeof(T);
+    constexpr int kRowBytes = (Frag::BN + 8) * (int)sizeof(T);
+    constexpr int kChunksPerRow = W / kVec;
+    constexpr int kChunks = Frag::BM * kChunksPerRow;
+#pragma unroll
+    for (int c0 = 0; c0 < kChunks; c0 += Frag::kThreads) {
+        const int c = c0 + f.thread_index();
+        if (kChunks % Frag::kThreads != 0 && c >= kChunks) break;
+        const int r = c / kChunksPerRow, ch = c % kChunksPerRow;
+        const int grow = t.tile_m0 + r, gcol = origin + ch * kVec;
+        if (grow >= t.m || gcol >= out_cols) continue;
+        const T* src = reinterpret_cast<const T*>(s + r * kRowBytes) + ch * kVec;
+        T* dst = out + (long long)grow * ld + gcol;
+        if (gcol + kVec <= out_cols) {
+            *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+        } else {
+#pragma unroll
+            for (int k = 0; k < kVec; ++k)
+                if (gcol + k < out_cols) dst[k] = src[k];
+        }
+    }
+}
+
 template <class T, class Frag>
 __device__ __forceinline__ void store_tile_staged(const Frag& f, const TileInfo& t,
                                                   const float (&v)[Frag::RI][Frag::CJ][2], T* out, long long ld,
                                                   float* smem) {
     constexpr int kVec = 16 / (int)sizeof(T);                   // elements per 16-byte chunk
     constexpr int kRowBytes = (Frag::BN + 8) * (int)sizeof(T);  // padded smem row
-    constexpr int kChunksPerRow = Frag::BN / kVec;
-    constexpr int kChunks = Frag::BM * kChunksPerRow;
     const bool fits = staged_store_bytes<Frag::BM, Frag::BN, T>() <= t.smem_bytes;
     const bool aligned = (ld % kVec) == 0 && (reinterpret_cast<unsigned long long>(out) & 15) == 0;
     if (!fits || !aligned) {  // uniform over the CTA
@@ -460,31 +488,7 @@ __device__ __forceinline__ void store_tile_staged(const Frag& f, const TileInfo&
                                                             f.local_col(j) * (int)sizeof(T)) =
                 PairBits<T>::pack(v[i][j][0], v[i][j][1]);
     f.sync();
-    // Consecutive threads take consecutive 16-byte chunks of a row.
-#pragma unroll
-    for (int c0 = 0; c0 < kChunks; c0 += Frag::kThreads) {
-        const int c = c0 + f.thread_index();
-        if (kChunks % Frag::kThreads != 0 && c >= kChunks) break;
-        const int r = c / kChunksPerRow, ch = c % kChunksPerRow;
-        const int grow = t.tile_m0 + r, gcol = t.tile_n0 + ch * kVec;
-        if (grow >= t.m || gcol >= t.n) continue;
-        const uint4 val = *reinterpret_cast<const uint4*>(s + r * kRowBytes + ch * 16);
-        T* dst = out + (long long)grow * ld + gcol;
-        if (gcol + kVec <= t.n) {
-            *reinterpret_cast<uint4*>(dst) = val;
-        } else {  // ragged right edge: element stores (unrolled: no local memory)
-            const unsigned w[4] = {val.x, val.y, val.z, val.w};
-#pragma unroll
-            for (int k = 0; k < kVec; ++k) {
-                if (gcol + k < t.n) {
-                    if (sizeof(T) == 4)
-                        *reinterpret_cast<unsigned*>(dst + k) = w[k & 3];
-                    else
-                        *reinterpret_cast<unsigned short*>(dst + k) = (unsigned short)(w[(k >> 1) & 3] >> ((k & 1) * 16));
-                }
-            }
-        }
-    }
+    store_staged_rows<T, Frag, Frag::BN>(f, t, s, out, ld, t.tile_n0, t.n);
 }
 
 // Staged store with a column map: like store_tile_staged, for outputs whose
@@ -531,8 +535,6 @@ __device__ __forceinline__ void store_tile_staged_map(const Frag& f, const TileI
     constexpr int kW = Map::template width<Frag::BN>();
     constexpr int kVec = 16 / (int)sizeof(T);
     constexpr int kRowBytes = (Frag::BN + 8) * (int)sizeof(T);
-    constexpr int kChunksPerRow = kW / kVec;
-    constexpr int kChunks = Frag::BM * kChunksPerRow;
     static_assert(kW % kVec == 0, "output tile width must be a multiple of 16 bytes");
     const int origin = Map::origin(t.tile_n0);
     const bool fits = staged_store_bytes<Frag::BM, Frag::BN, T>() <= t.smem_bytes;
@@ -561,54 +563,7 @@ __device__ __forceinline__ void store_tile_staged_map(const Frag& f, const TileI
                 if (d >= 0) store1(reinterpret_cast<T*>(s + f.local_row(i) * kRowBytes) + d, v[i][j][e]);
             }
     f.sync();
-#pragma unroll
-    for (int c0 = 0; c0 < kChunks; c0 += Frag::kThreads) {
-        const int c = c0 + f.thread_index();
-        if (kChunks % Frag::kThreads != 0 && c >= kChunks) break;
-        const int r = c / kChunksPerRow, ch = c % kChunksPerRow;
-        const int grow = t.tile_m0 + r, gcol = origin + ch * kVec;
-        if (grow >= t.m || gcol >= out_cols) continue;
-        const T* src = reinterpret_cast<const T*>(s + r * kRowBytes) + ch * kVec;
-        T* dst = out + (long long)grow * ld + gcol;
-        if (gcol + kVec <= out_cols) {
-            *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
-        } else {
-#pragma unroll
-            for (int k = 0; k < kVec; ++k)
-                if (gcol + k < out_cols) dst[k] = src[k];
-        }
-    }
-}
-
-// ---------------------------------------------------------------------------
-// Loads (out-of-range elements read as 0)
-// ---------------------------------------------------------------------------
-// Full-tile operand pair at (row(i), col(j)), (row(i), col(j)+1) of a
-// row-major M x N matrix with leading dimension ld (even; base 16-B aligned).
-template <class Frag, class T>
-__device__ __forceinline__ float2 load_pair(const Frag& f, int i, int j, const T* src, long long ld) {
-    float2 r = make_float2(0.0f, 0.0f);
-    const int row = f.row(i), col = f.col(j);
-    if (row < f.m && col < f.n) {
-        const T* p = src + (long long)row * ld + col;
-        if (col + 1 < f.n) r = load2(p);
-        else r.x = load1(p);
-    }
-    return r;
-}
-// Per-row vector value vec[row(i)].
-template <class Frag, class T>
-__device__ __forceinline__ float load_row(const Frag& f, int i, const T* vec) {
-    return f.row_in(i) ? load1(vec + f.row(i)) : 0.0f;
-}
-// Per-column vector values (vec[col(j)], vec[col(j)+1]); vec 8-B aligned.
-template <class Frag, class T>
-__device__ __forceinline__ float2 load_col_pair(const Frag& f, int j, const T* vec) {
-    float2 r = make_float2(0.0f, 0.0f);
-    const int col = f.col(j);
-    if (col + 1 < f.n) r = load2(vec + col);
-    else if (col < f.n) r.x = load1(vec + col);
-    return r;
+    store_staged_rows<T, Frag, kW>(f, t, s, out, ld, origin, out_cols);
 }
 
 // ---------------------------------------------------------------------------
