@@ -128,8 +128,8 @@ fn compile_grad_writes_the_backward_kernels() {
     let out = codac(&["compile", "examples/gpt2_block.coda", "--grad", "-o", &path_str(&dir)]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let manifest = std::fs::read_to_string(dir.join("manifest.json")).unwrap_or_else(|e| panic!("{e}"));
-    assert!(manifest.contains("\"gpt2_mlp_grad\""), "{manifest}");
-    assert!(dir.join("gpt2_mlp_grad_k0.cu").exists());
+    assert!(manifest.contains("\"gpt2_layer_grad\""), "{manifest}");
+    assert!(dir.join("gpt2_layer_grad_k0.cu").exists());
     let refused = codac(&["compile", "examples/lm_head_ce.coda", "--grad", "-o", &path_str(&dir)]);
     assert_eq!(refused.status.code(), Some(1));
     assert!(text(&refused.stderr).contains("column scatter"), "{}", text(&refused.stderr));
