@@ -34,7 +34,11 @@ pub(crate) fn split(block: &mut Block, lhs: Value, operand: DType) -> Result<(Va
         return Ok((lhs, None));
     }
     let span = block.insts.span(root);
-    let rest = product(block, &rest, span)?;
+    let rest_value = product(block, &rest, span)?;
+    if let Some(name) = crate::affine::product_name(block, &rest) {
+        block.set_name(rest_value, &name);
+    }
+    let rest = rest_value;
     let vectors: Vec<Value> = scales.iter().filter_map(|f| row_vector(block, *f, &rows)).collect();
     let scale = product(block, &vectors, span)?;
     Ok((rest, Some(scale)))
