@@ -75,6 +75,17 @@ __device__ __forceinline__ float2 unpack2_f16(unsigned u) {
     __half2 v = *reinterpret_cast<__half2*>(&u);
     return __half22float2(v);
 }
+// The same for the 16-bit element type Elem (bf16 or f16).
+template <class Elem>
+__device__ __forceinline__ float2 unpack_pair(unsigned u) {
+    if constexpr (is_same<Elem, bf16>::value) return unpack2_bf16(u);
+    else return unpack2_f16(u);
+}
+template <class Elem>
+__device__ __forceinline__ unsigned pack_pair(float lo, float hi) {
+    if constexpr (is_same<Elem, bf16>::value) return pack2_bf16(lo, hi);
+    else return pack2_f16(lo, hi);
+}
 
 // ---- scalar load / store -------------------------------------------------
 __device__ __forceinline__ float load1(const float* p) { return __ldg(p); }

@@ -68,6 +68,20 @@ struct TileInfo {
     int smem_bytes;                // dynamic shared memory available as scratch
 };
 
+// The A-operand prologue interface of both mainloops (template parameter
+// `Pro`): what the mainloop does to each A element between loading it and
+// feeding the tensor cores.  kScale: A[m][k] becomes round(A[m][k] *
+// Pro::scale(ep, k)) (k is the global k index; scale returns 0 past K).
+// kRowSumSq: the mainloop accumulates sum_k A[m][k]^2 (before scaling) into
+// Frag::a_sumsq for the thread's accumulator rows.  NoPrologue does nothing
+// and costs nothing.
+struct NoPrologue {
+    static constexpr bool kScale = false;
+    static constexpr bool kRowSumSq = false;
+    template <class P>
+    static __device__ __forceinline__ float scale(const P&, int) { return 1.0f; }
+};
+
 // The per-thread accumulator fragment.  BM x BN is the CTA tile; the CTA's
 // warps form a kWarpsM x kWarpsN grid, and the warps with the same warp_m
 // hold the same rows (they split N), those with the same warp_n the same
@@ -90,6 +104,10 @@ struct AccFrag {
         kRowLseFloats > kColReduceFloats ? kRowLseFloats : kColReduceFloats;
 
     float acc[RI][CJ][2];
+    // With an A prologue that keeps row statistics (Pro::kRowSumSq): the sum
+    // of squares of A's row row(i) over all of K, set by the mainloop before
+    // Epi::apply (unused otherwise, and then optimized away).
+    float a_sumsq[RI];
     int lrow0, lcol0;      // tile-local row of acc[0], column of acc[*][0][0]
     int grow0, gcol0;      // the same, global
     int m, n;              // problem bounds

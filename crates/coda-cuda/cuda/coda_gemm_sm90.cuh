@@ -375,7 +375,50 @@ struct Sm90PairRows {
     static __device__ __forceinline__ bool inside(int n) { return n >= START && n < END; }
 };
 
-template <class Cfg, class LayoutA, class LayoutB, class Elem, class Epi, class RowsB>
+// The A prologue (see NoPrologue in coda_epilogue.cuh) on one k block of
+// this consumer warpgroup's A rows, in shared memory, before its wgmmas read
+// them.  A_MxK only: row r of a slab is 128 bytes at r * 128, its 16-byte
+// chunk c stored at chunk c ^ (r & 7) (128B swizzle, 1024-aligned stage).
+// Lane 4g + t of warp w handles rows 16 w + g and 16 w + g + 8 of every slab
+// (exactly its accumulator rows i = 2 s + h, so row sums need only the
+// quad), logical chunks t and t + 4 of each (k0 + 8 c .. k0 + 8 c + 7).
+// With kScale the rows are rewritten in place; the caller then fences the
+// generic-proxy writes against the async proxy and syncs the warpgroup.
+template <class Cfg, class Elem, class Pro, class Frag, class P>
+__device__ __forceinline__ void prologue_tile(unsigned sa, Frag& f, const P& ep, int k0, int warp_in_wg, int lane) {
+    const int t = lane & 3, g = lane >> 2;
+    float sc[2][8];
+#pragma unroll
+    for (int c = 0; c < 2; ++c)
+#pragma unroll
+        for (int e = 0; e < 8; ++e) sc[c][e] = Pro::kScale ? Pro::scale(ep, k0 + 8 * (t + 4 * c) + e) : 1.0f;
+#pragma unroll
+    for (int s = 0; s < Cfg::kSlabs; ++s)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const unsigned row = sa + (unsigned)(s * 64 * 128 + (16 * warp_in_wg + g + 8 * h) * 128);
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+                const unsigned addr = row + (unsigned)((((t + 4 * c) ^ g) & 7) << 4);
+                unsigned w[4];
+                asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                             : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
+                             : "r"(addr));
+#pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    const float2 x = unpack_pair<Elem>(w[q]);
+                    if constexpr (Pro::kRowSumSq) f.a_sumsq[2 * s + h] += x.x * x.x + x.y * x.y;
+                    if constexpr (Pro::kScale) w[q] = pack_pair<Elem>(x.x * sc[c][2 * q], x.y * sc[c][2 * q + 1]);
+                }
+                if constexpr (Pro::kScale)
+                    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(w[0]), "r"(w[1]),
+                                 "r"(w[2]), "r"(w[3])
+                                 : "memory");
+            }
+        }
+}
+
+template <class Cfg, class LayoutA, class LayoutB, class Elem, class Epi, class RowsB, class Pro = NoPrologue>
 __device__ __forceinline__ void gemm_sm90_rows(const TmaDesc& ta, const TmaDesc& tb, const TmaDesc& tbp,
                                                const GemmArgs& g, const typename Epi::Params& ep);
 
@@ -387,11 +430,14 @@ __device__ __forceinline__ void gemm_sm90(const TmaDesc& ta, const TmaDesc& tb, 
 }
 
 // The Hopper GEMM with a B row map (RowsB = IdentityRows or Sm90PairRows;
-// tbp is the pair-order view, ignored for IdentityRows).
-template <class Cfg, class LayoutA, class LayoutB, class Elem, class Epi, class RowsB>
+// tbp is the pair-order view, ignored for IdentityRows); Pro is the A
+// prologue (NoPrologue, or one that needs A_MxK).
+template <class Cfg, class LayoutA, class LayoutB, class Elem, class Epi, class RowsB, class Pro>
 __device__ __forceinline__ void gemm_sm90_rows(const TmaDesc& ta, const TmaDesc& tb, const TmaDesc& tbp,
                                                const GemmArgs& g, const typename Epi::Params& ep) {
     static_assert(RowsB::kIdentity || LayoutB::kKContiguous, "a B row map needs a K-contiguous B (B_NxK)");
+    constexpr bool kPrologue = Pro::kScale || Pro::kRowSumSq;
+    static_assert(!kPrologue || LayoutA::kKContiguous, "the A prologue needs a K-contiguous A (A_MxK)");
     static_assert(is_same<Elem, bf16>::value || is_same<Elem, f16>::value, "Elem must be bf16 or f16");
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
     static_assert(sizeof(Elem) == 0, "gemm_sm90 needs sm_90a (wgmma, setmaxnreg)");
@@ -532,6 +578,8 @@ __device__ __forceinline__ void gemm_sm90_rows(const TmaDesc& ta, const TmaDesc&
                 f.acc[i][j][0] = 0.0f;
                 f.acc[i][j][1] = 0.0f;
             }
+#pragma unroll
+        for (int i = 0; i < Frag::RI; ++i) f.a_sumsq[i] = 0.0f;
 
         if (Cfg::kPingPong && seq > 0) {
             // Wait until the other warpgroup has issued its previous tile's
@@ -547,6 +595,15 @@ __device__ __forceinline__ void gemm_sm90_rows(const TmaDesc& ta, const TmaDesc&
             mbar_wait(bars + 8 * slot, phase);
             const unsigned sa = ring + slot * Cfg::kStageBytes + a_wg_off;
             const unsigned sb = ring + slot * Cfg::kStageBytes + Cfg::kStageBytesA;
+            if constexpr (kPrologue) {
+                prologue_tile<Cfg, Elem, Pro>(sa, f, ep, kb * Cfg::BK, warp_in_wg, lane);
+                if constexpr (Pro::kScale) {
+                    // The rewritten A rows must be visible to this
+                    // warpgroup's wgmmas (async proxy) before they issue.
+                    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+                    asm volatile("bar.sync %0, 128;\n" ::"r"(3 + cw) : "memory");
+                }
+            }
             wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < Cfg::BK / 16; ++kk) {
@@ -576,6 +633,10 @@ __device__ __forceinline__ void gemm_sm90_rows(const TmaDesc& ta, const TmaDesc&
                 reg_fence(f.acc[i][j][0]);
                 reg_fence(f.acc[i][j][1]);
             }
+        if constexpr (Pro::kRowSumSq) {
+#pragma unroll
+            for (int i = 0; i < Frag::RI; ++i) f.a_sumsq[i] = quad_sum(f.a_sumsq[i]);
+        }
 
         f.grow0 = m0 + f.lrow0;
         f.gcol0 = n0 + f.lcol0;

@@ -27,6 +27,9 @@ pub fn kernel_buffers(kernel: &Kernel) -> (BTreeSet<usize>, BTreeSet<usize>) {
         KernelKind::Gemm(g) => {
             reads.insert(g.a.buf);
             reads.insert(g.b.buf);
+            if let Some(scale) = g.prologue.as_ref().and_then(|p| p.scale) {
+                reads.insert(scale);
+            }
         }
         KernelKind::Copy { src, dst } => {
             reads.insert(*src);

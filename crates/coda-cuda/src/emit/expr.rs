@@ -277,6 +277,8 @@ impl<'a> Emitter<'a> {
             Op::RowReduce { op, arg, width } => return self.reduce(node, *op, *arg, width, &m, true),
             Op::ColReduce { op, arg, height } => return self.reduce(node, *op, *arg, height, &k, false),
             Op::Acc => return Err(self.internal("accumulator outside a GEMM epilogue")),
+            // Only in a GEMM's per-row loop over the thread's rows `i`.
+            Op::ARowSumSq => "f.a_sumsq[i]".to_string(),
         };
         let name = self.local_for(n.value);
         self.stmt(format!("const float {name} = {expr};"), n.value);

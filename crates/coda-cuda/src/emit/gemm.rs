@@ -62,23 +62,51 @@ pub(crate) fn emit(em: &mut Emitter<'_>, spec: &GemmSpec, entry: &str) -> Result
     }
     g.reductions(em)?;
     let body = em.take_lines().join("\n");
+    let pro = prologue_struct(em, spec, &epi);
     let code = format!(
         "struct {epi} {{\n    struct Params {{\n{fields}    }};\n    static constexpr int kSmemFloats = 0;\n    \
          template <class Frag, class Tile>\n    static __device__ void apply(const Params& p, Frag& f, const Tile& t, float* smem) {{\n\
-         {body}\n    }}\n}};\n\n{entry_code}",
+         {body}\n    }}\n}};\n\n{pro_code}{entry_code}",
         fields = em.params.c_fields("        "),
-        entry_code = if spec.config.is_sm90() { sm90_entry(spec, &epi, entry) } else { sm80_entry(spec, &epi, entry) },
+        pro_code = pro.as_ref().map_or(String::new(), |(_, code)| code.clone()),
+        entry_code = if spec.config.is_sm90() {
+            sm90_entry(spec, &epi, entry, pro.as_ref().map(|(name, _)| name.as_str()))
+        } else {
+            sm80_entry(spec, &epi, entry, pro.as_ref().map(|(name, _)| name.as_str()))
+        },
     );
     Ok((code, gemm_args(em, spec)))
 }
 
+/// The `Pro_<kernel>` struct of an A prologue (the template's `Pro`
+/// interface, see `coda_epilogue.cuh`), and its name.
+fn prologue_struct(em: &mut Emitter<'_>, spec: &GemmSpec, epi: &str) -> Option<(String, String)> {
+    let pro = spec.prologue.as_ref()?;
+    let name = format!("Pro_{}", em.kernel.name);
+    let scale = match pro.scale {
+        Some(buf) => format!("return cg::load({});", em.access(buf, "0", "k", false)),
+        None => "return 1.0f;".to_string(),
+    };
+    let code = format!(
+        "struct {name} {{\n    static constexpr bool kScale = {};\n    static constexpr bool kRowSumSq = {};\n    \
+         static __device__ __forceinline__ float scale(const {epi}::Params& p, int k) {{ {scale} }}\n}};\n\n",
+        pro.scale.is_some(),
+        pro.row_sumsq,
+    );
+    Some((name, code))
+}
+
 /// The entry point instantiating the portable mainloop.
-fn sm80_entry(spec: &GemmSpec, epi: &str, entry: &str) -> String {
+fn sm80_entry(spec: &GemmSpec, epi: &str, entry: &str, pro: Option<&str>) -> String {
     let cfg = format!("coda::{}", spec.config.name());
-    let rows = match &spec.b.row_perm {
+    let mut rows = match &spec.b.row_perm {
         Some(p) => format!(", coda::PairRows<{}, {}, {}>", p.start, p.end, p.group),
+        None if pro.is_some() => ", coda::IdentityRows".to_string(),
         None => String::new(),
     };
+    if let Some(pro) = pro {
+        rows.push_str(&format!(", {pro}"));
+    }
     format!(
         "extern \"C\" __global__ void __launch_bounds__({cfg}::kThreads, {cfg}::kMinBlocks)\n\
          {entry}(coda::GemmArgs g, {epi}::Params e) {{\n    coda::gemm_sm80<{cfg}, {la}, {lb}, {elem}, {epi}{rows}>(g, e);\n}}\n",
@@ -91,7 +119,7 @@ fn sm80_entry(spec: &GemmSpec, epi: &str, entry: &str) -> String {
 /// The entry point instantiating the Hopper mainloop: the tensor maps of A
 /// and B (and of B's pair-order view) come first, by value; the shared
 /// memory the host passes is checked against the header's formula.
-fn sm90_entry(spec: &GemmSpec, epi: &str, entry: &str) -> String {
+fn sm90_entry(spec: &GemmSpec, epi: &str, entry: &str, pro: Option<&str>) -> String {
     let cfg = format!("coda::{}", spec.config.name());
     let map = |name: &str| format!("const __grid_constant__ coda::TmaDesc {name}");
     let (maps, rows, tbp) = match &spec.b.row_perm {
@@ -106,7 +134,8 @@ fn sm90_entry(spec: &GemmSpec, epi: &str, entry: &str) -> String {
         "static_assert(coda::gemm_sm90_smem_bytes<{cfg}, {epi}>() == {smem}, \"codac's shared-memory size for {cfg}\");\n\n\
          extern \"C\" __global__ void __launch_bounds__({cfg}::kThreads, 1)\n\
          {entry}({maps}, coda::GemmArgs g, {epi}::Params e) {{\n    \
-         coda::gemm_sm90_rows<{cfg}, {la}, {lb}, {elem}, {epi}, {rows}>(ta, tb, {tbp}, g, e);\n}}\n",
+         coda::gemm_sm90_rows<{cfg}, {la}, {lb}, {elem}, {epi}, {rows}{pro}>(ta, tb, {tbp}, g, e);\n}}\n",
+        pro = pro.map_or(String::new(), |p| format!(", {p}")),
         smem = spec.config.smem_bytes(),
         la = spec.a.layout.tag(),
         lb = spec.b.layout.tag(),
@@ -234,6 +263,17 @@ impl Gemm {
             let v = em.eval(id, "m", "0")?;
             em.line(format!("{array}[i] = {v};"));
         }
+        // Per-row values later kernels read: one thread per row, in the
+        // first column tile.
+        for store in em.kernel.stores.clone().iter().filter(|s| em.kernel.nodes[s.node].reg.is_none()) {
+            let array = self.rows.iter().find(|(id, _)| *id == store.node).map(|(_, a)| a.clone());
+            let array = array.ok_or_else(|| em.internal("GEMM store of a value that is not per row"))?;
+            let access = em.access(store.buf, "m", "0", true);
+            let f = if store.accumulate { "st_acc" } else { "st" };
+            let text =
+                format!("if (f.row_in(i) && f.row_writer() && t.tile_n_idx == 0) cg::{f}({access}, {array}[i]);");
+            em.stmt(text, em.kernel.nodes[store.node].value);
+        }
         em.close();
         Ok(())
     }
@@ -298,7 +338,7 @@ impl Gemm {
             self.register(em, *id)?;
         }
         for (idx, store) in em.kernel.stores.clone().into_iter().enumerate() {
-            if self.staged.map(|(i, _)| i) != Some(idx) {
+            if self.staged.map(|(i, _)| i) != Some(idx) && em.kernel.nodes[store.node].reg.is_some() {
                 self.store(em, &store)?;
             }
         }
@@ -401,6 +441,12 @@ impl Gemm {
         if let (Op::Load(buf), Space::Tile, 1) = (&em.kernel.nodes[op].op, em.kernel.nodes[op].space, map.stride) {
             return Ok(format!("{}.{}", self.pair_load(em, op, *buf, map), if slot == 0 { "x" } else { "y" }));
         }
+        // Both columns of an aligned pair see the same rotary frequency, so
+        // a value that depends on the column only through it (the angle,
+        // its sine and cosine) is computed once per pair: slot 1 reuses
+        // slot 0's evaluation.
+        let aligned_pair = map.stride == 1 && map.offset % 2 == 0;
+        let slot = if slot == 1 && aligned_pair && pair_invariant(em, op) { 0 } else { slot };
         let c = self.col(em, map, slot);
         em.eval(op, "m", &c)
     }
@@ -615,6 +661,27 @@ fn drop_unused_indices(body: Vec<String>) -> Vec<String> {
         })
         .cloned()
         .collect()
+}
+
+/// Whether node `id` has the same value at columns `2j` and `2j + 1`: it
+/// reads columns only through interleaved rotary frequency tables whose
+/// range starts and ends at even columns (pairs never straddle its ends).
+fn pair_invariant(em: &Emitter<'_>, id: NodeId) -> bool {
+    let Some(node) = em.kernel.nodes.get(id) else { return false };
+    if node.reg.is_none() && matches!(node.space, Space::Row | Space::Scalar) {
+        return true;
+    }
+    match &node.op {
+        Op::Rope(spec, coda_ir::RopeTable::Freq) => {
+            spec.style == coda_ir::RopeStyle::Interleaved
+                && spec.start.as_const().is_some_and(|s| s % 2 == 0)
+                && spec.end.as_const().is_some_and(|e| e % 2 == 0)
+        }
+        Op::Unary(..) | Op::Binary(..) | Op::Select(..) | Op::Cast(..) | Op::Broadcast(_) => {
+            node.reg.is_none() && node.op.operands().into_iter().all(|o| pair_invariant(em, o))
+        }
+        _ => false,
+    }
 }
 
 pub(crate) fn uses(text: &str, word: &str) -> bool {

@@ -268,8 +268,21 @@ fn summary(ir: &BlockIr, kernel: &Kernel, block: &Block) -> String {
                 let t = matches!(o.layout, Layout::AKxM | Layout::BNxK);
                 format!("{}{}", name(o.buf), if t { ".T" } else { "" })
             };
+            let prologue = match &g.prologue {
+                Some(p) => {
+                    let mut what = Vec::new();
+                    if let Some(s) = p.scale {
+                        what.push(format!("{} ⊙ {} on load", name(g.a.buf), name(s)));
+                    }
+                    if p.row_sumsq {
+                        what.push(format!("row sums of squares of {}", name(g.a.buf)));
+                    }
+                    format!("A prologue: {}; ", what.join(", "))
+                }
+                None => String::new(),
+            };
             format!(
-                "acc = {} @ {} [{} x {} x {}], {} tiles; {outputs}",
+                "acc = {} @ {} [{} x {} x {}], {} tiles; {prologue}{outputs}",
                 operand(&g.a),
                 operand(&g.b),
                 g.m,

@@ -9,8 +9,8 @@
 //! come first. Kernels are named `k0`, `k1`, … in launch order.
 
 use super::{
-    BlockIr, BufId, Buffer, GemmSpec, Kernel, KernelKind, Layout, Node, NodeId, Op, Operand, PartialKind, PartialOut,
-    Role, Space, Store,
+    APrologue, BlockIr, BufId, Buffer, GemmSpec, Kernel, KernelKind, Layout, Node, NodeId, Op, Operand, PartialKind,
+    PartialOut, Role, Space, Store,
 };
 use crate::config::{self, TileConfig};
 use crate::error::CodegenError;
@@ -365,7 +365,15 @@ impl Builder<'_> {
 
     fn kernel_kind(&mut self, ctx: &Ctx, stores: &[Store]) -> Result<KernelKind, CodegenError> {
         Ok(match &self.plan.kernels[ctx.k] {
-            KernelPlan::Gemm { matmul, a, b } => KernelKind::Gemm(self.gemm_spec(ctx.k, *matmul, a, b)?),
+            KernelPlan::Gemm { matmul, a, b, a_scale } => {
+                let mut spec = self.gemm_spec(ctx.k, *matmul, a, b)?;
+                let row_sumsq = ctx.nodes.iter().any(|n| n.op == Op::ARowSumSq);
+                if a_scale.is_some() || row_sumsq {
+                    let scale = a_scale.and_then(|i| self.param_bufs.get(i).copied());
+                    spec.prologue = Some(APrologue { scale, row_sumsq });
+                }
+                KernelKind::Gemm(spec)
+            }
             KernelPlan::Row { rows } => {
                 let wide = |n: &Node| matches!(n.space, Space::Tile | Space::Col);
                 let reduces = ctx.nodes.iter().any(|n| matches!(n.op, Op::RowReduce { .. }));
@@ -399,6 +407,7 @@ impl Builder<'_> {
             elem: *operand_dtype,
             config: self.configs.get(&k).copied().unwrap_or(TileConfig::Cfg128x128),
             matmul,
+            prologue: None,
         })
     }
 
@@ -474,6 +483,7 @@ impl Builder<'_> {
                 Node { op, space: Space::Tile, reg: self.plan.maps[v.index()].clone(), value: v }
             }
             Home::Row(x) | Home::Col(x) if x == ctx.k => Node { op: self.op_of(ctx, v)?, space, reg: None, value: v },
+            Home::Prologue(x) if x == ctx.k => Node { op: Op::ARowSumSq, space, reg: None, value: v },
             Home::Inline | Home::RowPartial(..) if is_col_kernel && self.has_mat_before(v, ctx.k) => {
                 let dtype = self.carry_dtype(v);
                 Node { op: Op::Load(self.scratch_buf(v, dtype)), space, reg: None, value: v }
@@ -488,7 +498,7 @@ impl Builder<'_> {
                 let buf = buf.ok_or_else(|| self.internal("column partial without a buffer"))?;
                 Node { op: Op::FinishCol(buf), space, reg: None, value: v }
             }
-            Home::Acc(x) | Home::Row(x) | Home::Col(x) if x < ctx.k => {
+            Home::Acc(x) | Home::Row(x) | Home::Col(x) | Home::Prologue(x) if x < ctx.k => {
                 let dtype = self.carry_dtype(v);
                 self.mats.entry((v, dtype)).or_insert(x);
                 Node { op: Op::Load(self.scratch_buf(v, dtype)), space, reg: None, value: v }

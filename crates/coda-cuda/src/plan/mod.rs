@@ -48,6 +48,9 @@ pub(crate) enum Home {
     RowPartial(usize, PartialKind),
     /// A column sum of GEMM kernel `k`'s epilogue, as per-tile partials.
     ColPartial(usize),
+    /// The sum of squares over the rows of GEMM kernel `k`'s A operand,
+    /// accumulated by its mainloop prologue (readable in its epilogue).
+    Prologue(usize),
     /// Computed in row kernel `k`.
     Row(usize),
     /// Computed in column-reduction kernel `k`.
@@ -58,7 +61,12 @@ impl Home {
     /// The kernel that computes the value, if any.
     pub(crate) fn kernel(&self) -> Option<usize> {
         match self {
-            Home::Acc(k) | Home::RowPartial(k, _) | Home::ColPartial(k) | Home::Row(k) | Home::Col(k) => Some(*k),
+            Home::Acc(k)
+            | Home::RowPartial(k, _)
+            | Home::ColPartial(k)
+            | Home::Prologue(k)
+            | Home::Row(k)
+            | Home::Col(k) => Some(*k),
             Home::Dead | Home::Param | Home::Inline => None,
         }
     }
@@ -99,6 +107,9 @@ pub(crate) enum KernelPlan {
         a: OperandPlan,
         /// Right operand.
         b: OperandPlan,
+        /// A gain on the k axis applied to A on load (the A operand is then
+        /// the block input that the gain multiplies): the parameter index.
+        a_scale: Option<usize>,
     },
     /// A row kernel over `rows` rows.
     Row {
@@ -148,11 +159,13 @@ pub(crate) fn partition(block: &Block) -> Plan {
             why_not_epilogue: vec![None; n],
         },
         ready: vec![0; n],
+        preplaced: vec![false; n],
+        live: live.clone(),
         row_partial_dep: vec![false; n],
         uses_in_kernel: vec![0; n],
     };
     for (value, inst) in block.insts.iter() {
-        if planner.plan.canon[value.index()] != value || !live[value.index()] {
+        if planner.plan.canon[value.index()] != value || !live[value.index()] || planner.preplaced[value.index()] {
             continue;
         }
         planner.place(value, inst);
