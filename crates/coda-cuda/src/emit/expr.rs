@@ -277,6 +277,8 @@ impl<'a> Emitter<'a> {
             Op::RowReduce { op, arg, width } => return self.reduce(node, *op, *arg, width, &m, true),
             Op::ColReduce { op, arg, height } => return self.reduce(node, *op, *arg, height, &k, false),
             Op::Acc => return Err(self.internal("accumulator outside a GEMM epilogue")),
+            // Bound by the grid tail before any tail node is evaluated.
+            Op::GridReduce { .. } => return Err(self.internal("grid reduction outside the grid tail")),
         };
         let name = self.local_for(n.value);
         self.stmt(format!("const float {name} = {expr};"), n.value);
