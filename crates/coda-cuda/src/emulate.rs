@@ -7,9 +7,10 @@
 //! same finishing reads. It checks the partitioning, the buffer plumbing
 //! and the node semantics against the reference interpreter; it does not
 //! check the CUDA text (fragment indexing, stores), which only a GPU run
-//! does. Arithmetic is `f64` rounded to `f32` per node.
+//! does. Arithmetic is `f64` rounded to `f32` per node. Grid reductions go
+//! through their per-CTA partial buffers in CTA order, as on the GPU.
 
-use crate::kir::{BlockIr, ColMap, KernelKind, Node, Op, PartialKind, PartialOut, Role, Space};
+use crate::kir::{BlockIr, ColMap, GridSpec, KernelKind, Node, Op, PartialKind, PartialOut, Role, Space};
 use crate::symexpr::SymExpr;
 use coda_ir::interp::round_to_dtype;
 use coda_ir::{Block, DType, Dim, ReduceOp, RopeSpec, RopeStyle, RopeTable};
@@ -133,6 +134,7 @@ impl Emu<'_> {
                     self.partial(p, bm, bn);
                 }
             }
+            KernelKind::Row { rows, grid: Some(g), .. } => self.grid(g, rows)?,
             _ => {}
         }
         for s in &kernel.stores {
@@ -178,6 +180,31 @@ impl Emu<'_> {
         }
         self.acc = acc;
         self.acc_cols = n;
+        Ok(())
+    }
+
+    /// The grid reductions of a row kernel, as the GPU runs them: each CTA
+    /// reduces its rows in row order into its partial (stored as fp32),
+    /// then the partials are reduced in CTA order; the results are the
+    /// scalar values of the reduction nodes. The counter is left at 0.
+    fn grid(&mut self, g: &GridSpec, rows: &Dim) -> Result<(), String> {
+        let (rows, per_cta) = (self.d(rows), i64::from(g.rows_per_cta.max(1)));
+        let ctas = (rows + per_cta - 1) / per_cta;
+        let nodes = self.nodes;
+        for (node, buf) in &g.parts {
+            let Some(Op::GridReduce { op, arg, .. }) = nodes.get(*node).map(|n| &n.op) else {
+                return Err(format!("grid partial of node {node}, which is not a grid reduction"));
+            };
+            for b in 0..ctas {
+                let xs: Vec<f64> =
+                    (b * per_cta..((b + 1) * per_cta).min(rows)).map(|m| f64::from(self.eval(*arg, m, 0))).collect();
+                self.bufs[*buf].put(b, 0, reduce(*op, &xs), false);
+            }
+            let part = &self.bufs[*buf];
+            let xs: Vec<f64> = (0..ctas).map(|b| f64::from(part.get(b, 0))).collect();
+            self.memo.borrow_mut().insert((*node, 0, 0), reduce(*op, &xs) as f32);
+        }
+        self.bufs[g.counter].put(0, 0, 0.0, false);
         Ok(())
     }
 
@@ -297,6 +324,12 @@ impl Emu<'_> {
             }
             Op::RowReduce { op, arg, width } => {
                 let xs: Vec<f64> = (0..self.d(width)).map(|c| f64::from(self.eval(*arg, m, c))).collect();
+                reduce(*op, &xs)
+            }
+            // Set by `grid` before anything reads it; this is the same
+            // reduction without the per-CTA grouping.
+            Op::GridReduce { op, arg, height } => {
+                let xs: Vec<f64> = (0..self.d(height)).map(|r| f64::from(self.eval(*arg, r, 0))).collect();
                 reduce(*op, &xs)
             }
             Op::ColReduce { op, arg, height } => {

@@ -121,7 +121,7 @@ fn reject_unsupported(block: &Block, source: &SourceFile) -> Result<(), CodegenE
 /// epilogue (finishing partials into outputs is allowed).
 fn check_kernel_form(block: &Block, plan: &plan::Plan, source: &SourceFile) -> Result<(), CodegenError> {
     for (index, home) in plan.homes.iter().enumerate() {
-        if !matches!(home, plan::Home::Row(_) | plan::Home::Col(_)) {
+        if !matches!(home, plan::Home::Row(_) | plan::Home::Col(_) | plan::Home::Grid(_)) {
             continue;
         }
         let value = coda_ir::Value::from_index(index);

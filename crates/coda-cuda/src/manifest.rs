@@ -5,7 +5,8 @@
 //! Manifest { schema: 2, source, arch, blocks: [BlockManifest] }
 //! BlockManifest { block, kind: "block" | "kernel", dims: ["M", …],
 //!                 buffers: [BufferSpec], kernels: [KernelSpec] }
-//! BufferSpec { name, role: input | output | scratch | partial | staging,
+//! BufferSpec { name, role: input | output | scratch | partial | staging
+//!                          | counter,
 //!              dtype: bf16 | f16 | f32 | i32, rank, shape: [rows, cols],
 //!              ld: size (buffers the host allocates), accumulate (outputs),
 //!              staging_of (staging buffers) }
@@ -27,7 +28,10 @@
 //! row stride). A copy kernel has `when` = the staging buffer it fills and
 //! runs only when its input is not usable in place by the GEMM mainloop
 //! (16-byte aligned base, row stride a multiple of 8, unit column stride);
-//! otherwise the staging buffer aliases the input. Struct layouts follow
+//! otherwise the staging buffer aliases the input. A `counter` buffer (the
+//! i32 ticket of a row kernel's grid reduction) must be zeroed once when
+//! the host allocates it; every launch leaves it 0 again, so launches of
+//! one binding must not run concurrently. Struct layouts follow
 //! `coda_runtime::ParamBlock` (natural alignment, tail padding).
 //!
 //! A kernel's parameters are its tensor maps (128-byte `CUtensorMap`s made
@@ -74,7 +78,8 @@ pub struct BlockManifest {
 pub struct BufferSpec {
     /// Unique name; inputs and outputs keep their source names.
     pub name: String,
-    /// `input`, `output`, `scratch`, `partial` or `staging`.
+    /// `input`, `output`, `scratch`, `partial`, `staging` or `counter`
+    /// (zeroed once at allocation).
     pub role: String,
     /// Element type.
     pub dtype: String,

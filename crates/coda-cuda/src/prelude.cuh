@@ -10,7 +10,9 @@
 //   * rotary tables, partners and angles (angles in double, reduced to
 //     [-pi, pi] before the fp32 sine / cosine of the SFU);
 //   * block reductions in a fixed order for TPR threads per row (TPR = 1:
-//     a thread reduces alone), and finishing of per-tile partial buffers.
+//     a thread reduces alone), and finishing of per-tile partial buffers;
+//   * grid reductions: per-CTA partials, a ticket counter, and the fixed-
+//     order reduction of the partials by the CTA that arrives last.
 #ifndef CODA_CODEGEN_CUH
 #define CODA_CODEGEN_CUH
 
@@ -292,6 +294,51 @@ __device__ __forceinline__ float finish_lse(const float* pm, const float* ps, lo
     bad = block_sum<TPR>(bad != 0.0f ? 1.0f : 0.0f, red);
     block_lse<TPR>(m, s, red);
     return lse_finish(m, s, bad);
+}
+
+// ---------------------------------------------------------------------------
+// Grid reductions of a row kernel (see docs/codegen.md): the n values of a
+// CTA's rows (v[0..n), in row order) give the CTA's partial; after thread 0
+// wrote every partial of the CTA, grid_last() takes a ticket and is true in
+// the CTA that arrives last, which then reduces the G partials with
+// grid_sum / grid_max (all threads; a fixed order for a given G) and resets
+// the counter.
+// ---------------------------------------------------------------------------
+__device__ __forceinline__ float cta_sum(const float* v, int n) {
+    float s = v[0];
+    for (int r = 1; r < n; ++r) s += v[r];
+    return s;
+}
+__device__ __forceinline__ float cta_max(const float* v, int n) {
+    float s = v[0];
+    for (int r = 1; r < n; ++r) s = maximum(s, v[r]);
+    return s;
+}
+// Called by every thread of the CTA, after thread 0 wrote the CTA's
+// partials. The fence before the ticket publishes
+// the CTA's partials; the fence after it (in the last CTA) orders the reads
+// of the others' partials after their tickets.
+__device__ __forceinline__ bool grid_last(int* counter) {
+    __shared__ int last;
+    if (threadIdx.x == 0) {
+        __threadfence();
+        last = atomicAdd(counter, 1) == (int)gridDim.x - 1;
+    }
+    __syncthreads();
+    if (last) __threadfence();
+    return last != 0;
+}
+template <int T>
+__device__ __forceinline__ float grid_sum(const float* part, int G, float* red) {
+    float s = 0.0f;
+    for (int b = (int)threadIdx.x; b < G; b += T) s += __ldcg(part + b);
+    return block_sum<T>(s, red);
+}
+template <int T>
+__device__ __forceinline__ float grid_max(const float* part, int G, float* red) {
+    float s = coda::neg_inf();
+    for (int b = (int)threadIdx.x; b < G; b += T) s = maximum(s, __ldcg(part + b));
+    return block_max<T>(s, red);
 }
 
 }  // namespace cg

@@ -35,6 +35,11 @@ pub fn kernel_buffers(kernel: &Kernel) -> (BTreeSet<usize>, BTreeSet<usize>) {
             reads.insert(*src);
             writes.insert(*dst);
         }
+        // A grid reduction's per-CTA partials and ticket counter count once,
+        // as writes (the last CTA reads them back from L2).
+        KernelKind::Row { grid: Some(g), .. } => {
+            writes.extend(g.parts.iter().map(|(_, b)| *b).chain(std::iter::once(g.counter)));
+        }
         KernelKind::Row { .. } | KernelKind::Col { .. } => {}
     }
     for node in &kernel.nodes {

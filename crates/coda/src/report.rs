@@ -98,7 +98,9 @@ fn kernel_reports(
                 _ if weights_only(ir, kernel) => "weight_prep",
                 KernelKind::Gemm(_) => "gemm",
                 KernelKind::Col { .. } => "reduction",
-                KernelKind::Row { .. } if kernel.nodes.iter().any(|n| matches!(n.op, Op::RowReduce { .. })) => {
+                KernelKind::Row { .. }
+                    if kernel.nodes.iter().any(|n| matches!(n.op, Op::RowReduce { .. } | Op::GridReduce { .. })) =>
+                {
                     "reduction"
                 }
                 KernelKind::Row { .. } => "elementwise",

@@ -279,6 +279,8 @@ impl<'a> Emitter<'a> {
             Op::Acc => return Err(self.internal("accumulator outside a GEMM epilogue")),
             // Only in a GEMM's per-row loop over the thread's rows `i`.
             Op::ARowSumSq => "f.a_sumsq[i]".to_string(),
+            // Bound by the grid tail before any tail node is evaluated.
+            Op::GridReduce { .. } => return Err(self.internal("grid reduction outside the grid tail")),
         };
         let name = self.local_for(n.value);
         self.stmt(format!("const float {name} = {expr};"), n.value);

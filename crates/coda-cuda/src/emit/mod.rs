@@ -117,8 +117,8 @@ fn emit_kernel(
             };
             (code, launch)
         }
-        KernelKind::Row { rows, threads_per_row } => {
-            let code = rowk::emit_row(&mut em, rows, *threads_per_row, &entry)?;
+        KernelKind::Row { rows, threads_per_row, grid } => {
+            let code = rowk::emit_row(&mut em, rows, *threads_per_row, grid.as_ref(), &entry)?;
             let rows_per_cta = i64::from(rowk::THREADS / threads_per_row);
             let grid = SymExpr::from(rows).ceil_div(rows_per_cta);
             (code, simple_launch(&em, "row", grid, None))
@@ -291,15 +291,34 @@ fn summary(ir: &BlockIr, kernel: &Kernel, block: &Block) -> String {
                 g.config.name()
             )
         }
-        KernelKind::Row { rows, threads_per_row } => {
+        KernelKind::Row { rows, threads_per_row, grid } => {
             let unit = if *threads_per_row == rowk::THREADS { "one CTA" } else { "one warp" };
-            format!("{unit} per row of {}; {outputs}", dim_text(rows))
+            let grid = grid.as_ref().map_or(String::new(), |g| grid_summary(kernel, block, g));
+            format!("{unit} per row of {}; {outputs}{grid}", dim_text(rows))
         }
         KernelKind::Col { cols } => format!("one CTA per column of {}; {outputs}", dim_text(cols)),
         KernelKind::Copy { src, .. } => {
             format!("padded copy of {} for the GEMM mainloop (runs only when it is not aligned)", name(*src))
         }
     }
+}
+
+/// `; grid reduction over rows (sum of v27, sum of v33) finished by the last CTA`.
+fn grid_summary(kernel: &Kernel, block: &Block, g: &crate::kir::GridSpec) -> String {
+    let what: Vec<String> = g
+        .parts
+        .iter()
+        .filter_map(|(node, _)| match &kernel.nodes.get(*node)?.op {
+            crate::kir::Op::GridReduce { op, arg, .. } => {
+                let v = kernel.nodes.get(*arg)?.value;
+                let name = block.names.get(v.index()).cloned().flatten().unwrap_or_else(|| format!("v{}", v.index()));
+                let op = if *op == coda_ir::ReduceOp::Max { "max" } else { "sum" };
+                Some(format!("{op} of {name}"))
+            }
+            _ => None,
+        })
+        .collect();
+    format!("; grid reduction over rows ({}) finished by the last CTA", what.join(", "))
 }
 
 fn dim_text(d: &Dim) -> String {

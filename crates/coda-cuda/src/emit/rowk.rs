@@ -5,30 +5,44 @@
 //! (8 rows per CTA).
 //! Per-row values (whole-row reductions, finished partials and what depends
 //! on them) are computed first, identical in every thread; then each stored
-//! tile is written by a column loop. A column-reduction kernel runs one CTA
+//! tile is written by a column loop. A row kernel with grid reductions
+//! then writes each CTA's partials, takes a ticket, and in the CTA that
+//! arrives last reduces the partials and evaluates and stores its scalar
+//! tail (see [`crate::kir::GridSpec`]). A column-reduction kernel runs one CTA
 //! per column: threads stride over rows, then reduce in a fixed order.
 
 use super::expr::Emitter;
 use crate::error::CodegenError;
-use crate::kir::{BufId, Space, Store};
-use coda_ir::Dim;
+use crate::kir::{BufId, GridSpec, Op, Space, Store};
+use coda_ir::{Dim, ReduceOp};
 
 /// Threads per CTA of row, column and copy kernels.
-pub(crate) const THREADS: u32 = 256;
+pub(crate) const THREADS: u32 = crate::kir::CTA_THREADS;
 
 /// The `__global__` function of a row kernel.
-pub(crate) fn emit_row(em: &mut Emitter<'_>, rows: &Dim, tpr: u32, entry: &str) -> Result<String, CodegenError> {
-    em.set_indent(1);
+pub(crate) fn emit_row(
+    em: &mut Emitter<'_>,
+    rows: &Dim,
+    tpr: u32,
+    grid: Option<&GridSpec>,
+    entry: &str,
+) -> Result<String, CodegenError> {
+    // With grid reductions, the warp-per-row body sits inside `if (m < rows)`
+    // (no early return: every thread reaches the CTA barriers after it).
+    let guarded = grid.is_some() && tpr < THREADS;
+    em.set_indent(if guarded { 2 } else { 1 });
+    let tail = em.kernel.tail_nodes();
+    em.push_scope();
     em.coop = tpr;
     for (id, node) in em.kernel.nodes.clone().iter().enumerate() {
-        if node.reg.is_none() && matches!(node.space, Space::Scalar | Space::Row) {
+        if !tail[id] && node.reg.is_none() && matches!(node.space, Space::Scalar | Space::Row) {
             em.eval(id, "m", "0")?;
         }
     }
     em.coop = 1;
     let stores = em.kernel.stores.clone();
     let guard = if tpr > 1 { format!("if (threadIdx.x % {tpr} == 0) ") } else { String::new() };
-    let narrow: Vec<&Store> = stores.iter().filter(|s| is_narrow(em, s)).collect();
+    let narrow: Vec<&Store> = stores.iter().filter(|s| is_narrow(em, s) && !tail[s.node]).collect();
     for s in narrow {
         let v = em.eval(s.node, "m", "0")?;
         let m = if em.kernel.nodes[s.node].space == Space::Scalar { "0" } else { "m" };
@@ -55,16 +69,107 @@ pub(crate) fn emit_row(em: &mut Emitter<'_>, rows: &Dim, tpr: u32, entry: &str) 
         }
         em.close();
     }
+    if let Some(g) = grid {
+        grid_row_values(em, g, tpr)?;
+    }
+    em.pop_scope();
     let body = em.take_lines();
+    em.set_indent(1);
+    if let Some(g) = grid {
+        let slots = g.parts.len() as u32 * g.rows_per_cta;
+        em.line(format!("__shared__ float gred[{slots}];  // [grid reduction][row of the CTA]"));
+    }
     if tpr < THREADS {
         let rows_expr = em.dim_int(rows);
         em.line(format!("const int m = (int)blockIdx.x * {} + (int)threadIdx.x / {tpr};", THREADS / tpr));
-        em.line(format!("if (m >= {rows_expr}) return;"));
-    } else if super::gemm::uses(&body.join("\n"), "m") {
-        em.line("const int m = (int)blockIdx.x;");
+        if guarded {
+            em.line(format!("if (m < {rows_expr}) {{"));
+            em.extend(body);
+            em.line("}");
+        } else {
+            em.line(format!("if (m >= {rows_expr}) return;"));
+            em.extend(body);
+        }
+    } else {
+        if super::gemm::uses(&body.join("\n"), "m") {
+            em.line("const int m = (int)blockIdx.x;");
+        }
+        em.extend(body);
     }
-    em.extend(body);
+    if let Some(g) = grid {
+        grid_tail(em, rows, g, &tail)?;
+    }
     Ok(wrap(em, entry, THREADS))
+}
+
+/// Each row's value of every grid reduction into `gred` (one lane per row).
+fn grid_row_values(em: &mut Emitter<'_>, g: &GridSpec, tpr: u32) -> Result<(), CodegenError> {
+    let slot = if g.rows_per_cta == 1 { String::new() } else { format!(" + (int)threadIdx.x / {tpr}") };
+    for (j, (node, _)) in g.parts.iter().enumerate() {
+        let Op::GridReduce { arg, .. } = em.kernel.nodes[*node].op else {
+            return Err(em.internal("grid partial of a node that is not a grid reduction"));
+        };
+        let x = em.eval(arg, "m", "0")?;
+        let base = j as u32 * g.rows_per_cta;
+        let lane = if tpr > 1 { format!("if (cg::lane<{tpr}>() == 0) ") } else { String::new() };
+        em.stmt(format!("{lane}gred[{base}{slot}] = {x};"), em.kernel.nodes[*node].value);
+    }
+    Ok(())
+}
+
+/// The end of a row kernel with grid reductions: the CTA's partials, the
+/// ticket, and in the last CTA the reductions of the partials, the tail
+/// nodes, the tail stores and the counter reset.
+fn grid_tail(em: &mut Emitter<'_>, rows: &Dim, g: &GridSpec, tail: &[bool]) -> Result<(), CodegenError> {
+    let r = g.rows_per_cta;
+    em.line("__syncthreads();");
+    let n = if r == 1 {
+        "1".to_string()
+    } else {
+        let rows_expr = em.dim_int(rows);
+        em.line(format!("const int gn = min({r}, {rows_expr} - (int)blockIdx.x * {r});  // rows of this CTA"));
+        "gn".to_string()
+    };
+    em.open("if (threadIdx.x == 0)");
+    for (j, (node, buf)) in g.parts.iter().enumerate() {
+        let (value, f) = grid_op(em, *node, "cta_sum", "cta_max")?;
+        let access = em.access(*buf, "(int)blockIdx.x", "0", true);
+        em.stmt(format!("cg::st({access}, cg::{f}(gred + {}, {n}));", j as u32 * r), value);
+    }
+    em.close();
+    let counter = em.buf_w(g.counter);
+    em.line(format!("if (!cg::grid_last({counter})) return;"));
+    em.coop = THREADS;
+    for (node, buf) in &g.parts {
+        let (value, f) = grid_op(em, *node, "grid_sum", "grid_max")?;
+        let b = em.buf(*buf);
+        let name = em.local_for(value);
+        em.stmt(format!("const float {name} = cg::{f}<{THREADS}>({b}, {b}_rows, red);"), value);
+        em.bind(*node, "0", "0", name);
+    }
+    for s in em.kernel.stores.clone().iter().filter(|s| tail[s.node]) {
+        let v = em.eval(s.node, "0", "0")?;
+        let text = store_call(em, s, "0", "0", &v);
+        em.stmt(format!("if (threadIdx.x == 0) {text}"), em.kernel.nodes[s.node].value);
+    }
+    em.coop = 1;
+    em.line(format!("if (threadIdx.x == 0) *{counter} = 0;  // ready for the next launch"));
+    Ok(())
+}
+
+/// The IR value of grid reduction `node` and the helper for its op.
+fn grid_op(
+    em: &Emitter<'_>,
+    node: usize,
+    sum: &'static str,
+    max: &'static str,
+) -> Result<(coda_ir::Value, &'static str), CodegenError> {
+    let n = &em.kernel.nodes[node];
+    match n.op {
+        Op::GridReduce { op: ReduceOp::Sum, .. } => Ok((n.value, sum)),
+        Op::GridReduce { op: ReduceOp::Max, .. } => Ok((n.value, max)),
+        _ => Err(em.internal("a grid reduction that is neither a sum nor a maximum")),
+    }
 }
 
 /// The `__global__` function of a column-reduction kernel.

@@ -9,7 +9,7 @@
 //! come first. Kernels are named `k0`, `k1`, … in launch order.
 
 use super::{
-    APrologue, BlockIr, BufId, Buffer, GemmSpec, Kernel, KernelKind, Layout, Node, NodeId, Op, Operand, PartialKind,
+    APrologue, BlockIr, BufId, Buffer, GemmSpec, GridSpec, Kernel, KernelKind, Layout, Node, NodeId, Op, Operand, PartialKind,
     PartialOut, Role, Space, Store,
 };
 use crate::config::{self, TileConfig};
@@ -318,7 +318,7 @@ impl Builder<'_> {
     fn why_not_epilogue(&self, k: usize) -> Vec<String> {
         let mut why: Vec<String> = Vec::new();
         for (index, home) in self.plan.homes.iter().enumerate() {
-            if !matches!(home, Home::Row(x) | Home::Col(x) if *x == k) {
+            if !matches!(home, Home::Row(x) | Home::Col(x) | Home::Grid(x) if *x == k) {
                 continue;
             }
             let Some(reason) = &self.plan.why_not_epilogue[index] else { continue };
@@ -379,10 +379,31 @@ impl Builder<'_> {
                 let reduces = ctx.nodes.iter().any(|n| matches!(n.op, Op::RowReduce { .. }));
                 let stores_wide = stores.iter().any(|s| ctx.nodes.get(s.node).is_some_and(wide));
                 let threads_per_row = if reduces || stores_wide { 256 } else { 32 };
-                KernelKind::Row { rows: rows.clone(), threads_per_row }
+                let grid = self.grid_spec(ctx, rows, threads_per_row);
+                KernelKind::Row { rows: rows.clone(), threads_per_row, grid }
             }
             KernelPlan::Col { cols } => KernelKind::Col { cols: cols.clone() },
         })
+    }
+
+    /// The partial buffers (`[CTAs, 1]` fp32, one per grid reduction) and
+    /// the ticket counter of a row kernel's grid reductions, if it has any.
+    fn grid_spec(&mut self, ctx: &Ctx, rows: &Dim, threads_per_row: u32) -> Option<GridSpec> {
+        let rows_per_cta = super::CTA_THREADS / threads_per_row;
+        let ctas = SymExpr::from(rows).ceil_div(i64::from(rows_per_cta));
+        let mut parts = Vec::new();
+        for (id, node) in ctx.nodes.iter().enumerate() {
+            if !matches!(node.op, Op::GridReduce { .. }) {
+                continue;
+            }
+            let name = self.fresh(format!("part.{}.grid", self.value_name(node.value)));
+            let buf = self.add_buffer(small_buffer(name, Role::Partial, DType::F32, ctas.clone()));
+            parts.push((id, buf));
+        }
+        let first = ctx.nodes.get(parts.first()?.0)?.value;
+        let name = self.fresh(format!("ticket.{}", self.value_name(first)));
+        let counter = self.add_buffer(small_buffer(name, Role::Counter, DType::I32, SymExpr::constant(1)));
+        Some(GridSpec { rows_per_cta, parts, counter })
     }
 
     fn gemm_spec(
@@ -482,7 +503,9 @@ impl Builder<'_> {
                 let op = self.op_of(ctx, v)?;
                 Node { op, space: Space::Tile, reg: self.plan.maps[v.index()].clone(), value: v }
             }
-            Home::Row(x) | Home::Col(x) if x == ctx.k => Node { op: self.op_of(ctx, v)?, space, reg: None, value: v },
+            Home::Row(x) | Home::Col(x) | Home::Grid(x) if x == ctx.k => {
+                Node { op: self.op_of(ctx, v)?, space, reg: None, value: v }
+            }
             Home::Prologue(x) if x == ctx.k => Node { op: Op::ARowSumSq, space, reg: None, value: v },
             Home::Inline | Home::RowPartial(..) if is_col_kernel && self.has_mat_before(v, ctx.k) => {
                 let dtype = self.carry_dtype(v);
@@ -498,7 +521,7 @@ impl Builder<'_> {
                 let buf = buf.ok_or_else(|| self.internal("column partial without a buffer"))?;
                 Node { op: Op::FinishCol(buf), space, reg: None, value: v }
             }
-            Home::Acc(x) | Home::Row(x) | Home::Col(x) | Home::Prologue(x) if x < ctx.k => {
+            Home::Acc(x) | Home::Row(x) | Home::Col(x) | Home::Grid(x) | Home::Prologue(x) if x < ctx.k => {
                 let dtype = self.carry_dtype(v);
                 self.mats.entry((v, dtype)).or_insert(x);
                 Node { op: Op::Load(self.scratch_buf(v, dtype)), space, reg: None, value: v }
@@ -570,7 +593,11 @@ impl Builder<'_> {
             }
             Inst::Reduce { op, axis: Axis::Rows, arg } => {
                 let height = self.block.ty(arg).shape.rows.clone();
-                Op::ColReduce { op, arg: n(self, arg)?, height }
+                if matches!(self.plan.homes[v.index()], Home::Grid(_)) {
+                    Op::GridReduce { op, arg: n(self, arg)?, height }
+                } else {
+                    Op::ColReduce { op, arg: n(self, arg)?, height }
+                }
             }
         })
     }
@@ -583,6 +610,21 @@ pub(crate) fn space_of(block: &Block, v: Value) -> Space {
         ShapeClass::RowVector => Space::Row,
         ShapeClass::ColVector => Space::Col,
         ShapeClass::Tile => Space::Tile,
+    }
+}
+
+/// A `[rows, 1]` buffer the host allocates.
+fn small_buffer(name: String, role: Role, dtype: DType, rows: SymExpr) -> Buffer {
+    Buffer {
+        name,
+        role,
+        dtype,
+        rows,
+        cols: SymExpr::constant(1),
+        rank: 2,
+        ld: Some(SymExpr::constant(1)),
+        accumulate: false,
+        staging_of: None,
     }
 }
 

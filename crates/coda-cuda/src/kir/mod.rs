@@ -21,7 +21,12 @@
 //!   (`even`/`odd` halves give half-width values, `interleave` joins them);
 //! * whole-row reductions ([`Op::RowReduce`], row kernels) and whole-column
 //!   reductions ([`Op::ColReduce`], column-reduction kernels), computed
-//!   cooperatively in a fixed order.
+//!   cooperatively in a fixed order;
+//! * grid reductions ([`Op::GridReduce`], row kernels): a sum or maximum
+//!   over all rows of a per-row value of the kernel, through one partial
+//!   per CTA ([`GridSpec`]); the *tail* (the grid reductions and the scalar
+//!   nodes that depend on them) is evaluated once, by the CTA that takes
+//!   the last ticket of the kernel's counter.
 //!
 //! Every node lives in a [`Space`]: one value per kernel ([`Space::Scalar`]),
 //! per row, per column or per element. In a GEMM epilogue, nodes that depend
@@ -37,6 +42,9 @@ pub(crate) mod build;
 use crate::config::TileConfig;
 use crate::symexpr::SymExpr;
 use coda_ir::{BinaryOp, BlockKind, DType, Dim, PairPerm, ReduceOp, RopeSpec, RopeTable, UnaryOp, Value};
+
+/// Threads per CTA of row, column and copy kernels.
+pub const CTA_THREADS: u32 = 256;
 
 /// Index of a node in [`Kernel::nodes`].
 pub type NodeId = usize;
@@ -176,6 +184,17 @@ pub enum Op {
         /// Columns reduced.
         width: Dim,
     },
+    /// A sum or maximum over all rows of a per-row node of a row kernel
+    /// with a [`GridSpec`]: each CTA reduces its rows in row order into its
+    /// partial, the last CTA reduces the partials in a fixed order.
+    GridReduce {
+        /// The reduction (sum or max).
+        op: ReduceOp,
+        /// Operand (row space).
+        arg: NodeId,
+        /// Rows reduced (the kernel's rows).
+        height: Dim,
+    },
     /// A reduction over all rows of the current column (column kernels).
     ColReduce {
         /// The reduction.
@@ -195,7 +214,7 @@ impl Op {
             Op::FinishRow(..) | Op::FinishCol(_) => vec![],
             Op::Unary(_, a) | Op::Cast(_, a) | Op::Broadcast(a) | Op::Transpose(a) => vec![*a],
             Op::Slice { arg, .. } | Op::RopePartner(_, arg) | Op::Unpermute(_, arg) => vec![*arg],
-            Op::RowReduce { arg, .. } | Op::ColReduce { arg, .. } => vec![*arg],
+            Op::RowReduce { arg, .. } | Op::ColReduce { arg, .. } | Op::GridReduce { arg, .. } => vec![*arg],
             Op::Binary(_, a, b) | Op::Interleave(a, b) => vec![*a, *b],
             Op::Take { arg, index, .. } => vec![*arg, *index],
             Op::Select(c, a, b) => vec![*c, *a, *b],
@@ -335,6 +354,8 @@ pub enum KernelKind {
         rows: Dim,
         /// Threads cooperating on one row: 256 or 32.
         threads_per_row: u32,
+        /// The grid reductions, when the kernel has any.
+        grid: Option<GridSpec>,
     },
     /// One CTA per column, threads striding over rows.
     Col {
@@ -350,6 +371,26 @@ pub enum KernelKind {
         /// The staging buffer.
         dst: BufId,
     },
+}
+
+/// The grid reductions of a row kernel.
+///
+/// CTA `b` covers rows `[b * R, min((b + 1) * R, rows))` with `R` =
+/// [`GridSpec::rows_per_cta`]; it writes the reduction of its rows' values
+/// (in row order) to row `b` of each partial buffer, then takes a ticket
+/// from `counter`. The CTA with the last ticket reduces each partial buffer
+/// over `b = 0..grid` (a fixed order, the same on every run), evaluates
+/// the tail, stores the scalar outputs and resets `counter` to 0, so the
+/// counter is 0 between launches (the host zeroes it once).
+#[derive(Debug, Clone, PartialEq)]
+pub struct GridSpec {
+    /// Rows per CTA: 1 (a CTA per row) or 8 (a warp per row).
+    pub rows_per_cta: u32,
+    /// Each [`Op::GridReduce`] node with its `[CTAs, 1]` fp32 partial
+    /// buffer, in node order.
+    pub parts: Vec<(NodeId, BufId)>,
+    /// The `[1, 1]` i32 ticket counter ([`Role::Counter`]).
+    pub counter: BufId,
 }
 
 /// One generated kernel.
@@ -369,6 +410,19 @@ pub struct Kernel {
     pub why: Vec<String>,
 }
 
+impl Kernel {
+    /// Which nodes belong to the grid tail: the grid reductions and every
+    /// node that depends on one (evaluated once, by the last CTA).
+    pub fn tail_nodes(&self) -> Vec<bool> {
+        let mut tail = vec![false; self.nodes.len()];
+        for (id, node) in self.nodes.iter().enumerate() {
+            let grid = matches!(node.op, Op::GridReduce { .. });
+            tail[id] = grid || node.op.operands().iter().any(|o| tail.get(*o).copied().unwrap_or(false));
+        }
+        tail
+    }
+}
+
 /// What a buffer is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
@@ -382,6 +436,9 @@ pub enum Role {
     Partial,
     /// A padded copy of a block input for the GEMM mainloop.
     Staging,
+    /// A ticket counter of a grid reduction: the host zeroes it once when
+    /// it allocates it; the kernel leaves it 0 after every launch.
+    Counter,
 }
 
 impl Role {
@@ -393,6 +450,7 @@ impl Role {
             Role::Scratch => "scratch",
             Role::Partial => "partial",
             Role::Staging => "staging",
+            Role::Counter => "counter",
         }
     }
 }

@@ -15,9 +15,13 @@
 //! * row reductions (sum, max, log-sum-exp, target pick) and column sums of
 //!   epilogue values become per-tile partials of that GEMM, finished by the
 //!   later kernels that read them;
-//! * anything else goes to a *row kernel* (one CTA per row), or, for
-//!   reductions over rows, to a *column-reduction kernel*, reusing the last
-//!   such kernel when everything it reads is ready by then. When a value
+//! * anything else goes to a *row kernel* (one CTA or one warp per row);
+//!   a sum or maximum over the rows of a per-row value that a row kernel
+//!   over those rows can compute joins that kernel as a *grid reduction*
+//!   (per-CTA partials, finished by the CTA that arrives last), together
+//!   with the scalar work downstream of it ([`Home::Grid`]); other
+//!   reductions over rows go to a *column-reduction kernel*. Both reuse
+//!   the last such kernel when everything it reads is ready by then. When a value
 //!   moves to a row kernel, epilogue values only it needs move along (they
 //!   are recomputed from the accumulator there, so a `swiglu` on
 //!   `[gate | up]` halves materializes the accumulator once).
@@ -27,6 +31,7 @@
 //! turns the plan into kernels with explicit stores.
 
 pub(crate) mod cse;
+mod grid;
 mod rules;
 
 use crate::kir::{ColMap, PartialKind};
@@ -55,6 +60,10 @@ pub(crate) enum Home {
     Row(usize),
     /// Computed in column-reduction kernel `k`.
     Col(usize),
+    /// A scalar computed in the grid tail of row kernel `k`: a grid
+    /// reduction over the kernel's rows, or scalar work on such reductions
+    /// (evaluated once, by the CTA that arrives last).
+    Grid(usize),
 }
 
 impl Home {
@@ -66,7 +75,8 @@ impl Home {
             | Home::ColPartial(k)
             | Home::Prologue(k)
             | Home::Row(k)
-            | Home::Col(k) => Some(*k),
+            | Home::Col(k)
+            | Home::Grid(k) => Some(*k),
             Home::Dead | Home::Param | Home::Inline => None,
         }
     }

@@ -27,16 +27,16 @@ impl Planner<'_> {
         self.plan.canon[v.index()]
     }
 
-    fn home(&self, v: Value) -> &Home {
+    pub(super) fn home(&self, v: Value) -> &Home {
         &self.plan.homes[self.c(v).index()]
     }
 
-    fn operands(&self, v: Value) -> Vec<Value> {
+    pub(super) fn operands(&self, v: Value) -> Vec<Value> {
         self.block.inst(v).operands().into_iter().map(|o| self.c(o)).collect()
     }
 
     /// The first kernel position at which another kernel may read `v`.
-    fn avail(&self, v: Value) -> usize {
+    pub(super) fn avail(&self, v: Value) -> usize {
         match self.home(v) {
             Home::Dead | Home::Param => 0,
             Home::Inline => self.ready[self.c(v).index()],
@@ -47,7 +47,7 @@ impl Planner<'_> {
     }
 
     /// Whether reading `v` means finishing row partials.
-    fn reads_row_partials(&self, v: Value) -> bool {
+    pub(super) fn reads_row_partials(&self, v: Value) -> bool {
         match self.home(v) {
             Home::RowPartial(..) => true,
             Home::Inline => self.row_partial_dep[self.c(v).index()],
@@ -55,13 +55,13 @@ impl Planner<'_> {
         }
     }
 
-    fn push_kernel(&mut self, kernel: KernelPlan) -> usize {
+    pub(super) fn push_kernel(&mut self, kernel: KernelPlan) -> usize {
         self.plan.kernels.push(kernel);
         self.plan.kernels.len() - 1
     }
 
     /// The last row kernel over `rows` rows at position `>= first`.
-    fn last_row_kernel(&self, rows: &coda_ir::Dim, first: usize) -> Option<usize> {
+    pub(super) fn last_row_kernel(&self, rows: &coda_ir::Dim, first: usize) -> Option<usize> {
         let last = self.plan.kernels.iter().rposition(|k| matches!(k, KernelPlan::Row { rows: r } if r == rows))?;
         (last >= first).then_some(last)
     }
@@ -98,8 +98,14 @@ impl Planner<'_> {
             }
             Err(reason) => self.plan.why_not_epilogue[v.index()] = Some(reason),
         }
-        if matches!(inst, Inst::Reduce { axis: Axis::Rows, .. }) {
+        if let Inst::Reduce { op, axis: Axis::Rows, arg } = inst {
+            if let Some(k) = self.grid_reduction(v, *op, *arg) {
+                return Home::Grid(k);
+            }
             return self.place_col(v);
+        }
+        if let Some(k) = self.grid_member(v, inst) {
+            return Home::Grid(k);
         }
         if let Some(k) = self.col_member(v) {
             return Home::Col(k);
@@ -120,7 +126,7 @@ impl Planner<'_> {
         for o in self.operands(v) {
             match self.home(o) {
                 Home::Param | Home::Inline | Home::RowPartial(..) | Home::ColPartial(_) | Home::Prologue(_) => {}
-                Home::Row(_) | Home::Col(_) | Home::Acc(_) if broadcast => {}
+                Home::Row(_) | Home::Col(_) | Home::Acc(_) | Home::Grid(_) if broadcast => {}
                 _ => return None,
             }
             ready = ready.max(self.avail(o));
@@ -431,7 +437,7 @@ impl Planner<'_> {
                 self.uses_in_kernel[v.index()] += 1;
                 k
             }
-            Home::Row(k) | Home::Col(k) => k,
+            Home::Row(k) | Home::Col(k) | Home::Grid(k) => k,
             _ => self.row_kernel_for(v),
         };
         self.plan.mats.insert((v, dtype), k);
@@ -475,7 +481,7 @@ impl Planner<'_> {
     }
 
     /// Whether `o` is a broadcast of a value row kernel `c` computes itself.
-    fn broadcast_of(&self, o: Value, c: usize) -> bool {
+    pub(super) fn broadcast_of(&self, o: Value, c: usize) -> bool {
         match self.block.inst(self.c(o)) {
             Inst::Broadcast { arg, .. } => *self.home(*arg) == Home::Row(c),
             _ => false,
@@ -561,7 +567,7 @@ impl Planner<'_> {
         for output in &self.block.outputs {
             let v = self.c(output.value);
             let k = match self.home(v).clone() {
-                Home::Acc(k) | Home::Row(k) | Home::Col(k) => k,
+                Home::Acc(k) | Home::Row(k) | Home::Col(k) | Home::Grid(k) => k,
                 _ => self.row_kernel_for(v),
             };
             self.plan.output_kernels.push(k);

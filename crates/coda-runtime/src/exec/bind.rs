@@ -80,6 +80,15 @@ impl BlockExecutor {
                         allocate(device, b, dims, &mut owned)?
                     }
                 }
+                // A grid reduction's ticket counter must be 0 before the
+                // first launch; each launch leaves it 0 again.
+                "counter" => {
+                    let r = allocate(device, b, dims, &mut owned)?;
+                    if let Some(buffer) = owned.last_mut() {
+                        buffer.zero()?;
+                    }
+                    r
+                }
                 _ => allocate(device, b, dims, &mut owned)?,
             };
             resolved.insert(b.name.clone(), r);
