@@ -50,11 +50,15 @@ fi
 start=$(date +%s)
 failures=0
 
-# run FILE M [timeout seconds]
+# run FILE M [timeout seconds [extra codac flags...]]; a file whose header
+# says `// codegen: a-prologue` runs with --a-prologue.
 run() {
     local file=$1 m=$2 limit=${3:-150}
+    shift 3 2>/dev/null || shift $#
+    local flags=("$@")
+    grep -q '^// codegen: a-prologue' "$file" && flags+=(--a-prologue)
     local name
-    name=$(basename "$file" .coda)
+    name=$(basename "$file" .coda)${flags[*]:+ ${flags[*]}}
     local now=$(( $(date +%s) - start ))
     if [ $((now + 20)) -gt "$BUDGET" ]; then
         echo "skip $name M=$m (budget)" | tee -a "$LOG"
@@ -63,7 +67,7 @@ run() {
     fi
     local t0=$(date +%s)
     local out
-    out=$(timeout "$limit" "$BIN" run "$file" --dims "M=$m" --random --check --time --color never 2>&1)
+    out=$(timeout "$limit" "$BIN" run "$file" --dims "M=$m" --random --check --time --color never "${flags[@]}" 2>&1)
     local rc=$?
     local secs=$(( $(date +%s) - t0 ))
     {
@@ -109,6 +113,7 @@ run examples/gemma_mlp.coda 1000
 run examples/parallel_block.coda 333
 run examples/parallel_block.coda 4096 200
 run examples/lm_head_ce.coda 333 200
+run examples/lm_head_ce.coda 333 200 --a-prologue
 run examples/llama3_block.coda 4096 200
 
 {

@@ -70,8 +70,9 @@ struct TileInfo {
 
 // The A-operand prologue interface of both mainloops (template parameter
 // `Pro`): what the mainloop does to each A element between loading it and
-// feeding the tensor cores.  kScale: A[m][k] becomes round(A[m][k] *
-// Pro::scale(ep, k)) (k is the global k index; scale returns 0 past K).
+// feeding the tensor cores.  kScale: A[m][k] becomes round(A[m][k] * s[k])
+// with Pro::scale_pair(ep, k) the scales of k and k + 1 (k even) packed as
+// a pair of Elem (0 past K).
 // kRowSumSq: the mainloop accumulates sum_k A[m][k]^2 (before scaling) into
 // Frag::a_sumsq for the thread's accumulator rows.  NoPrologue does nothing
 // and costs nothing.
@@ -79,7 +80,7 @@ struct NoPrologue {
     static constexpr bool kScale = false;
     static constexpr bool kRowSumSq = false;
     template <class P>
-    static __device__ __forceinline__ float scale(const P&, int) { return 1.0f; }
+    static __device__ __forceinline__ unsigned scale_pair(const P&, int) { return 0u; }
 };
 
 // The per-thread accumulator fragment.  BM x BN is the CTA tile; the CTA's

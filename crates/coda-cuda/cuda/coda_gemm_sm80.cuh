@@ -423,20 +423,20 @@ template <class Cfg, class Elem, class Pro, class Frag, class P>
 __device__ __forceinline__ void prologue_step(unsigned (&af)[Cfg::kMmaM][4], Frag& f, const P& ep, int k0) {
     if constexpr (Pro::kScale || Pro::kRowSumSq) {
         const int kc = k0 + 2 * (f.lane & 3);
-        float s[4] = {1.0f, 1.0f, 1.0f, 1.0f};
+        unsigned gp[2] = {0u, 0u};
         if constexpr (Pro::kScale) {
-            s[0] = Pro::scale(ep, kc);
-            s[1] = Pro::scale(ep, kc + 1);
-            s[2] = Pro::scale(ep, kc + 8);
-            s[3] = Pro::scale(ep, kc + 9);
+            gp[0] = Pro::scale_pair(ep, kc);
+            gp[1] = Pro::scale_pair(ep, kc + 8);
         }
 #pragma unroll
         for (int mi = 0; mi < Cfg::kMmaM; ++mi)
 #pragma unroll
             for (int r = 0; r < 4; ++r) {
-                const float2 x = unpack_pair<Elem>(af[mi][r]);
-                if constexpr (Pro::kRowSumSq) f.a_sumsq[2 * mi + (r & 1)] += x.x * x.x + x.y * x.y;
-                if constexpr (Pro::kScale) af[mi][r] = pack_pair<Elem>(x.x * s[r & 2], x.y * s[(r & 2) + 1]);
+                if constexpr (Pro::kRowSumSq) {
+                    const float2 x = unpack_pair<Elem>(af[mi][r]);
+                    f.a_sumsq[2 * mi + (r & 1)] += x.x * x.x + x.y * x.y;
+                }
+                if constexpr (Pro::kScale) af[mi][r] = mul_pair<Elem>(af[mi][r], gp[r >> 1]);
             }
     }
 }

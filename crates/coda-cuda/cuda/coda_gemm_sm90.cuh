@@ -318,12 +318,41 @@ struct Wgmma;
 #define CODA_WG_OPS_64 "%32, %33, 1, 1, 1, %34, %35"
 #define CODA_WG_OPS_128 "%64, %65, 1, 1, 1, %66, %67"
 #define CODA_WG_OPS_256 "%128, %129, 1, 1, 1, %130, %131"
-CODA_WG_DEFINE(64, bf16, "bf16", CODA_WG_REGS_64, CODA_WG_OPS_64, CODA_WG_ACCS_64)
-CODA_WG_DEFINE(128, bf16, "bf16", CODA_WG_REGS_128, CODA_WG_OPS_128, CODA_WG_ACCS_128)
-CODA_WG_DEFINE(256, bf16, "bf16", CODA_WG_REGS_256, CODA_WG_OPS_256, CODA_WG_ACCS_256)
-CODA_WG_DEFINE(64, f16, "f16", CODA_WG_REGS_64, CODA_WG_OPS_64, CODA_WG_ACCS_64)
-CODA_WG_DEFINE(128, f16, "f16", CODA_WG_REGS_128, CODA_WG_OPS_128, CODA_WG_ACCS_128)
-CODA_WG_DEFINE(256, f16, "f16", CODA_WG_REGS_256, CODA_WG_OPS_256, CODA_WG_ACCS_256)
+
+// The same with A from registers (RS): a[0..3] hold the warp's 16 x 16 A
+// fragment in the mma.m16n8k16 layout (rows g / g + 8, k 2t.. / 2t + 8..).
+// The registers must stay untouched until the wgmma completes (wait_group).
+template <int N, class Elem, int TB>
+struct WgmmaRS;
+#define CODA_WGRS_DEFINE(N, ELEM, TY, REGS, OPS, ACCS)                                                       \
+    template <int TB>                                                                                        \
+    struct WgmmaRS<N, ELEM, TB> {                                                                            \
+        static __device__ __forceinline__ void run(float (&lo)[N / 8][2], float (&hi)[N / 8][2],             \
+                                                   const unsigned (&a)[4], unsigned long long db) {          \
+            asm volatile("wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TY "." TY " {" REGS "}, " OPS     \
+                         ";\n"                                                                               \
+                         : ACCS                                                                              \
+                         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"(TB));                    \
+        }                                                                                                    \
+    };
+#define CODA_WGRS_OPS_64 "{%32, %33, %34, %35}, %36, 1, 1, 1, %37"
+#define CODA_WGRS_OPS_128 "{%64, %65, %66, %67}, %68, 1, 1, 1, %69"
+#define CODA_WGRS_OPS_256 "{%128, %129, %130, %131}, %132, 1, 1, 1, %133"
+// Both forms (SS and RS) for every N and element type.
+#define CODA_WG_BOTH(N, ELEM, TY)                                                                            \
+    CODA_WG_DEFINE(N, ELEM, TY, CODA_WG_REGS_##N, CODA_WG_OPS_##N, CODA_WG_ACCS_##N)                         \
+    CODA_WGRS_DEFINE(N, ELEM, TY, CODA_WG_REGS_##N, CODA_WGRS_OPS_##N, CODA_WG_ACCS_##N)
+CODA_WG_BOTH(64, bf16, "bf16")
+CODA_WG_BOTH(128, bf16, "bf16")
+CODA_WG_BOTH(256, bf16, "bf16")
+CODA_WG_BOTH(64, f16, "f16")
+CODA_WG_BOTH(128, f16, "f16")
+CODA_WG_BOTH(256, f16, "f16")
+#undef CODA_WG_BOTH
+#undef CODA_WGRS_OPS_64
+#undef CODA_WGRS_OPS_128
+#undef CODA_WGRS_OPS_256
+#undef CODA_WGRS_DEFINE
 #undef CODA_WG_OPS_64
 #undef CODA_WG_OPS_128
 #undef CODA_WG_OPS_256
@@ -375,47 +404,40 @@ struct Sm90PairRows {
     static __device__ __forceinline__ bool inside(int n) { return n >= START && n < END; }
 };
 
-// The A prologue (see NoPrologue in coda_epilogue.cuh) on one k block of
-// this consumer warpgroup's A rows, in shared memory, before its wgmmas read
-// them.  A_MxK only: row r of a slab is 128 bytes at r * 128, its 16-byte
-// chunk c stored at chunk c ^ (r & 7) (128B swizzle, 1024-aligned stage).
-// Lane 4g + t of warp w handles rows 16 w + g and 16 w + g + 8 of every slab
-// (exactly its accumulator rows i = 2 s + h, so row sums need only the
-// quad), logical chunks t and t + 4 of each (k0 + 8 c .. k0 + 8 c + 7).
-// With kScale the rows are rewritten in place; the caller then fences the
-// generic-proxy writes against the async proxy and syncs the warpgroup.
+// The A prologue (see NoPrologue in coda_epilogue.cuh) on the Hopper
+// mainloop: A goes through registers (RS wgmma) instead of being read by
+// the tensor cores from shared memory.  Per k16 step kk and 64-row slab s,
+// ldmatrix.x4 loads the warp's 16 x 16 A fragment: lane L addresses row
+// 16 w + (L & 15) of the slab at 16-byte chunk 2 kk + (L >> 4), stored at
+// chunk ^ (row & 7) (128B swizzle, rows of 128 bytes, 1024-aligned stage).
+// The fragment's rows g and g + 8 are exactly the thread's accumulator rows
+// i = 2 s and 2 s + 1, so row sums need only the quad at the end; the gain
+// multiplies the registers (k 2t, 2t + 1 in registers 0 and 1, 2t + 8,
+// 2t + 9 in 2 and 3).  Nothing is written back, so no proxy fence or
+// barrier is needed.  A_MxK only.
 template <class Cfg, class Elem, class Pro, class Frag, class P>
-__device__ __forceinline__ void prologue_tile(unsigned sa, Frag& f, const P& ep, int k0, int warp_in_wg, int lane) {
-    const int t = lane & 3, g = lane >> 2;
-    float sc[2][8];
+__device__ __forceinline__ void prologue_fragment(unsigned (&a)[4], unsigned sa, int s, int kk, Frag& f, const P& ep,
+                                                  int k0, int warp_in_wg, int lane) {
+    const int row = 16 * warp_in_wg + (lane & 15);
+    const int chunk = (2 * kk + (lane >> 4)) ^ (row & 7);
+    const unsigned addr = sa + (unsigned)(s * 64 * 128 + row * 128 + chunk * 16);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
+                 : "r"(addr));
+    const int kc = k0 + 16 * kk + 2 * (lane & 3);
+    unsigned gp[2] = {0u, 0u};
+    if constexpr (Pro::kScale) {
+        gp[0] = Pro::scale_pair(ep, kc);
+        gp[1] = Pro::scale_pair(ep, kc + 8);
+    }
 #pragma unroll
-    for (int c = 0; c < 2; ++c)
-#pragma unroll
-        for (int e = 0; e < 8; ++e) sc[c][e] = Pro::kScale ? Pro::scale(ep, k0 + 8 * (t + 4 * c) + e) : 1.0f;
-#pragma unroll
-    for (int s = 0; s < Cfg::kSlabs; ++s)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const unsigned row = sa + (unsigned)(s * 64 * 128 + (16 * warp_in_wg + g + 8 * h) * 128);
-#pragma unroll
-            for (int c = 0; c < 2; ++c) {
-                const unsigned addr = row + (unsigned)((((t + 4 * c) ^ g) & 7) << 4);
-                unsigned w[4];
-                asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
-                             : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
-                             : "r"(addr));
-#pragma unroll
-                for (int q = 0; q < 4; ++q) {
-                    const float2 x = unpack_pair<Elem>(w[q]);
-                    if constexpr (Pro::kRowSumSq) f.a_sumsq[2 * s + h] += x.x * x.x + x.y * x.y;
-                    if constexpr (Pro::kScale) w[q] = pack_pair<Elem>(x.x * sc[c][2 * q], x.y * sc[c][2 * q + 1]);
-                }
-                if constexpr (Pro::kScale)
-                    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(w[0]), "r"(w[1]),
-                                 "r"(w[2]), "r"(w[3])
-                                 : "memory");
-            }
+    for (int r = 0; r < 4; ++r) {
+        if constexpr (Pro::kRowSumSq) {
+            const float2 x = unpack_pair<Elem>(a[r]);
+            f.a_sumsq[2 * s + (r & 1)] += x.x * x.x + x.y * x.y;
         }
+        if constexpr (Pro::kScale) a[r] = mul_pair<Elem>(a[r], gp[r >> 1]);
+    }
 }
 
 template <class Cfg, class LayoutA, class LayoutB, class Elem, class Epi, class RowsB, class Pro = NoPrologue>
@@ -596,13 +618,31 @@ __device__ __forceinline__ void gemm_sm90_rows(const TmaDesc& ta, const TmaDesc&
             const unsigned sa = ring + slot * Cfg::kStageBytes + a_wg_off;
             const unsigned sb = ring + slot * Cfg::kStageBytes + Cfg::kStageBytesA;
             if constexpr (kPrologue) {
-                prologue_tile<Cfg, Elem, Pro>(sa, f, ep, kb * Cfg::BK, warp_in_wg, lane);
-                if constexpr (Pro::kScale) {
-                    // The rewritten A rows must be visible to this
-                    // warpgroup's wgmmas (async proxy) before they issue.
-                    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-                    asm volatile("bar.sync %0, 128;\n" ::"r"(3 + cw) : "memory");
+                // A through registers: every k block's wgmmas complete before
+                // the next k block reuses the fragment registers; the other
+                // consumer warpgroup's wgmmas fill the tensor cores meanwhile.
+                unsigned af[Cfg::BK / 16][Cfg::kSlabs][4];
+#pragma unroll
+                for (int kk = 0; kk < Cfg::BK / 16; ++kk)
+#pragma unroll
+                    for (int s = 0; s < Cfg::kSlabs; ++s)
+                        prologue_fragment<Cfg, Elem, Pro>(af[kk][s], sa, s, kk, f, ep, kb * Cfg::BK, warp_in_wg, lane);
+                wgmma_fence();  // after the fragment registers are written
+#pragma unroll
+                for (int kk = 0; kk < Cfg::BK / 16; ++kk) {
+                    const unsigned long long db = wgmma_desc(sb + kk * kKStepB, kLboB, 1024u);
+#pragma unroll
+                    for (int s = 0; s < Cfg::kSlabs; ++s)
+                        WgmmaRS<Cfg::BN, Elem, kBK ? 0 : 1>::run(f.acc[2 * s], f.acc[2 * s + 1], af[kk][s], db);
                 }
+                wgmma_commit();
+                wgmma_wait<0>();
+                if (release_thread) mbar_arrive(bars + 8 * (S + slot));
+                if (++slot == S) {
+                    slot = 0;
+                    phase ^= 1u;
+                }
+                continue;
             }
             wgmma_fence();
 #pragma unroll

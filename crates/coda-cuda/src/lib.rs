@@ -48,11 +48,18 @@ pub struct CodegenOptions {
     /// manifest: on `sm_90a` GEMMs use the Hopper mainloop where it applies
     /// ([`config::for_target`]); every other arch gets the portable one.
     pub arch: String,
+    /// Put the RMSNorm of a block input into the consuming GEMM's mainloop
+    /// (A prologue: the gain applied on load, row sums of squares on the
+    /// way) instead of a row kernel before it. Off by default: on the H100
+    /// it removes a 0.03 ms kernel but slows the LM-head GEMM from 13.9 to
+    /// 22.9 ms (docs/benchmarks.md), so it only pays where the kernel count
+    /// matters more than time.
+    pub a_prologue: bool,
 }
 
 impl Default for CodegenOptions {
     fn default() -> Self {
-        CodegenOptions { arch: "sm_90a".into() }
+        CodegenOptions { arch: "sm_90a".into(), a_prologue: false }
     }
 }
 
@@ -74,7 +81,7 @@ pub fn compile_block(
     options: &CodegenOptions,
 ) -> Result<CompiledBlock, CodegenError> {
     reject_unsupported(block, source)?;
-    let plan = plan::partition(block);
+    let plan = plan::partition(block, options.a_prologue);
     if block.kind == BlockKind::Kernel {
         check_kernel_form(block, &plan, source)?;
     }

@@ -13,11 +13,14 @@ pub struct CompileOptions {
     pub block: Option<String>,
     /// Which rewrites the reparameterizer applies before partitioning.
     pub rewrite: coda_opt::Options,
+    /// Norms of block inputs in the GEMM mainloop (see
+    /// [`coda_cuda::CodegenOptions::a_prologue`]).
+    pub a_prologue: bool,
 }
 
 impl Default for CompileOptions {
     fn default() -> Self {
-        CompileOptions { arch: "sm_90a".into(), block: None, rewrite: coda_opt::Options::default() }
+        CompileOptions { arch: "sm_90a".into(), block: None, rewrite: coda_opt::Options::default(), a_prologue: false }
     }
 }
 
@@ -62,7 +65,7 @@ pub enum CompileError {
 /// Generates the CUDA kernels of every block of a checked program.
 pub fn compile(checked: &Checked, options: &CompileOptions) -> Result<Compiled, CompileError> {
     let module = rewritten_module(checked, options)?;
-    let codegen = CodegenOptions { arch: options.arch.clone() };
+    let codegen = CodegenOptions { arch: options.arch.clone(), a_prologue: options.a_prologue };
     let (kernels, manifest) = coda_cuda::compile_module(&module, &checked.source, &codegen)?;
     Ok(Compiled { kernels, manifest })
 }

@@ -17,6 +17,8 @@ pub struct ExplainOptions {
     pub dims: BTreeMap<String, i64>,
     /// Which rewrites to apply.
     pub rewrite: coda_opt::Options,
+    /// Norms of block inputs in the GEMM mainloop.
+    pub a_prologue: bool,
 }
 
 /// One kernel of the report.
@@ -71,7 +73,8 @@ pub(crate) fn block_report(block: &Block, source: &SourceFile, options: &Explain
     } else {
         (block.clone(), BTreeMap::new())
     };
-    let kernels = coda_cuda::compile_block(&rewritten, source, &coda_cuda::CodegenOptions::default())
+    let codegen = coda_cuda::CodegenOptions { a_prologue: options.a_prologue, ..Default::default() };
+    let kernels = coda_cuda::compile_block(&rewritten, source, &codegen)
         .map(|compiled| kernel_reports(&compiled.ir, &compiled.manifest, &dims))
         .map_err(|e| e.to_string());
     BlockReport { rules, dims, kernels, unfused_bytes }

@@ -53,6 +53,9 @@ pub(crate) struct BenchArgs {
     /// Print the results as JSON on standard output (the table goes to standard error).
     #[arg(long)]
     pub(crate) json: bool,
+    /// Put the RMSNorm of a block input into the consuming GEMM's mainloop (gain on load, row sums of squares on the way) instead of a row kernel before it: one kernel fewer, but slower on the H100 (docs/reparameterizer.md).
+    #[arg(long)]
+    pub(crate) a_prologue: bool,
 }
 
 /// Milliseconds each rig keeps the GPU busy before timing.
@@ -67,8 +70,12 @@ pub(crate) fn bench(args: &BenchArgs, color: ColorChoice) -> Result<Outcome> {
     let dims = parse_dims(&args.dims)?;
     let device = open_device()?;
     let compiler = Compiler::global()?;
-    let options =
-        coda::CompileOptions { arch: device.arch().to_string(), block: args.block.clone(), ..Default::default() };
+    let options = coda::CompileOptions {
+        arch: device.arch().to_string(),
+        block: args.block.clone(),
+        a_prologue: args.a_prologue,
+        ..Default::default()
+    };
     let compiled = coda::compile(&checked, &options)?;
     let profiles = coda::profile(&checked, &options, &dims)?;
     warm_up_nvrtc(compiler, &device)?;

@@ -72,6 +72,9 @@ pub(crate) struct ExplainArgs {
     /// Work on the backward blocks (the `grad` declarations, or every block w.r.t. all float inputs); see docs/backward.md.
     #[arg(long)]
     pub(crate) grad: bool,
+    /// Put the RMSNorm of a block input into the consuming GEMM's mainloop (gain on load, row sums of squares on the way) instead of a row kernel before it: one kernel fewer, but slower on the H100 (docs/reparameterizer.md).
+    #[arg(long)]
+    pub(crate) a_prologue: bool,
 }
 
 #[derive(Debug, Args)]
@@ -114,6 +117,9 @@ pub(crate) struct CompileArgs {
     /// Work on the backward blocks (the `grad` declarations, or every block w.r.t. all float inputs); see docs/backward.md.
     #[arg(long)]
     pub(crate) grad: bool,
+    /// Put the RMSNorm of a block input into the consuming GEMM's mainloop (gain on load, row sums of squares on the way) instead of a row kernel before it: one kernel fewer, but slower on the H100 (docs/reparameterizer.md).
+    #[arg(long)]
+    pub(crate) a_prologue: bool,
 }
 
 #[derive(Debug, Args)]
@@ -138,6 +144,9 @@ pub(crate) struct RunArgs {
     /// Work on the backward blocks (the `grad` declarations, or every block w.r.t. all float inputs); see docs/backward.md.
     #[arg(long)]
     pub(crate) grad: bool,
+    /// Put the RMSNorm of a block input into the consuming GEMM's mainloop (gain on load, row sums of squares on the way) instead of a row kernel before it: one kernel fewer, but slower on the H100 (docs/reparameterizer.md).
+    #[arg(long)]
+    pub(crate) a_prologue: bool,
 }
 
 /// The run-time dims and the inputs, shared by `eval` and `run`.

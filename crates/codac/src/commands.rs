@@ -41,11 +41,12 @@ pub(crate) fn run(cli: Cli) -> Result<Outcome> {
                 return Ok(Outcome::UserError);
             }
             let checked = crate::grad_cmd::view(checked, args.grad)?;
+            let options = coda::ExplainOptions { a_prologue: args.a_prologue, ..Default::default() };
             if args.json {
-                let text = serde_json::to_string_pretty(&coda::explain_json(&checked))?;
+                let text = serde_json::to_string_pretty(&coda::explain_json_with(&checked, &options))?;
                 println!("{text}");
             } else {
-                print!("{}", coda::explain_text(&checked));
+                print!("{}", coda::explain_text_with(&checked, &options));
             }
             Ok(Outcome::Success)
         }

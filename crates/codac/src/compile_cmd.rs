@@ -17,7 +17,12 @@ pub(crate) fn compile(args: &CompileArgs, color: ColorChoice) -> Result<Outcome>
     let checked = crate::grad_cmd::view(checked, args.grad)?;
     let arch: Arch = args.arch.parse()?;
     let (cu, ptx, cubin) = parse_emit(&args.emit)?;
-    let options = coda::CompileOptions { arch: arch.to_string(), block: args.block.clone(), ..Default::default() };
+    let options = coda::CompileOptions {
+        arch: arch.to_string(),
+        block: args.block.clone(),
+        a_prologue: args.a_prologue,
+        ..Default::default()
+    };
     let compiled = coda::compile(&checked, &options)?;
     std::fs::create_dir_all(&args.out).with_context(|| format!("cannot create {}", args.out.display()))?;
     let compiler = if ptx || cubin { Some(nvrtc()?) } else { None };

@@ -38,8 +38,12 @@ pub(crate) fn run(args: &RunArgs, color: ColorChoice) -> Result<Outcome> {
     let device = open_device()?;
     let info = device.info();
     println!("device: {} ({}, {} SMs)", info.name, info.arch, info.multiprocessors);
-    let options =
-        coda::CompileOptions { arch: device.arch().to_string(), block: args.block.clone(), ..Default::default() };
+    let options = coda::CompileOptions {
+        arch: device.arch().to_string(),
+        block: args.block.clone(),
+        a_prologue: args.a_prologue,
+        ..Default::default()
+    };
     let compiled = coda::compile(&checked, &options)?;
     let mut all_ok = true;
     for manifest in &compiled.manifest.blocks {

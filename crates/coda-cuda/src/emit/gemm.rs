@@ -83,13 +83,25 @@ pub(crate) fn emit(em: &mut Emitter<'_>, spec: &GemmSpec, entry: &str) -> Result
 fn prologue_struct(em: &mut Emitter<'_>, spec: &GemmSpec, epi: &str) -> Option<(String, String)> {
     let pro = spec.prologue.as_ref()?;
     let name = format!("Pro_{}", em.kernel.name);
-    let scale = match pro.scale {
-        Some(buf) => format!("return cg::load({});", em.access(buf, "0", "k", false)),
-        None => "return 1.0f;".to_string(),
+    let elem = super::params::c_type(spec.elem);
+    let body = match pro.scale {
+        Some(buf) => {
+            let b = em.buf(buf);
+            let mut one = |k: &str| format!("cg::load({})", em.access(buf, "0", k, false));
+            let (k0, k1) = (one("k"), one("k + 1"));
+            format!(
+                "const auto* q = {b} + k;\n        \
+                 if (k + 2 <= {b}_cols && (reinterpret_cast<unsigned long long>(q) & 3ull) == 0) \
+                 return *reinterpret_cast<const unsigned*>(q);\n        \
+                 return coda::pack_pair<{elem}>({k0}, {k1});"
+            )
+        }
+        None => "return 0u;".to_string(),
     };
     let code = format!(
         "struct {name} {{\n    static constexpr bool kScale = {};\n    static constexpr bool kRowSumSq = {};\n    \
-         static __device__ __forceinline__ float scale(const {epi}::Params& p, int k) {{ {scale} }}\n}};\n\n",
+         // The gains of k and k + 1 (k even) as a packed pair of the operand type.\n    \
+         static __device__ __forceinline__ unsigned scale_pair(const {epi}::Params& p, int k) {{\n        {body}\n    }}\n}};\n\n",
         pro.scale.is_some(),
         pro.row_sumsq,
     );

@@ -9,8 +9,8 @@
 //! come first. Kernels are named `k0`, `k1`, … in launch order.
 
 use super::{
-    APrologue, BlockIr, BufId, Buffer, GemmSpec, GridSpec, Kernel, KernelKind, Layout, Node, NodeId, Op, Operand, PartialKind,
-    PartialOut, Role, Space, Store,
+    APrologue, BlockIr, BufId, Buffer, GemmSpec, GridSpec, Kernel, KernelKind, Layout, Node, NodeId, Op, Operand,
+    PartialKind, PartialOut, Role, Space, Store,
 };
 use crate::config::{self, TileConfig};
 use crate::error::CodegenError;

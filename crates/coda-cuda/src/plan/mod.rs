@@ -153,7 +153,9 @@ pub(crate) struct Plan {
 }
 
 /// Partitions a verified block.
-pub(crate) fn partition(block: &Block) -> Plan {
+/// With `a_prologue`, norms of block inputs may go into a GEMM's mainloop
+/// ([`Home::Prologue`]).
+pub(crate) fn partition(block: &Block, a_prologue: bool) -> Plan {
     let canon = cse::number_values(block);
     let live = cse::live_values(block, &canon);
     let n = block.insts.len();
@@ -170,6 +172,7 @@ pub(crate) fn partition(block: &Block) -> Plan {
         },
         ready: vec![0; n],
         preplaced: vec![false; n],
+        a_prologue,
         live: live.clone(),
         row_partial_dep: vec![false; n],
         uses_in_kernel: vec![0; n],

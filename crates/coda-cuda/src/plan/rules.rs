@@ -20,6 +20,8 @@ pub(super) struct Planner<'a> {
     pub(super) preplaced: Vec<bool>,
     /// Values some output needs.
     pub(super) live: Vec<bool>,
+    /// Whether GEMM mainloops may take A prologues.
+    pub(super) a_prologue: bool,
 }
 
 impl Planner<'_> {
@@ -305,8 +307,13 @@ impl Planner<'_> {
 
     /// `(x, g)` when the A operand `w` is `x ⊙ broadcast(g)`: `x` a block
     /// input of the operand type read untransposed, `g` a `[1, K]` block
-    /// input. The mainloop then applies the gain on load.
+    /// input of the operand type too (so the product of the two is exact in
+    /// fp32 and one packed 16-bit multiply rounds it as the matmul would).
+    /// The mainloop then applies the gain on load.
     fn scaled_input(&self, w: Value, transposed: bool, dtype: DType) -> Option<(usize, usize)> {
+        if !self.a_prologue {
+            return None;
+        }
         let (w, transposed) = self.peel(w, transposed, dtype);
         let Inst::Binary { op: BinaryOp::Mul, lhs, rhs } = self.block.inst(w) else { return None };
         if transposed {
@@ -317,7 +324,7 @@ impl Planner<'_> {
         let g = |v: Value| match self.block.inst(v) {
             Inst::Broadcast { arg, .. } if self.block.ty(*arg).shape.rows.is_one() => {
                 match self.block.inst(self.c(*arg)) {
-                    Inst::Param(i) => Some(*i),
+                    Inst::Param(i) if self.block.params.get(*i).is_some_and(|p| p.dtype == dtype) => Some(*i),
                     _ => None,
                 }
             }
@@ -347,6 +354,9 @@ impl Planner<'_> {
     /// existing kernel, or the first later matmul reading `x` (or `x ⊙ g`)
     /// as A whose B is a block input, placed now, ahead of arena order.
     fn try_prologue_stat(&mut self, inst: &Inst) -> Option<Home> {
+        if !self.a_prologue {
+            return None;
+        }
         let Inst::Reduce { op: ReduceOp::Sum, axis: Axis::Cols, arg } = inst else { return None };
         let Inst::Binary { op: BinaryOp::Mul, lhs, rhs } = self.block.inst(self.c(*arg)) else { return None };
         if self.c(*lhs) != self.c(*rhs) {
