@@ -115,6 +115,10 @@ run examples/parallel_block.coda 4096 200
 run examples/lm_head_ce.coda 333 200
 run examples/lm_head_ce.coda 333 200 --a-prologue
 run examples/llama3_block.coda 4096 200
+# Backward blocks (docs/backward.md): every gradient output against the
+# interpreter's gradients of the block as written.
+run examples/llama3_block.coda 333 200 --grad
+run examples/gpt2_block.coda 333 200 --grad
 
 {
     printf 'example\tM\toutput / kernel\tmax rel\trel-L2\ttime (us)\tstatus\n'
