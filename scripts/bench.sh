@@ -41,7 +41,7 @@ fi
 {
     echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "binary: $BIN ($("$BIN" --version 2>&1))"
-    echo "commit: ${BENCH_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
+    echo "commit: ${BENCH_COMMIT:-not recorded (set BENCH_COMMIT; the GPU machine's copy of the tree has no reliable .git)}"
     echo "CUDA_HOME: ${CUDA_HOME:-none}"
     nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader 2>&1 || true
 } | tee -a "$LOG"

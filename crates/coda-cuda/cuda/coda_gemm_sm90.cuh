@@ -404,6 +404,19 @@ struct Sm90PairRows {
     static __device__ __forceinline__ bool inside(int n) { return n >= START && n < END; }
 };
 
+// The gains one thread needs for the k block at k0: for k16 step kk,
+// gp[kk][0] = s[k0 + 16 kk + 2t .. + 1] and gp[kk][1] = s[.. + 8 .. + 9].
+// Loaded one k block ahead, so their latency hides behind the wgmmas.
+template <class Pro, class Cfg, class P>
+__device__ __forceinline__ void load_gains(unsigned (&gp)[Cfg::BK / 16][2], const P& ep, int k0, int lane) {
+#pragma unroll
+    for (int kk = 0; kk < Cfg::BK / 16; ++kk) {
+        const int kc = k0 + 16 * kk + 2 * (lane & 3);
+        gp[kk][0] = Pro::scale_pair(ep, kc);
+        gp[kk][1] = Pro::scale_pair(ep, kc + 8);
+    }
+}
+
 // The A prologue (see NoPrologue in coda_epilogue.cuh) on the Hopper
 // mainloop: A goes through registers (RS wgmma) instead of being read by
 // the tensor cores from shared memory.  Per k16 step kk and 64-row slab s,
@@ -415,21 +428,15 @@ struct Sm90PairRows {
 // multiplies the registers (k 2t, 2t + 1 in registers 0 and 1, 2t + 8,
 // 2t + 9 in 2 and 3).  Nothing is written back, so no proxy fence or
 // barrier is needed.  A_MxK only.
-template <class Cfg, class Elem, class Pro, class Frag, class P>
-__device__ __forceinline__ void prologue_fragment(unsigned (&a)[4], unsigned sa, int s, int kk, Frag& f, const P& ep,
-                                                  int k0, int warp_in_wg, int lane) {
+template <class Cfg, class Elem, class Pro, class Frag>
+__device__ __forceinline__ void prologue_fragment(unsigned (&a)[4], unsigned sa, int s, int kk, Frag& f,
+                                                  const unsigned (&gp)[2], int warp_in_wg, int lane) {
     const int row = 16 * warp_in_wg + (lane & 15);
     const int chunk = (2 * kk + (lane >> 4)) ^ (row & 7);
     const unsigned addr = sa + (unsigned)(s * 64 * 128 + row * 128 + chunk * 16);
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
                  : "r"(addr));
-    const int kc = k0 + 16 * kk + 2 * (lane & 3);
-    unsigned gp[2] = {0u, 0u};
-    if constexpr (Pro::kScale) {
-        gp[0] = Pro::scale_pair(ep, kc);
-        gp[1] = Pro::scale_pair(ep, kc + 8);
-    }
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
         if constexpr (Pro::kRowSumSq) {
@@ -437,6 +444,46 @@ __device__ __forceinline__ void prologue_fragment(unsigned (&a)[4], unsigned sa,
             f.a_sumsq[2 * s + (r & 1)] += x.x * x.x + x.y * x.y;
         }
         if constexpr (Pro::kScale) a[r] = mul_pair<Elem>(a[r], gp[r >> 1]);
+    }
+}
+
+// One k block of the A-prologue path: waits for its ring slot, loads and
+// transforms this warpgroup's A fragments, issues the RS wgmmas, loads the
+// next k block's gains (their latency hides behind the wgmmas), waits for
+// the wgmmas and releases the slot.  The wait is wait_group 0: RS operands
+// are read asynchronously, so the fragment registers may only be rewritten
+// once the wgmmas are done (double-buffering them made ptxas serialize the
+// wgmmas, C7513, and measured slower: 18.8 against 15.7 ms on the LM head);
+// the other consumer warpgroup's wgmmas keep the tensor cores busy meanwhile.
+template <class Cfg, class Elem, class Pro, bool kBK, class Frag, class P>
+__device__ __forceinline__ void rs_kblock(unsigned (&gains)[Cfg::BK / 16][2], Frag& f, const P& ep, unsigned bars,
+                                          unsigned ring, int& slot, unsigned& phase, unsigned a_wg_off, int kb,
+                                          int warp_in_wg, int lane, bool release_thread) {
+    constexpr int S = Cfg::kStages;
+    mbar_wait(bars + 8 * slot, phase);
+    const unsigned sa = ring + slot * Cfg::kStageBytes + a_wg_off;
+    const unsigned sb = ring + slot * Cfg::kStageBytes + Cfg::kStageBytesA;
+    unsigned af[Cfg::BK / 16][Cfg::kSlabs][4];
+#pragma unroll
+    for (int kk = 0; kk < Cfg::BK / 16; ++kk)
+#pragma unroll
+        for (int s = 0; s < Cfg::kSlabs; ++s)
+            prologue_fragment<Cfg, Elem, Pro>(af[kk][s], sa, s, kk, f, gains[kk], warp_in_wg, lane);
+    wgmma_fence();  // after the fragment registers are written
+#pragma unroll
+    for (int kk = 0; kk < Cfg::BK / 16; ++kk) {
+        const unsigned long long db = wgmma_desc(sb + kk * (kBK ? 32u : 2048u), kBK ? 16u : 8192u, 1024u);
+#pragma unroll
+        for (int s = 0; s < Cfg::kSlabs; ++s)
+            WgmmaRS<Cfg::BN, Elem, kBK ? 0 : 1>::run(f.acc[2 * s], f.acc[2 * s + 1], af[kk][s], db);
+    }
+    wgmma_commit();
+    if constexpr (Pro::kScale) load_gains<Pro, Cfg>(gains, ep, (kb + 1) * Cfg::BK, lane);
+    wgmma_wait<0>();
+    if (release_thread) mbar_arrive(bars + 8 * (S + slot));
+    if (++slot == S) {
+        slot = 0;
+        phase ^= 1u;
     }
 }
 
@@ -612,38 +659,20 @@ __device__ __forceinline__ void gemm_sm90_rows(const TmaDesc& ta, const TmaDesc&
         int slot = kdone % S;
         unsigned phase = (unsigned)(kdone / S) & 1u;
         int prev_slot = -1;
+        if constexpr (kPrologue) {
+            // A through registers (RS wgmma), gains loaded one k block ahead.
+            unsigned gains[Cfg::BK / 16][2] = {};
+            if constexpr (Pro::kScale) load_gains<Pro, Cfg>(gains, ep, 0, lane);
 #pragma unroll 1
-        for (int kb = 0; kb < ktiles; ++kb) {
+            for (int kb = 0; kb < ktiles; ++kb)
+                rs_kblock<Cfg, Elem, Pro, kBK>(gains, f, ep, bars, ring, slot, phase, a_wg_off, kb, warp_in_wg, lane,
+                                               release_thread);
+        }
+#pragma unroll 1
+        for (int kb = 0; kb < (kPrologue ? 0 : ktiles); ++kb) {
             mbar_wait(bars + 8 * slot, phase);
             const unsigned sa = ring + slot * Cfg::kStageBytes + a_wg_off;
             const unsigned sb = ring + slot * Cfg::kStageBytes + Cfg::kStageBytesA;
-            if constexpr (kPrologue) {
-                // A through registers: every k block's wgmmas complete before
-                // the next k block reuses the fragment registers; the other
-                // consumer warpgroup's wgmmas fill the tensor cores meanwhile.
-                unsigned af[Cfg::BK / 16][Cfg::kSlabs][4];
-#pragma unroll
-                for (int kk = 0; kk < Cfg::BK / 16; ++kk)
-#pragma unroll
-                    for (int s = 0; s < Cfg::kSlabs; ++s)
-                        prologue_fragment<Cfg, Elem, Pro>(af[kk][s], sa, s, kk, f, ep, kb * Cfg::BK, warp_in_wg, lane);
-                wgmma_fence();  // after the fragment registers are written
-#pragma unroll
-                for (int kk = 0; kk < Cfg::BK / 16; ++kk) {
-                    const unsigned long long db = wgmma_desc(sb + kk * kKStepB, kLboB, 1024u);
-#pragma unroll
-                    for (int s = 0; s < Cfg::kSlabs; ++s)
-                        WgmmaRS<Cfg::BN, Elem, kBK ? 0 : 1>::run(f.acc[2 * s], f.acc[2 * s + 1], af[kk][s], db);
-                }
-                wgmma_commit();
-                wgmma_wait<0>();
-                if (release_thread) mbar_arrive(bars + 8 * (S + slot));
-                if (++slot == S) {
-                    slot = 0;
-                    phase ^= 1u;
-                }
-                continue;
-            }
             wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < Cfg::BK / 16; ++kk) {
