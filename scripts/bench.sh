@@ -17,7 +17,8 @@
 # $CODAC_CACHE_DIR, default a fresh directory under $OUT's parent temp dir.
 # Environment: BENCH_M, BENCH_ITERS (default 200), BENCH_CASES (compare.py
 # --cases), BENCH_NO_COMPILE=1 (skip torch.compile), BENCH_CODAC_TIMEOUT and
-# BENCH_COMPARE_TIMEOUT (seconds per codac run, 240, and for compare.py, 300).
+# BENCH_COMPARE_TIMEOUT (seconds per codac run, 240, and for compare.py, 300),
+# BENCH_COMMIT (the commit the binary was built from, printed in the log).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -41,7 +42,7 @@ fi
 {
     echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "binary: $BIN ($("$BIN" --version 2>&1))"
-    echo "commit: ${BENCH_COMMIT:-not recorded (set BENCH_COMMIT; the GPU machine's copy of the tree has no reliable .git)}"
+    echo "commit: ${BENCH_COMMIT:-not recorded, set BENCH_COMMIT: the copy of the tree on the GPU machine has no reliable .git}"
     echo "CUDA_HOME: ${CUDA_HOME:-none}"
     nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader 2>&1 || true
 } | tee -a "$LOG"
