@@ -322,6 +322,15 @@ impl Emu<'_> {
                     0.0
                 }
             }
+            Op::Scatter { arg, index, width } => {
+                let i = f64::from(self.eval(*index, m, 0));
+                let hit = i >= 0.0 && i.fract() == 0.0 && (i as i64) < self.d(width) && i as i64 == k;
+                if hit {
+                    f64::from(self.eval(*arg, m, 0))
+                } else {
+                    0.0
+                }
+            }
             Op::RowReduce { op, arg, width } => {
                 let xs: Vec<f64> = (0..self.d(width)).map(|c| f64::from(self.eval(*arg, m, c))).collect();
                 reduce(*op, &xs)

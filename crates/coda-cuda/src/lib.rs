@@ -80,7 +80,6 @@ pub fn compile_block(
     source: &SourceFile,
     options: &CodegenOptions,
 ) -> Result<CompiledBlock, CodegenError> {
-    reject_unsupported(block, source)?;
     let plan = plan::partition(block, options.a_prologue);
     if block.kind == BlockKind::Kernel {
         check_kernel_form(block, &plan, source)?;
@@ -105,23 +104,6 @@ pub fn compile_module(
     }
     let manifest = Manifest { schema: 2, source: source.name.clone(), arch: options.arch.clone(), blocks };
     Ok((kernels, manifest))
-}
-
-/// Instructions the kernel IR cannot express yet.
-fn reject_unsupported(block: &Block, source: &SourceFile) -> Result<(), CodegenError> {
-    for (value, inst) in block.insts.iter() {
-        if matches!(inst, coda_ir::Inst::ScatterCols { .. }) {
-            return Err(CodegenError::Unsupported {
-                block: block.name.clone(),
-                location: source.location(block.insts.span(value)),
-                what: format!(
-                    "the column scatter {value} (the gradient of a column pick such as a cross-entropy target)"
-                ),
-                reason: "the kernel IR has no one-hot scatter yet".into(),
-            });
-        }
-    }
-    Ok(())
 }
 
 /// In an explicit `kernel`, everything must be computed by the GEMM's

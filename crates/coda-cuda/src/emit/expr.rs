@@ -274,6 +274,13 @@ impl<'a> Emitter<'a> {
                 let v = self.eval(*arg, &m, &t)?;
                 format!("({t} >= 0 ? {v} : 0.0f)")
             }
+            Op::Scatter { arg, index, width } => {
+                let iv = self.eval(*index, &m, "0")?;
+                let w = self.dim_int(width);
+                let t = self.index("kt", format!("cg::take_index({iv}, {w})"));
+                let a = self.eval(*arg, &m, "0")?;
+                format!("({k} == {t} ? {a} : 0.0f)")
+            }
             Op::RowReduce { op, arg, width } => return self.reduce(node, *op, *arg, width, &m, true),
             Op::ColReduce { op, arg, height } => return self.reduce(node, *op, *arg, height, &k, false),
             Op::Acc => return Err(self.internal("accumulator outside a GEMM epilogue")),

@@ -583,7 +583,9 @@ impl Builder<'_> {
                 let width = self.block.ty(arg).shape.cols.clone();
                 Op::Take { arg: n(self, arg)?, index: n(self, index)?, width }
             }
-            Inst::ScatterCols { .. } => return Err(self.internal("a column scatter reached kernel building")),
+            Inst::ScatterCols { arg, index, cols } => {
+                Op::Scatter { arg: n(self, arg)?, index: n(self, index)?, width: cols }
+            }
             Inst::RopePartner { spec, arg } => Op::RopePartner(spec, n(self, arg)?),
             Inst::UnpermuteCols { arg, perm } => Op::Unpermute(perm, n(self, arg)?),
             Inst::PermuteRows { .. } => return Err(self.internal("rows in pair order outside a GEMM operand")),

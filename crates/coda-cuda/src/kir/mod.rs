@@ -175,6 +175,17 @@ pub enum Op {
         /// Columns of `arg`.
         width: Dim,
     },
+    /// `arg[m]` at column `index[m]`, 0 elsewhere (and in every column when
+    /// the index is outside `0..width`): the one-hot scatter that is the
+    /// gradient of [`Op::Take`], e.g. cross-entropy's `−onehot(target)`.
+    Scatter {
+        /// One value per row.
+        arg: NodeId,
+        /// Column per row.
+        index: NodeId,
+        /// Columns of the result.
+        width: Dim,
+    },
     /// A reduction over all columns of the current row (row kernels).
     RowReduce {
         /// The reduction.
@@ -216,7 +227,7 @@ impl Op {
             Op::Slice { arg, .. } | Op::RopePartner(_, arg) | Op::Unpermute(_, arg) => vec![*arg],
             Op::RowReduce { arg, .. } | Op::ColReduce { arg, .. } | Op::GridReduce { arg, .. } => vec![*arg],
             Op::Binary(_, a, b) | Op::Interleave(a, b) => vec![*a, *b],
-            Op::Take { arg, index, .. } => vec![*arg, *index],
+            Op::Take { arg, index, .. } | Op::Scatter { arg, index, .. } => vec![*arg, *index],
             Op::Select(c, a, b) => vec![*c, *a, *b],
             Op::Concat(parts) => parts.iter().map(|(p, _)| *p).collect(),
         }
