@@ -119,6 +119,7 @@ run examples/llama3_block.coda 4096 200
 # interpreter's gradients of the block as written.
 run examples/llama3_block.coda 333 200 --grad
 run examples/gpt2_block.coda 333 200 --grad
+run examples/lm_head_ce.coda 333 300 --grad
 
 {
     printf 'example\tM\toutput / kernel\tmax rel\trel-L2\ttime (us)\tstatus\n'
