@@ -271,6 +271,16 @@ __device__ __forceinline__ void setmaxnreg_dec() {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(REGS));
 }
 
+// wgmma descriptor constants of one operand's stage tile: K-major (K
+// contiguous, 128-byte rows): LBO 16 (unused), k16 step 32 bytes; MN-major:
+// LBO 8192 (next 64 mn), k16 step 2048 bytes (16 rows of 128 bytes). SBO is
+// 1024 (8-row swizzle atoms) either way.
+template <bool K_MAJOR>
+struct WgmmaTile {
+    static constexpr unsigned kLbo = K_MAJOR ? 16u : 8192u;
+    static constexpr unsigned kKStep = K_MAJOR ? 32u : 2048u;
+};
+
 // wgmma shared-memory matrix descriptor: start address, LBO, SBO (all >> 4),
 // layout type 1 = 128-byte swizzle (bits 62-63).
 __device__ __forceinline__ unsigned long long wgmma_desc(unsigned addr, unsigned lbo, unsigned sbo) {
@@ -472,7 +482,7 @@ __device__ __forceinline__ void rs_kblock(unsigned (&gains)[Cfg::BK / 16][2], Fr
     wgmma_fence();  // after the fragment registers are written
 #pragma unroll
     for (int kk = 0; kk < Cfg::BK / 16; ++kk) {
-        const unsigned long long db = wgmma_desc(sb + kk * (kBK ? 32u : 2048u), kBK ? 16u : 8192u, 1024u);
+        const unsigned long long db = wgmma_desc(sb + kk * WgmmaTile<kBK>::kKStep, WgmmaTile<kBK>::kLbo, 1024u);
 #pragma unroll
         for (int s = 0; s < Cfg::kSlabs; ++s)
             WgmmaRS<Cfg::BN, Elem, kBK ? 0 : 1>::run(f.acc[2 * s], f.acc[2 * s + 1], af[kk][s], db);
@@ -620,15 +630,11 @@ __device__ __forceinline__ void gemm_sm90_rows(const TmaDesc& ta, const TmaDesc&
     float* const scratch = reinterpret_cast<float*>(coda_dyn_smem_sm90 + (scratch0 + unit * kScratch -
                                                                          smem_u32(coda_dyn_smem_sm90)));
 
-    // wgmma descriptor constants: K-major operand: LBO 16 (unused), SBO 1024;
-    // MN-major: LBO 8192 (next 64 mn), SBO 1024.
-    constexpr unsigned kLboA = kAK ? 16u : 8192u;
-    constexpr unsigned kLboB = kBK ? 16u : 8192u;
-    // Byte offset of this warpgroup's slab s (A) within a stage, and of k16 step kk.
+    typedef WgmmaTile<kAK> TileA;
+    typedef WgmmaTile<kBK> TileB;
+    // Byte offset of this warpgroup's slab s (A) within a stage.
     const unsigned a_wg_off = kAK ? (unsigned)(wg_in_unit * Cfg::kWgRows * 128) : (unsigned)(wg_in_unit * Cfg::kWgRows / 64 * 8192);
     constexpr unsigned kSlabStrideA = kAK ? 64u * 128u : 8192u;
-    constexpr unsigned kKStepA = kAK ? 32u : 2048u;
-    constexpr unsigned kKStepB = kBK ? 32u : 2048u;
 
     int seq = 0;      // index of the tile among this CTA's tiles
     int kdone = 0;    // k blocks of this CTA's tiles before the current one (ring position)
@@ -667,29 +673,31 @@ __device__ __forceinline__ void gemm_sm90_rows(const TmaDesc& ta, const TmaDesc&
             for (int kb = 0; kb < ktiles; ++kb)
                 rs_kblock<Cfg, Elem, Pro, kBK>(gains, f, ep, bars, ring, slot, phase, a_wg_off, kb, warp_in_wg, lane,
                                                release_thread);
-        }
+        } else {
 #pragma unroll 1
-        for (int kb = 0; kb < (kPrologue ? 0 : ktiles); ++kb) {
-            mbar_wait(bars + 8 * slot, phase);
-            const unsigned sa = ring + slot * Cfg::kStageBytes + a_wg_off;
-            const unsigned sb = ring + slot * Cfg::kStageBytes + Cfg::kStageBytesA;
-            wgmma_fence();
+            for (int kb = 0; kb < ktiles; ++kb) {
+                mbar_wait(bars + 8 * slot, phase);
+                const unsigned sa = ring + slot * Cfg::kStageBytes + a_wg_off;
+                const unsigned sb = ring + slot * Cfg::kStageBytes + Cfg::kStageBytesA;
+                wgmma_fence();
 #pragma unroll
-            for (int kk = 0; kk < Cfg::BK / 16; ++kk) {
-                const unsigned long long db = wgmma_desc(sb + kk * kKStepB, kLboB, 1024u);
+                for (int kk = 0; kk < Cfg::BK / 16; ++kk) {
+                    const unsigned long long db = wgmma_desc(sb + kk * TileB::kKStep, TileB::kLbo, 1024u);
 #pragma unroll
-                for (int s = 0; s < Cfg::kSlabs; ++s) {
-                    const unsigned long long da = wgmma_desc(sa + s * kSlabStrideA + kk * kKStepA, kLboA, 1024u);
-                    Wgmma<Cfg::BN, Elem, kAK ? 0 : 1, kBK ? 0 : 1>::run(f.acc[2 * s], f.acc[2 * s + 1], da, db);
+                    for (int s = 0; s < Cfg::kSlabs; ++s) {
+                        const unsigned long long da =
+                            wgmma_desc(sa + s * kSlabStrideA + kk * TileA::kKStep, TileA::kLbo, 1024u);
+                        Wgmma<Cfg::BN, Elem, kAK ? 0 : 1, kBK ? 0 : 1>::run(f.acc[2 * s], f.acc[2 * s + 1], da, db);
+                    }
                 }
-            }
-            wgmma_commit();
-            wgmma_wait<1>();  // the previous k block's wgmmas are done: release its slot
-            if (prev_slot >= 0 && release_thread) mbar_arrive(bars + 8 * (S + prev_slot));
-            prev_slot = slot;
-            if (++slot == S) {
-                slot = 0;
-                phase ^= 1u;
+                wgmma_commit();
+                wgmma_wait<1>();  // the previous k block's wgmmas are done: release its slot
+                if (prev_slot >= 0 && release_thread) mbar_arrive(bars + 8 * (S + prev_slot));
+                prev_slot = slot;
+                if (++slot == S) {
+                    slot = 0;
+                    phase ^= 1u;
+                }
             }
         }
         if (Cfg::kPingPong && release_thread) mbar_arrive(bars + 8 * (2 * S + (unit ^ 1)));  // hand-off

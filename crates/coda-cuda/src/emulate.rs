@@ -163,9 +163,10 @@ impl Emu<'_> {
             Some(s) => round_to_dtype(f64::from(raw(i, k)) * f64::from(s.get(0, k)), g.elem).unwrap_or(f64::NAN) as f32,
             None => raw(i, k),
         };
-        self.a_sumsq = (0..m)
-            .map(|i| (0..kk).map(|k| f64::from(raw(i, k)) * f64::from(raw(i, k))).sum::<f64>() as f32 as f64)
-            .collect();
+        if g.prologue.as_ref().is_some_and(|p| p.row_sumsq) {
+            let sumsq = |i: i64| (0..kk).map(|k| f64::from(raw(i, k)) * f64::from(raw(i, k))).sum::<f64>();
+            self.a_sumsq = (0..m).map(|i| f64::from(sumsq(i) as f32)).collect();
+        }
         let row = |j: i64| g.b.row_perm.map_or(j, |p| p.source(j));
         let bt = |k: i64, j: i64| match g.b.layout {
             crate::kir::Layout::BKxN => b.get(k, j),

@@ -322,12 +322,7 @@ impl Planner<'_> {
         let (l, r) = (self.c(*lhs), self.c(*rhs));
         let x = |v: Value| self.tile_input(v, dtype);
         let g = |v: Value| match self.block.inst(v) {
-            Inst::Broadcast { arg, .. } if self.block.ty(*arg).shape.rows.is_one() => {
-                match self.block.inst(self.c(*arg)) {
-                    Inst::Param(i) if self.block.params.get(*i).is_some_and(|p| p.dtype == dtype) => Some(*i),
-                    _ => None,
-                }
-            }
+            Inst::Broadcast { arg, .. } if self.block.ty(*arg).shape.rows.is_one() => self.tile_input(*arg, dtype),
             _ => None,
         };
         x(l).zip(g(r)).or_else(|| x(r).zip(g(l)))
