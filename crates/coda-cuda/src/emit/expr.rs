@@ -334,7 +334,21 @@ impl<'a> Emitter<'a> {
                 let xv = self.eval(x, m, k)?;
                 let args = self.rope_args(&spec);
                 let table = self.rope_freq_table(&spec);
-                let freq = format!("cg::rope_freq_tab({k}, {args}, {table})");
+                // One local per column for the sine and the cosine (and
+                // hoisted out of the row loop of a GEMM epilogue).
+                let key = (a, "rope_freq".to_string(), k.to_string());
+                let freq = match self.lookup(&key) {
+                    Some(local) => local,
+                    None => {
+                        let local = self.locals.fresh("freq");
+                        let value = self.kernel.nodes[a].value;
+                        self.stmt(format!("const double {local} = cg::rope_freq_tab({k}, {args}, {table});"), value);
+                        if let Some(scope) = self.scopes.last_mut() {
+                            scope.insert(key, local.clone());
+                        }
+                        local
+                    }
+                };
                 let f = if op == UnaryOp::Sin { "sin_angle" } else { "cos_angle" };
                 return Ok(format!("cg::{f}({xv}, {freq})"));
             }

@@ -368,24 +368,29 @@ impl Gemm {
         em.pop_scope();
         let body = drop_unused_indices(em.take_lines());
         let text = body.join("\n");
-        // Declare the loop-invariant locals the body uses, and only those.
+        let (hoisted, body) = hoist_column_invariants(body);
+        // Columns outside, rows inside: what depends on the column only (a
+        // gain, a rotary frequency, a column index) is evaluated once per
+        // column pair, not once per row of the thread. Every row still
+        // combines its pairs in increasing j, so partial sums keep their order.
         let pad = |n: usize| "    ".repeat(n);
         let mut lines = outer;
         if let Some((_, stmt)) = &self.staged_load {
             lines.push(format!("{}{stmt}", pad(2)));
         }
         lines.push(format!("{}#pragma unroll", pad(2)));
-        lines.push(format!("{}for (int i = 0; i < Frag::RI; ++i) {{", pad(2)));
+        lines.push(format!("{}for (int j = 0; j < Frag::CJ; ++j) {{", pad(2)));
+        if uses(&text, "n") {
+            lines.push(format!("{}const int n = f.col(j);", pad(3)));
+        }
+        lines.extend(hoisted.into_iter().map(|l| l.replacen(&pad(1), "", 1)));
+        lines.push(format!("{}#pragma unroll", pad(3)));
+        lines.push(format!("{}for (int i = 0; i < Frag::RI; ++i) {{", pad(3)));
         if uses(&text, "m") {
-            lines.push(format!("{}const int m = f.row(i);", pad(3)));
+            lines.push(format!("{}const int m = f.row(i);", pad(4)));
         }
         if uses(&text, "row_ok") {
-            lines.push(format!("{}const bool row_ok = f.row_in(i);", pad(3)));
-        }
-        lines.push(format!("{}#pragma unroll", pad(3)));
-        lines.push(format!("{}for (int j = 0; j < Frag::CJ; ++j) {{", pad(3)));
-        if uses(&text, "n") {
-            lines.push(format!("{}const int n = f.col(j);", pad(4)));
+            lines.push(format!("{}const bool row_ok = f.row_in(i);", pad(4)));
         }
         lines.extend(body);
         lines.push(format!("{}}}", pad(3)));
@@ -450,8 +455,14 @@ impl Gemm {
         if let Some(vars) = self.regs.get(&op) {
             return Ok(vars.get(slot).or(vars.first()).cloned().unwrap_or_default());
         }
+        let half = if slot == 0 { "x" } else { "y" };
         if let (Op::Load(buf), Space::Tile, 1) = (&em.kernel.nodes[op].op, em.kernel.nodes[op].space, map.stride) {
-            return Ok(format!("{}.{}", self.pair_load(em, op, *buf, map), if slot == 0 { "x" } else { "y" }));
+            return Ok(format!("{}.{half}", self.pair_load(em, op, *buf, map)));
+        }
+        // A column vector (a gain, a bias) at the pair's own columns: one
+        // 4-byte load for both instead of two bounded 2-byte loads.
+        if let Some((vector, buf)) = column_vector_load(em, op).filter(|_| map.stride == 1) {
+            return Ok(format!("{}.{half}", self.col_pair_load(em, vector, buf, map)));
         }
         // Both columns of an aligned pair see the same rotary frequency, so
         // a value that depends on the column only through it (the angle,
@@ -491,6 +502,20 @@ impl Gemm {
         name
     }
 
+    /// Both elements of a column vector at the pair's own columns.
+    fn col_pair_load(&mut self, em: &mut Emitter<'_>, op: NodeId, buf: usize, map: &ColMap) -> String {
+        let key = (op, map.offset);
+        if let Some(v) = self.pairs.get(&key) {
+            return v.clone();
+        }
+        let name = em.local_for(em.kernel.nodes[op].value);
+        let c0 = self.col(em, map, 0);
+        let access = em.access(buf, "0", &c0, false);
+        em.stmt(format!("const float2 {name} = cg::load2({access});"), em.kernel.nodes[op].value);
+        self.pairs.insert(key, name.clone());
+        name
+    }
+
     /// Whether a pair load of `buf` at `map` can read the staged operand:
     /// a 16-bit buffer at the accumulator's own columns, and no other
     /// buffer staged already (the scratch holds one tile).
@@ -513,7 +538,7 @@ impl Gemm {
             Op::Acc => format!("f.acc[i][j][{slot}]"),
             Op::Unary(op, a) => {
                 let a = self.operand(em, *a, map, slot)?;
-                unary_reg(*op, &a)
+                unary_epilogue(*op, &a)
             }
             Op::Binary(op, a, b) => {
                 let (a, b) = (self.operand(em, *a, map, slot)?, self.operand(em, *b, map, slot)?);
@@ -675,6 +700,61 @@ fn drop_unused_indices(body: Vec<String>) -> Vec<String> {
         .collect()
 }
 
+/// Splits the per-pair body into the declarations that depend on the column
+/// only (no row index, row predicate, accumulator, scratch or per-row
+/// local, directly or through another declaration), in order, and the rest.
+fn hoist_column_invariants(body: Vec<String>) -> (Vec<String>, Vec<String>) {
+    let mut row_dependent: BTreeSet<String> = ["i", "m", "row_ok", "f", "smem"].map(String::from).into();
+    let (mut hoisted, mut rest) = (Vec::new(), Vec::new());
+    for line in body {
+        let code = line.split("  //").next().unwrap_or_default();
+        let declared = code
+            .trim_start()
+            .strip_prefix("const ")
+            .and_then(|d| d.split_once(" = "))
+            .and_then(|(lhs, _)| lhs.split_whitespace().nth(1))
+            .map(String::from);
+        let free = identifiers(code.split_once(" = ").map_or(code, |(_, rhs)| rhs));
+        match declared {
+            Some(_) if free.iter().all(|id| !row_dependent.contains(id)) => hoisted.push(line),
+            _ => {
+                row_dependent.extend(declared);
+                rest.push(line);
+            }
+        }
+    }
+    (hoisted, rest)
+}
+
+/// The identifiers `text` reads as variables: not members (`.x`, `p.bias`)
+/// and not qualified names (`cg::load`).
+fn identifiers(text: &str) -> Vec<String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        let c = bytes[i];
+        if c.is_ascii_alphabetic() || c == b'_' {
+            let start = i;
+            while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_') {
+                i += 1;
+            }
+            let qualified = start > 0 && matches!(bytes[start - 1], b'.' | b':');
+            let namespace = text[i..].starts_with("::");
+            if !qualified && !namespace {
+                out.push(text[start..i].to_string());
+            }
+        } else if c.is_ascii_digit() {
+            while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'.') {
+                i += 1;
+            }
+        } else {
+            i += 1;
+        }
+    }
+    out
+}
+
 /// Whether node `id` has the same value at columns `2j` and `2j + 1`: it
 /// reads columns only through interleaved rotary frequency tables whose
 /// range starts and ends at even columns (pairs never straddle its ends).
@@ -705,7 +785,33 @@ pub(crate) fn uses(text: &str, word: &str) -> bool {
     })
 }
 
-/// A unary function of a register value (no rotary angle special case).
+/// The column-vector load under `op`'s broadcasts, and its buffer.
+fn column_vector_load(em: &Emitter<'_>, mut op: NodeId) -> Option<(NodeId, usize)> {
+    while let Op::Broadcast(a) = em.kernel.nodes[op].op {
+        op = a;
+    }
+    match em.kernel.nodes[op].op {
+        Op::Load(buf) if em.kernel.nodes[op].space == Space::Col => Some((op, buf)),
+        _ => None,
+    }
+}
+
+/// A unary function of a GEMM accumulator value: the exponential family
+/// uses the SFU forms of `coda_common.cuh` (`ex2.approx`, `rcp.approx`:
+/// relative error about 1e-6, far inside the 5e-3 tolerance of any output
+/// that depends on a matmul, and 5–10× fewer instructions than `expf` and
+/// an IEEE division, which made SwiGLU the largest epilogue cost on the
+/// H100). Every other function is [`unary_reg`]'s.
+fn unary_epilogue(op: UnaryOp, a: &str) -> String {
+    match op {
+        UnaryOp::Exp => format!("coda::exp_fast({a})"),
+        UnaryOp::Sigmoid => format!("coda::sigmoid({a})"),
+        UnaryOp::Silu => format!("coda::silu({a})"),
+        _ => unary_reg(op, a),
+    }
+}
+
+/// A unary function of a value (no rotary angle special case).
 pub(super) fn unary_reg(op: UnaryOp, a: &str) -> String {
     match op {
         UnaryOp::Neg => format!("(-{a})"),
