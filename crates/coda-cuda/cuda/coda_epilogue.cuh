@@ -103,6 +103,9 @@ struct AccFrag {
     static constexpr int kColReduceFloats = BN * kWarpsM;      // col_reduce<Op>
     static constexpr int kReduceFloats =
         kRowLseFloats > kColReduceFloats ? kRowLseFloats : kColReduceFloats;
+    // Whether the epilogue scratch is free during the K loop, so that a
+    // tile operand can be staged asynchronously (stage_tile_async).
+    static constexpr bool kAsyncStage = false;
 
     float acc[RI][CJ][2];
     // With an A prologue that keeps row statistics (Pro::kRowSumSq): the sum
@@ -635,6 +638,58 @@ __device__ __forceinline__ void stage_tile(const Frag& f, const TileInfo& t, con
     }
     f.sync();
 }
+
+// Asynchronous staging, for mainloops whose epilogue scratch is private
+// (Frag::kAsyncStage: the Hopper one, where the ring is separate): the
+// functor's prefetch(p, f, t, smem), which the mainloop calls before the K
+// loop of each tile, issues the operand's 16-byte copies with cp.async
+// (global -> shared, no registers held, out-of-range bytes zero-filled), so
+// that their latency hides behind the tile's mainloop; apply then calls
+// stage_tile_finish, which waits for them.  Same layout as stage_tile.  A
+// base or leading dimension not 16-byte aligned (uniform for the CTA), or a
+// mainloop without private scratch, stages synchronously in
+// stage_tile_finish instead.  The caller of stage_tile_async must have
+// synchronized the tile's threads after the previous tile's epilogue.
+template <class T>
+__device__ __forceinline__ bool stage_tile_vec_ok(const T* src, long long ld) {
+    return (ld % 8) == 0 && (reinterpret_cast<unsigned long long>(src) & 15) == 0;
+}
+template <class T, class Frag>
+__device__ __forceinline__ void stage_tile_async(const Frag& f, const TileInfo& t, const T* src, long long ld,
+                                                 int rows, int cols, float* smem) {
+    static_assert(sizeof(T) == 2, "stage_tile_async is for 16-bit operands");
+    constexpr int kVec = 8;
+    constexpr int kRowBytes = (Frag::BN + 8) * 2;
+    constexpr int kChunksPerRow = Frag::BN / kVec;
+    constexpr int kChunks = Frag::BM * kChunksPerRow;
+    if (!Frag::kAsyncStage || !stage_tile_vec_ok(src, ld)) return;
+    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+#pragma unroll 4
+    for (int c0 = 0; c0 < kChunks; c0 += Frag::kThreads) {
+        const int c = c0 + f.thread_index();
+        if (kChunks % Frag::kThreads != 0 && c >= kChunks) break;
+        const int r = c / kChunksPerRow, ch = c % kChunksPerRow;
+        const int grow = t.tile_m0 + r, gcol = t.tile_n0 + ch * kVec;
+        const bool in = grow < rows && gcol < cols;
+        const int bytes = in ? 2 * (cols - gcol < kVec ? cols - gcol : kVec) : 0;
+        const T* p = in ? src + (long long)grow * ld + gcol : src;
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s + r * kRowBytes + ch * 16), "l"(p),
+                     "r"(bytes)
+                     : "memory");
+    }
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <class T, class Frag>
+__device__ __forceinline__ void stage_tile_finish(const Frag& f, const TileInfo& t, const T* src, long long ld,
+                                                  int rows, int cols, float* smem) {
+    if (Frag::kAsyncStage && stage_tile_vec_ok(src, ld)) {
+        asm volatile("cp.async.wait_all;\n" ::: "memory");
+        f.sync();
+        return;
+    }
+    stage_tile<T>(f, t, src, ld, rows, cols, smem);
+}
+
 // The pair (row(i), col(j)), (row(i), col(j) + 1) of a staged operand.
 template <class T, class Frag>
 __device__ __forceinline__ float2 staged_pair(const Frag& f, int i, int j, const float* smem) {

@@ -180,6 +180,7 @@ typedef Sm90Config<64, 256, 3, true> Sm90Cfg64x256pp;
 // named barrier over the consumer threads holding the tile.
 template <class Cfg>
 struct Sm90Frag : AccFrag<2 * Cfg::kSlabs, Cfg::BN / 8, 64, Cfg::BM, Cfg::BN, 4 * Cfg::kUnitWGs, 1> {
+    static constexpr bool kAsyncStage = true;  // private scratch per tile in flight
     int bar_id;  // named barrier of this tile's threads (1 or 2)
     __device__ __forceinline__ void sync() const {
         asm volatile("bar.sync %0, %1;\n" ::"r"(bar_id), "n"(Cfg::kUnitThreads) : "memory");
@@ -201,6 +202,18 @@ template <class Cfg, class Epi>
 __host__ __device__ constexpr int gemm_sm90_smem_bytes() {
     return 1024 + Cfg::kRingBytes + Cfg::kUnits * sm90_scratch_bytes<Cfg, Epi>() + 16 * Cfg::kStages + 16;
 }
+
+// Whether the functor has prefetch(p, f, t, smem) (static constexpr bool
+// kPrefetch = true): then the mainloop calls it before each tile's K loop,
+// after a barrier over the tile's threads.
+template <class E, class = void>
+struct EpiPrefetch {
+    static constexpr bool value = false;
+};
+template <class E>
+struct EpiPrefetch<E, decltype(void(E::kPrefetch))> {
+    static constexpr bool value = E::kPrefetch;
+};
 
 extern __shared__ __align__(1024) unsigned char coda_dyn_smem_sm90[];
 
@@ -656,6 +669,23 @@ __device__ __forceinline__ void gemm_sm90_rows(const TmaDesc& ta, const TmaDesc&
 #pragma unroll
         for (int i = 0; i < Frag::RI; ++i) f.a_sumsq[i] = 0.0f;
 
+        f.grow0 = m0 + f.lrow0;
+        f.gcol0 = n0 + f.lcol0;
+        TileInfo t;
+        t.tile_m0 = m0;
+        t.tile_n0 = n0;
+        t.tile_m_idx = tm;
+        t.tile_n_idx = tn;
+        t.num_m_tiles = tiles_m;
+        t.num_n_tiles = tiles_n;
+        t.m = g.m;
+        t.n = g.n;
+        t.smem_bytes = kScratch;
+        if constexpr (EpiPrefetch<Epi>::value) {
+            f.sync();  // the previous tile's epilogue is done with the scratch
+            Epi::prefetch(ep, f, t, scratch);
+        }
+
         if (Cfg::kPingPong && seq > 0) {
             // Wait until the other warpgroup has issued its previous tile's
             // last k block (see the design notes).
@@ -715,18 +745,6 @@ __device__ __forceinline__ void gemm_sm90_rows(const TmaDesc& ta, const TmaDesc&
             for (int i = 0; i < Frag::RI; ++i) f.a_sumsq[i] = quad_sum(f.a_sumsq[i]);
         }
 
-        f.grow0 = m0 + f.lrow0;
-        f.gcol0 = n0 + f.lcol0;
-        TileInfo t;
-        t.tile_m0 = m0;
-        t.tile_n0 = n0;
-        t.tile_m_idx = tm;
-        t.tile_n_idx = tn;
-        t.num_m_tiles = tiles_m;
-        t.num_n_tiles = tiles_n;
-        t.m = g.m;
-        t.n = g.n;
-        t.smem_bytes = kScratch;
         Epi::apply(ep, f, t, scratch);
     }
 }

@@ -63,8 +63,9 @@ pub(crate) fn emit(em: &mut Emitter<'_>, spec: &GemmSpec, entry: &str) -> Result
     g.reductions(em)?;
     let body = em.take_lines().join("\n");
     let pro = prologue_struct(em, spec, &epi);
+    let prefetch = g.staged_load.as_ref().map_or(String::new(), |(_, stmt)| prefetch_hook(stmt));
     let code = format!(
-        "struct {epi} {{\n    struct Params {{\n{fields}    }};\n    static constexpr int kSmemFloats = 0;\n    \
+        "struct {epi} {{\n    struct Params {{\n{fields}    }};\n    static constexpr int kSmemFloats = 0;\n{prefetch}    \
          template <class Frag, class Tile>\n    static __device__ void apply(const Params& p, Frag& f, const Tile& t, float* smem) {{\n\
          {body}\n    }}\n}};\n\n{pro_code}{entry_code}",
         fields = em.params.c_fields("        "),
@@ -76,6 +77,18 @@ pub(crate) fn emit(em: &mut Emitter<'_>, spec: &GemmSpec, entry: &str) -> Result
         },
     );
     Ok((code, gemm_args(em, spec)))
+}
+
+/// The functor's `prefetch` (called by the Hopper mainloop before each
+/// tile's K loop): the asynchronous half of the staged tile operand whose
+/// `stage_tile_finish` call is `finish`.
+fn prefetch_hook(finish: &str) -> String {
+    let start = finish.replace("coda::stage_tile_finish<", "coda::stage_tile_async<");
+    format!(
+        "    static constexpr bool kPrefetch = true;\n    template <class Frag, class Tile>\n    \
+         static __device__ void prefetch(const Params& p, const Frag& f, const Tile& t, float* smem) {{\n        \
+         {start}\n    }}\n"
+    )
 }
 
 /// The `Pro_<kernel>` struct of an A prologue (the template's `Pro`
@@ -487,7 +500,7 @@ impl Gemm {
             if self.staged_load.is_none() {
                 let b = em.buf(buf);
                 let t = super::params::c_type(em.ir.buffers[buf].dtype);
-                let stmt = format!("coda::stage_tile<{t}>(f, t, {b}, {b}_ld, {b}_rows, {b}_cols, smem);");
+                let stmt = format!("coda::stage_tile_finish<{t}>(f, t, {b}, {b}_ld, {b}_rows, {b}_cols, smem);");
                 self.staged_load = Some((buf, stmt));
             }
             let t = super::params::c_type(em.ir.buffers[buf].dtype);
