@@ -178,31 +178,25 @@ fn nvrtc_compiles_every_kernel() {
             }
         }
     }
-    let failures = std::sync::Mutex::new(Vec::new());
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let workers = std::thread::available_parallelism().map_or(4, |n| n.get().min(8));
-    std::thread::scope(|scope| {
-        for _ in 0..workers {
-            scope.spawn(|| loop {
-                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let Some((k, arch)) = jobs.get(i) else { break };
-                let opts = CompileOptions::new(*arch).file_name(&k.file_name).flag("-Xptxas").flag("-v");
-                let problem = match compiler.compile(&k.source, &opts) {
-                    Err(e) => Some(format!("{} ({arch}): {e}", k.file_name)),
-                    Ok(out) if out.has_warnings() => Some(format!("{} ({arch}): warnings:\n{}", k.file_name, out.log)),
-                    Ok(out) if spills(&out.log) > 0 => {
-                        println!("note: {} ({arch}) spills {} bytes", k.file_name, spills(&out.log));
-                        None
-                    }
-                    Ok(_) => None,
-                };
-                if let Some(p) = problem {
-                    failures.lock().unwrap_or_else(|e| e.into_inner()).push(p);
-                }
-            });
+    // Compiled in parallel by the runtime's own compile_many (what `codac
+    // run` and `codac compile --emit cubin` use), results in job order.
+    let requests: Vec<_> = jobs
+        .iter()
+        .map(|(k, arch)| {
+            (k.source.as_str(), CompileOptions::new(*arch).file_name(&k.file_name).flag("-Xptxas").flag("-v"))
+        })
+        .collect();
+    let mut failures = Vec::new();
+    for ((k, arch), result) in jobs.iter().zip(compiler.compile_many(&requests)) {
+        match result {
+            Err(e) => failures.push(format!("{} ({arch}): {e}", k.file_name)),
+            Ok(out) if out.has_warnings() => failures.push(format!("{} ({arch}): warnings:\n{}", k.file_name, out.log)),
+            Ok(out) if spills(&out.log) > 0 => {
+                println!("note: {} ({arch}) spills {} bytes", k.file_name, spills(&out.log))
+            }
+            Ok(_) => {}
         }
-    });
-    let failures = failures.into_inner().unwrap_or_else(|e| e.into_inner());
+    }
     assert!(failures.is_empty(), "{} NVRTC failures:\n{}", failures.len(), failures.join("\n"));
     println!("compiled {} kernel sources", jobs.len());
 }

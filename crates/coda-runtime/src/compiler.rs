@@ -123,6 +123,42 @@ impl Compiler {
         })
     }
 
+    /// Compiles several sources, each through the cache, on up to
+    /// `available_parallelism` threads (NVRTC compiles distinct programs
+    /// concurrently; the cache's writes are atomic). The results come back
+    /// in the order of `jobs`: a block's cold compile then takes about as
+    /// long as its slowest kernel rather than the sum of all.
+    pub fn compile_many(&self, jobs: &[(&str, CompileOptions)]) -> Vec<Result<CompiledKernel>> {
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, jobs.len().max(1));
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let mut results: Vec<Option<Result<CompiledKernel>>> = jobs.iter().map(|_| None).collect();
+        std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..threads)
+                .map(|_| {
+                    scope.spawn(|| {
+                        let mut done = Vec::new();
+                        loop {
+                            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            let Some((source, opts)) = jobs.get(i) else { break };
+                            done.push((i, self.compile(source, opts)));
+                        }
+                        done
+                    })
+                })
+                .collect();
+            for worker in workers {
+                match worker.join() {
+                    Ok(done) => done.into_iter().for_each(|(i, r)| results[i] = Some(r)),
+                    Err(panic) => std::panic::resume_unwind(panic),
+                }
+            }
+        });
+        results
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(RuntimeError::InvalidInput("a compile job was not run".into()))))
+            .collect()
+    }
+
     fn rejected(&self, key: &CacheKey, source: &str, options: &[String], log: String) -> RuntimeError {
         match self.cache.dump_failed_source(key, source, options) {
             Ok(dumped_source) => RuntimeError::Nvrtc { log, dumped_source },

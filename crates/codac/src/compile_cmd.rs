@@ -26,13 +26,18 @@ pub(crate) fn compile(args: &CompileArgs, color: ColorChoice) -> Result<Outcome>
     let compiled = coda::compile(&checked, &options)?;
     std::fs::create_dir_all(&args.out).with_context(|| format!("cannot create {}", args.out.display()))?;
     let compiler = if ptx || cubin { Some(nvrtc()?) } else { None };
+    let jobs: Vec<_> = compiled
+        .kernels
+        .iter()
+        .map(|k| (k.source.as_str(), NvrtcOptions::new(arch).file_name(&k.file_name).emit_ptx(ptx)))
+        .collect();
+    let mut outputs = compiler.map(|c| c.compile_many(&jobs)).unwrap_or_default().into_iter();
     for kernel in &compiled.kernels {
         if cu {
             write(&args.out.join(&kernel.file_name), kernel.source.as_bytes())?;
         }
-        if let Some(compiler) = compiler {
-            let opts = NvrtcOptions::new(arch).file_name(&kernel.file_name).emit_ptx(ptx);
-            let out = compiler.compile(&kernel.source, &opts)?;
+        if let Some(out) = outputs.next() {
+            let out = out?;
             if out.has_warnings() {
                 eprintln!("warning: NVRTC warnings for {}:\n{}", kernel.file_name, out.log);
             }

@@ -69,14 +69,17 @@ impl BlockExecutor {
     /// whose sources are among `sources` (matched by file name).
     pub fn new(device: &Device, manifest: &BlockManifest, sources: &[KernelSource]) -> Result<BlockExecutor> {
         let compiler = Compiler::global()?;
-        let mut kernels = Vec::new();
-        let mut report = Vec::new();
+        let mut jobs = Vec::new();
         for spec in &manifest.kernels {
             let source = sources.iter().find(|s| s.file_name == spec.file).ok_or_else(|| {
                 RuntimeError::InvalidInput(format!("no source for kernel `{}` ({})", spec.name, spec.file))
             })?;
-            let opts = CompileOptions::new(device.arch()).file_name(&spec.file);
-            let compiled = compiler.compile(&source.source, &opts)?;
+            jobs.push((source.source.as_str(), CompileOptions::new(device.arch()).file_name(&spec.file)));
+        }
+        let mut kernels = Vec::new();
+        let mut report = Vec::new();
+        for (spec, compiled) in manifest.kernels.iter().zip(compiler.compile_many(&jobs)) {
+            let compiled = compiled?;
             let module = device.load(&compiled)?;
             let kernel = module.function(&spec.entry)?;
             report.push(KernelCompile {
