@@ -612,7 +612,7 @@ __device__ __forceinline__ void stage_tile(const Frag& f, const TileInfo& t, con
     const bool vec_ok = (ld % kVec) == 0 && (reinterpret_cast<unsigned long long>(src) & 15) == 0;
     unsigned char* s = reinterpret_cast<unsigned char*>(smem);
     f.sync();  // scratch may still be in use
-#pragma unroll 8  // 8 loads in flight per thread (16 spills beside 128 accumulators)
+#pragma unroll 8  // 8 loads in flight per thread (16 would spill beside 128 accumulators)
     for (int c0 = 0; c0 < kChunks; c0 += Frag::kThreads) {
         const int c = c0 + f.thread_index();
         if (kChunks % Frag::kThreads != 0 && c >= kChunks) break;

@@ -63,7 +63,7 @@ pub(crate) fn emit(em: &mut Emitter<'_>, spec: &GemmSpec, entry: &str) -> Result
     g.reductions(em)?;
     let body = em.take_lines().join("\n");
     let pro = prologue_struct(em, spec, &epi);
-    let prefetch = g.staged_load.as_ref().map_or(String::new(), |(_, stmt)| prefetch_hook(stmt));
+    let prefetch = g.staged_load.as_ref().map_or(String::new(), |(_, call)| prefetch_hook(call));
     let code = format!(
         "struct {epi} {{\n    struct Params {{\n{fields}    }};\n    static constexpr int kSmemFloats = 0;\n{prefetch}    \
          template <class Frag, class Tile>\n    static __device__ void apply(const Params& p, Frag& f, const Tile& t, float* smem) {{\n\
@@ -80,14 +80,14 @@ pub(crate) fn emit(em: &mut Emitter<'_>, spec: &GemmSpec, entry: &str) -> Result
 }
 
 /// The functor's `prefetch` (called by the Hopper mainloop before each
-/// tile's K loop): the asynchronous half of the staged tile operand whose
-/// `stage_tile_finish` call is `finish`.
-fn prefetch_hook(finish: &str) -> String {
-    let start = finish.replace("coda::stage_tile_finish<", "coda::stage_tile_async<");
+/// tile's K loop): `coda::stage_tile_async` of the staged tile operand,
+/// whose template and call arguments are `call` (`apply` finishes it with
+/// `coda::stage_tile_finish` and the same arguments).
+fn prefetch_hook(call: &str) -> String {
     format!(
         "    static constexpr bool kPrefetch = true;\n    template <class Frag, class Tile>\n    \
          static __device__ void prefetch(const Params& p, const Frag& f, const Tile& t, float* smem) {{\n        \
-         {start}\n    }}\n"
+         coda::stage_tile_async{call};\n    }}\n"
     )
 }
 
@@ -198,8 +198,9 @@ struct Gemm {
     pairs: HashMap<(NodeId, i64), String>,
     /// The store written through shared memory, by index, and how.
     staged: Option<(usize, Staging)>,
-    /// The tile operand read through shared memory (`coda::stage_tile`):
-    /// its buffer and the statement that stages it before the loop.
+    /// The tile operand read through shared memory: its buffer and the
+    /// template and call arguments of `coda::stage_tile_finish` (before the
+    /// loop) and `coda::stage_tile_async` (the prefetch hook).
     staged_load: Option<(usize, String)>,
 }
 
@@ -388,8 +389,8 @@ impl Gemm {
         // combines its pairs in increasing j, so partial sums keep their order.
         let pad = |n: usize| "    ".repeat(n);
         let mut lines = outer;
-        if let Some((_, stmt)) = &self.staged_load {
-            lines.push(format!("{}{stmt}", pad(2)));
+        if let Some((_, call)) = &self.staged_load {
+            lines.push(format!("{}coda::stage_tile_finish{call};", pad(2)));
         }
         lines.push(format!("{}#pragma unroll", pad(2)));
         lines.push(format!("{}for (int j = 0; j < Frag::CJ; ++j) {{", pad(2)));
@@ -470,12 +471,12 @@ impl Gemm {
         }
         let half = if slot == 0 { "x" } else { "y" };
         if let (Op::Load(buf), Space::Tile, 1) = (&em.kernel.nodes[op].op, em.kernel.nodes[op].space, map.stride) {
-            return Ok(format!("{}.{half}", self.pair_load(em, op, *buf, map)));
+            return Ok(format!("{}.{half}", self.pair_load(em, op, *buf, map, "m")));
         }
         // A column vector (a gain, a bias) at the pair's own columns: one
         // 4-byte load for both instead of two bounded 2-byte loads.
         if let Some((vector, buf)) = column_vector_load(em, op).filter(|_| map.stride == 1) {
-            return Ok(format!("{}.{half}", self.col_pair_load(em, vector, buf, map)));
+            return Ok(format!("{}.{half}", self.pair_load(em, vector, buf, map, "0")));
         }
         // Both columns of an aligned pair see the same rotary frequency, so
         // a value that depends on the column only through it (the angle,
@@ -487,21 +488,22 @@ impl Gemm {
         em.eval(op, "m", &c)
     }
 
-    /// Both elements of a tile load at the pair's own columns, as one
-    /// `float2` (a single 4- or 8-byte load when aligned).
-    fn pair_load(&mut self, em: &mut Emitter<'_>, op: NodeId, buf: usize, map: &ColMap) -> String {
+    /// Both elements of a load at the pair's own columns, as one `float2`
+    /// (a single 4- or 8-byte load when aligned): of a tile (`row` = `m`,
+    /// staged through shared memory where it can be) or of a column vector
+    /// (`row` = `0`).
+    fn pair_load(&mut self, em: &mut Emitter<'_>, op: NodeId, buf: usize, map: &ColMap, row: &str) -> String {
         let key = (op, map.offset);
         if let Some(v) = self.pairs.get(&key) {
             return v.clone();
         }
         let value = em.kernel.nodes[op].value;
         let name = em.local_for(value);
-        if self.can_stage(em, buf, map) {
+        if row == "m" && self.can_stage(em, buf, map) {
             if self.staged_load.is_none() {
                 let b = em.buf(buf);
                 let t = super::params::c_type(em.ir.buffers[buf].dtype);
-                let stmt = format!("coda::stage_tile_finish<{t}>(f, t, {b}, {b}_ld, {b}_rows, {b}_cols, smem);");
-                self.staged_load = Some((buf, stmt));
+                self.staged_load = Some((buf, format!("<{t}>(f, t, {b}, {b}_ld, {b}_rows, {b}_cols, smem)")));
             }
             let t = super::params::c_type(em.ir.buffers[buf].dtype);
             em.stmt(format!("const float2 {name} = coda::staged_pair<{t}>(f, i, j, smem);"), value);
@@ -509,22 +511,8 @@ impl Gemm {
             return name;
         }
         let c0 = self.col(em, map, 0);
-        let access = em.access(buf, "m", &c0, false);
+        let access = em.access(buf, row, &c0, false);
         em.stmt(format!("const float2 {name} = cg::load2({access});"), value);
-        self.pairs.insert(key, name.clone());
-        name
-    }
-
-    /// Both elements of a column vector at the pair's own columns.
-    fn col_pair_load(&mut self, em: &mut Emitter<'_>, op: NodeId, buf: usize, map: &ColMap) -> String {
-        let key = (op, map.offset);
-        if let Some(v) = self.pairs.get(&key) {
-            return v.clone();
-        }
-        let name = em.local_for(em.kernel.nodes[op].value);
-        let c0 = self.col(em, map, 0);
-        let access = em.access(buf, "0", &c0, false);
-        em.stmt(format!("const float2 {name} = cg::load2({access});"), em.kernel.nodes[op].value);
         self.pairs.insert(key, name.clone());
         name
     }
