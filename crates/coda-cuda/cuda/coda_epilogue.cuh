@@ -414,6 +414,18 @@ template <class T>
 __device__ __forceinline__ void store_at(T* out, long long ld, int row, int col, int rows, int cols, float v) {
     if (row < rows && col < cols) store1(out + (long long)row * ld + col, v);
 }
+// store_pair_at without its requirement: element stores when ld is odd or
+// out not aligned to a pair (an output that is not codac's own buffer).
+template <class T>
+__device__ __forceinline__ void store_pair_any(T* out, long long ld, int row, int col, int rows, int cols, float v0,
+                                               float v1) {
+    if ((ld & 1) == 0 && (reinterpret_cast<unsigned long long>(out) & (2 * sizeof(T) - 1)) == 0) {
+        store_pair_at(out, ld, row, col, rows, cols, v0, v1);
+        return;
+    }
+    store_at(out, ld, row, col, rows, cols, v0);
+    store_at(out, ld, row, col + 1, rows, cols, v1);
+}
 
 // Fragment forms: element pair (i, j) of the accumulator grid, bounded by
 // the GEMM's M x N.
@@ -459,6 +471,10 @@ __device__ __forceinline__ float2 unpack_pair(unsigned u, f16) { return unpack2_
 // of (BN + 8) elements) to out[tile_m0 + r][origin + c], consecutive threads
 // taking consecutive 16-byte chunks of a row; element stores at the ragged
 // right edge (columns >= out_cols), rows >= M skipped.
+// A tile wholly inside the output (the common case) takes a loop without
+// bounds checks whose addresses advance by a constant stride: each thread
+// keeps one chunk column and steps down the rows, so the per-chunk index
+// arithmetic (and the registers it pinned) is gone.
 template <class T, class Frag, int W>
 __device__ __forceinline__ void store_staged_rows(const Frag& f, const TileInfo& t, const unsigned char* s, T* out,
                                                   long long ld, int origin, int out_cols) {
@@ -466,7 +482,21 @@ __device__ __forceinline__ void store_staged_rows(const Frag& f, const TileInfo&
     constexpr int kRowBytes = (Frag::BN + 8) * (int)sizeof(T);
     constexpr int kChunksPerRow = W / kVec;
     constexpr int kChunks = Frag::BM * kChunksPerRow;
-#pragma unroll
+    if constexpr (Frag::kThreads % kChunksPerRow == 0 && Frag::BM % (Frag::kThreads / kChunksPerRow) == 0) {
+        constexpr int kRowStep = Frag::kThreads / kChunksPerRow;
+        if (t.tile_m0 + Frag::BM <= t.m && origin + W <= out_cols) {  // uniform over the CTA
+            const int ch = f.thread_index() % kChunksPerRow, r0 = f.thread_index() / kChunksPerRow;
+            const unsigned char* src = s + r0 * kRowBytes + ch * 16;
+            T* dst = out + (long long)(t.tile_m0 + r0) * ld + origin + ch * kVec;
+            const long long step = (long long)kRowStep * ld;
+#pragma unroll 4  // 4 chunks in flight: the accumulators may still be live (store_scratch_tile)
+            for (int r = 0; r < Frag::BM / kRowStep; ++r)
+                *reinterpret_cast<uint4*>(dst + r * step) =
+                    *reinterpret_cast<const uint4*>(src + r * kRowStep * kRowBytes);
+            return;
+        }
+    }
+#pragma unroll 4
     for (int c0 = 0; c0 < kChunks; c0 += Frag::kThreads) {
         const int c = c0 + f.thread_index();
         if (kChunks % Frag::kThreads != 0 && c >= kChunks) break;
@@ -497,7 +527,8 @@ __device__ __forceinline__ void store_tile_staged(const Frag& f, const TileInfo&
 #pragma unroll
         for (int i = 0; i < Frag::RI; ++i)
 #pragma unroll
-            for (int j = 0; j < Frag::CJ; ++j) store_pair(f, i, j, out, ld, v[i][j][0], v[i][j][1]);
+            for (int j = 0; j < Frag::CJ; ++j)
+                store_pair_any(out, ld, f.row(i), f.col(j), f.m, f.n, v[i][j][0], v[i][j][1]);
         return;
     }
     unsigned char* s = reinterpret_cast<unsigned char*>(smem);
@@ -664,6 +695,23 @@ __device__ __forceinline__ void stage_tile_async(const Frag& f, const TileInfo& 
     constexpr int kChunks = Frag::BM * kChunksPerRow;
     if (!Frag::kAsyncStage || !stage_tile_vec_ok(src, ld)) return;
     const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+    if constexpr (Frag::kThreads % kChunksPerRow == 0 && Frag::BM % (Frag::kThreads / kChunksPerRow) == 0) {
+        // A tile wholly inside the operand: constant-stride addresses, no bounds.
+        constexpr int kRowStep = Frag::kThreads / kChunksPerRow;
+        if (t.tile_m0 + Frag::BM <= rows && t.tile_n0 + Frag::BN <= cols) {  // uniform over the CTA
+            const int ch = f.thread_index() % kChunksPerRow, r0 = f.thread_index() / kChunksPerRow;
+            const unsigned dst = s + r0 * kRowBytes + ch * 16;
+            const T* p = src + (long long)(t.tile_m0 + r0) * ld + t.tile_n0 + ch * kVec;
+            const long long step = (long long)kRowStep * ld;
+#pragma unroll
+            for (int r = 0; r < Frag::BM / kRowStep; ++r)
+                asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst + r * kRowStep * kRowBytes),
+                             "l"(p + r * step)
+                             : "memory");
+            asm volatile("cp.async.commit_group;\n" ::: "memory");
+            return;
+        }
+    }
 #pragma unroll 4
     for (int c0 = 0; c0 < kChunks; c0 += Frag::kThreads) {
         const int c = c0 + f.thread_index();
@@ -696,6 +744,53 @@ __device__ __forceinline__ float2 staged_pair(const Frag& f, int i, int j, const
     constexpr int kRowBytes = (Frag::BN + 8) * 2;
     const unsigned char* s = reinterpret_cast<const unsigned char*>(smem);
     return unpack_pair(*reinterpret_cast<const unsigned*>(s + f.local_row(i) * kRowBytes + f.local_col(j) * 2), T());
+}
+
+// A second full-tile 16-bit output written through the scratch (the first
+// is store_tile_staged's): scratch_pair puts the thread's pair (row(i),
+// col(j)) where the staged layout keeps it -- in place of a staged
+// operand's pair that this thread has just read, or into a scratch that is
+// otherwise unused during the pair loop -- and store_scratch_tile then
+// writes the tile with coalesced 16-byte stores.  Every position belongs to
+// one thread, so the in-loop writes need no barrier; the caller must have
+// synchronized the tile's threads before the loop (stage_tile_finish does)
+// and calls store_tile_staged only after store_scratch_tile (which starts
+// with a barrier).  Without room for the tile in the scratch, scratch_pair
+// stores the pair directly (bounded) and store_scratch_tile does nothing;
+// with an output not aligned for 16-byte stores, each thread stores its own
+// pairs back from the scratch.
+template <class T, class Frag>
+__device__ __forceinline__ void scratch_pair(const Frag& f, const TileInfo& t, int i, int j, T* out, long long ld,
+                                             float* smem, float v0, float v1) {
+    static_assert(sizeof(T) == 2, "scratch_pair is for 16-bit outputs");
+    constexpr int kRowBytes = (Frag::BN + 8) * 2;
+    if (staged_store_bytes<Frag::BM, Frag::BN, T>() > t.smem_bytes) {
+        store_pair_any(out, ld, f.row(i), f.col(j), f.m, f.n, v0, v1);
+        return;
+    }
+    unsigned char* s = reinterpret_cast<unsigned char*>(smem);
+    *reinterpret_cast<unsigned*>(s + f.local_row(i) * kRowBytes + f.local_col(j) * 2) = PairBits<T>::pack(v0, v1);
+}
+template <class T, class Frag>
+__device__ __forceinline__ void store_scratch_tile(const Frag& f, const TileInfo& t, T* out, long long ld,
+                                                   float* smem) {
+    constexpr int kRowBytes = (Frag::BN + 8) * 2;
+    if (staged_store_bytes<Frag::BM, Frag::BN, T>() > t.smem_bytes) return;
+    const unsigned char* s = reinterpret_cast<const unsigned char*>(smem);
+    const bool aligned = (ld % 8) == 0 && (reinterpret_cast<unsigned long long>(out) & 15) == 0;
+    if (!aligned) {  // uniform over the CTA; the thread's own pairs, no barrier needed
+#pragma unroll
+        for (int i = 0; i < Frag::RI; ++i)
+#pragma unroll
+            for (int j = 0; j < Frag::CJ; ++j) {
+                const float2 v = unpack_pair(
+                    *reinterpret_cast<const unsigned*>(s + f.local_row(i) * kRowBytes + f.local_col(j) * 2), T());
+                store_pair_any(out, ld, f.row(i), f.col(j), f.m, f.n, v.x, v.y);
+            }
+        return;
+    }
+    f.sync();
+    store_staged_rows<T, Frag, Frag::BN>(f, t, s, out, ld, t.tile_n0, t.n);
 }
 
 }  // namespace coda

@@ -187,15 +187,31 @@ struct Sm90Frag : AccFrag<2 * Cfg::kSlabs, Cfg::BN / 8, 64, Cfg::BM, Cfg::BN, 4 
     }
 };
 
-// Epilogue scratch bytes per tile in flight (see the host contract).
+// Column vectors the functor stages per tile (static constexpr int
+// kColVecs = n): n slots of BN * 4 bytes after each tile's scratch.
+template <class E, class = void>
+struct EpiColVecs {
+    static constexpr int value = 0;
+};
+template <class E>
+struct EpiColVecs<E, decltype(void(E::kColVecs))> {
+    static constexpr int value = E::kColVecs;
+};
+
+// Epilogue scratch bytes per tile in flight (see the host contract): the
+// scratch proper (TileInfo::smem_bytes), then the column-vector slots.
 template <class Cfg, class Epi>
-__host__ __device__ constexpr int sm90_scratch_bytes() {
+__host__ __device__ constexpr int sm90_scratch_core_bytes() {
     typedef Sm90Frag<Cfg> F;
     constexpr int a = staged_store_bytes<Cfg::BM, Cfg::BN, bf16>();
     constexpr int b = 4 * Epi::kSmemFloats;
     constexpr int c = 4 * F::kReduceFloats;
     constexpr int m = a > b ? (a > c ? a : c) : (b > c ? b : c);
     return (m + 127) / 128 * 128;
+}
+template <class Cfg, class Epi>
+__host__ __device__ constexpr int sm90_scratch_bytes() {
+    return sm90_scratch_core_bytes<Cfg, Epi>() + EpiColVecs<Epi>::value * Cfg::BN * 4;
 }
 // Dynamic shared memory of gemm_sm90<Cfg, ..., Epi> (bytes); the host mirrors this.
 template <class Cfg, class Epi>
@@ -680,7 +696,7 @@ __device__ __forceinline__ void gemm_sm90_rows(const TmaDesc& ta, const TmaDesc&
         t.num_n_tiles = tiles_n;
         t.m = g.m;
         t.n = g.n;
-        t.smem_bytes = kScratch;
+        t.smem_bytes = sm90_scratch_core_bytes<Cfg, Epi>();  // the column-vector slots follow
         if constexpr (EpiPrefetch<Epi>::value) {
             f.sync();  // the previous tile's epilogue is done with the scratch
             Epi::prefetch(ep, f, t, scratch);

@@ -122,10 +122,19 @@ impl TileConfig {
     /// mbarriers. The emitted kernel `static_assert`s that this matches the
     /// header's own formula.
     pub fn smem_bytes(self) -> u32 {
+        self.smem_bytes_with(0)
+    }
+
+    /// [`TileConfig::smem_bytes`] of a Hopper epilogue that stages
+    /// `col_vecs` column vectors per tile (`kColVecs`): `BN * 4` bytes more
+    /// per vector and tile in flight. The portable mainloop stages none.
+    pub fn smem_bytes_with(self, col_vecs: usize) -> u32 {
         let (bm, bn, bk) = self.tile();
         let ring = self.stages() * (bm + bn) * bk * 2;
         let bytes = if self.is_sm90() {
-            let scratch = (bm * (bn + 8) * 2 + 127) / 128 * 128;
+            // Both Hopper configurations are cooperative: one tile in flight.
+            let vecs = i64::try_from(col_vecs).unwrap_or(i64::MAX / 4096);
+            let scratch = (bm * (bn + 8) * 2 + 127) / 128 * 128 + vecs * bn * 4;
             1024 + ring + scratch + 16 * self.stages() + 16
         } else {
             ring

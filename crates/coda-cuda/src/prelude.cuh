@@ -7,8 +7,8 @@
 //   * bounded loads (0 outside the buffer) and stores of bf16 / f16 / f32 /
 //     i32 elements, with pair stores when the address allows them;
 //   * elementwise functions with the interpreter's definitions;
-//   * rotary tables, partners and angles (angles in double, reduced to
-//     [-pi, pi] before the fp32 sine / cosine of the SFU);
+//   * rotary tables, partners and angles (angles formed from fp32 pieces
+//     and reduced to [-pi, pi] before the fp32 sine / cosine of the SFU);
 //   * block reductions in a fixed order for TPR threads per row (TPR = 1:
 //     a thread reduces alone), and finishing of per-tile partial buffers;
 //   * grid reductions: per-CTA partials, a ticket counter, and the fixed-
@@ -174,21 +174,33 @@ __device__ __forceinline__ int rope_partner(int n, int start, int end, int hd, b
 }
 // The same frequency looked up in a table of the head's head_dim / 2
 // frequencies (emitted by codac beside the kernel).
-__device__ __forceinline__ double rope_freq_tab(int n, int start, int end, int hd, bool interleaved,
-                                                const double* table) {
+__device__ __forceinline__ float2 rope_freq_tab(int n, int start, int end, int hd, bool interleaved,
+                                                const float2* table) {
     const RopeCol r = rope_col(n, start, end, hd, interleaved);
-    return r.in ? __ldg(table + r.pair) : 0.0;
+    return r.in ? __ldg(table + r.pair) : make_float2(0.0f, 0.0f);
 }
-// x * freq in double, reduced to [-pi, pi], then the SFU sine / cosine
-// (absolute error below 4e-7 on [-pi, pi]).
-__device__ __forceinline__ float reduced_angle(float x, double freq) {
-    const double two_pi = 6.283185307179586;
-    double a = (double)x * freq;
-    a -= rint(a * (1.0 / two_pi)) * two_pi;
-    return (float)a;
+// x * freq reduced to about [-pi, pi], then the SFU sine / cosine (absolute
+// error below 4e-7 on [-pi, pi]).  The angle is formed in fp32 pieces, not in
+// double (the conversions and rounding of the double form ran at a quarter
+// of the fp32 rate and dominated a RoPE epilogue): freq = fh + fl (the
+// table's float pair, see rope_freq_tab), x * fh exactly
+// as p + e (fma), x * fl added to e, k = round(p / 2pi) by the 1.5 * 2^23
+// trick (|p| < 2^24 for positions below 2^24), and p - k 2pi in three fma
+// steps of a three-float 2pi, each rounding only a result of magnitude
+// about pi: absolute error about 5e-7, for any integer x below 2^24.
+__device__ __forceinline__ float reduced_angle(float x, float2 freq) {
+    const float fh = freq.x, fl = freq.y;
+    const float p = x * fh;
+    const float e = fmaf(x, fl, fmaf(x, fh, -p));
+    const float magic = 12582912.0f;  // 1.5 * 2^23
+    const float k = __fsub_rn(__fmaf_rn(p, 0.15915493667125702f, magic), magic);
+    float r = fmaf(-k, 6.2831854820251465f, p);
+    r = fmaf(-k, -1.7484555314695172e-07f, r);
+    r = fmaf(-k, -7.105427357601002e-15f, r);
+    return r + e;
 }
-__device__ __forceinline__ float sin_angle(float x, double freq) { return __sinf(reduced_angle(x, freq)); }
-__device__ __forceinline__ float cos_angle(float x, double freq) { return __cosf(reduced_angle(x, freq)); }
+__device__ __forceinline__ float sin_angle(float x, float2 freq) { return __sinf(reduced_angle(x, freq)); }
+__device__ __forceinline__ float cos_angle(float x, float2 freq) { return __cosf(reduced_angle(x, freq)); }
 
 // ---------------------------------------------------------------------------
 // Block reductions over the TPR threads of a row: TPR = 1 (a thread alone),
@@ -290,6 +302,109 @@ __device__ __forceinline__ float finish_sum(const float* p, long long ld, int r,
     for (; t < T; t += TPR) s += row[t];
     return block_sum<TPR>(s, red);
 }
+// Row partials of an earlier kernel (T floats per row at leading dimension
+// ld, e.g. the per-column-tile sums of squares of an RMSNorm input) for the
+// tile's BM rows, copied into the scratch before the K loop so that their
+// latency hides behind the mainloop: stage_partials_async (from the
+// functor's prefetch; needs Frag::kAsyncStage and BM * T floats of scratch,
+// otherwise it does nothing) issues 4-byte cp.async copies (rows past the
+// buffer's end read as 0), stage_partials_finish (every thread, once, before
+// the first finish_sum_staged) waits for them, and finish_sum_staged adds
+// row(i)'s T partials in index order -- the order of finish_sum, so the
+// result is the same bit for bit -- reading the scratch, or the global
+// buffer when the copies were not made.  The scratch stays untouched until
+// the functor's next barrier.
+template <class Frag>
+__device__ __forceinline__ bool partials_staged(const coda::TileInfo& t, int T) {
+    return Frag::kAsyncStage && T >= 1 && (long long)Frag::BM * T * 4 <= t.smem_bytes;
+}
+template <class Frag>
+__device__ __forceinline__ void stage_partials_async(const Frag& f, const coda::TileInfo& t, const float* p, long long ld,
+                                                     int rows, int T, float* smem) {
+    if (!partials_staged<Frag>(t, T)) return;
+    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+    constexpr int kWarps = Frag::kThreads / 32;
+    const int warp = f.thread_index() / 32, lane = f.thread_index() % 32;
+    for (int r = warp; r < Frag::BM; r += kWarps) {
+        const int grow = t.tile_m0 + r;
+        const float* row = p + (long long)(grow < rows ? grow : 0) * ld;
+        for (int c = lane; c < T; c += 32)
+            asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s + (unsigned)(r * T + c) * 4u),
+                         "l"(row + c), "r"(grow < rows ? 4 : 0)
+                         : "memory");
+    }
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <class Frag>
+__device__ __forceinline__ void stage_partials_finish(const Frag& f, const coda::TileInfo& t, int T) {
+    if (!partials_staged<Frag>(t, T)) return;
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+    f.sync();
+}
+template <class Frag>
+__device__ __forceinline__ float finish_sum_staged(const Frag& f, const coda::TileInfo& t, int i, const float* p,
+                                                   long long ld, int m, int T, const float* smem) {
+    if (!partials_staged<Frag>(t, T)) return finish_sum<1>(p, ld, m, T, nullptr);
+    const float* row = smem + f.local_row(i) * T;
+    float s = 0.0f;
+    for (int c = 0; c < T; ++c) s += row[c];
+    return s;
+}
+
+// Column vectors of a GEMM epilogue (gains, biases: one value per output
+// column) staged per tile, so that the pair loop reads them from shared
+// memory instead of waiting on one global load per column pair (measured
+// as the largest epilogue stall of an out-projection + residual + RMSNorm
+// kernel on the H100).  Slot s of the area after the scratch's first
+// t.smem_bytes bytes holds elements [tile_n0, tile_n0 + BN) of the vector,
+// BN * 4 bytes per slot.  stage_col_async (from the functor's prefetch)
+// issues 4-byte cp.async copies of the tile's slice (elements past cols
+// read as 0); stage_cols_finish (every thread, before the pair loop) waits
+// for them; col_pair reads the pair at column k (the thread's own).  A vector
+// whose base is not 4-byte aligned, or a mainloop without private scratch,
+// is read from global memory instead (uniform over the CTA).
+template <class T, class Frag>
+__device__ __forceinline__ bool col_staged(const T* p) {
+    return Frag::kAsyncStage && (reinterpret_cast<unsigned long long>(p) & 3ull) == 0;
+}
+template <class T, class Frag>
+__device__ __forceinline__ void stage_col_async(const Frag& f, const coda::TileInfo& t, int slot, float* smem,
+                                                const T* p, int cols) {
+    if (!col_staged<T, Frag>(p)) return;
+    constexpr int kWords = Frag::BN * (int)sizeof(T) / 4;
+    const unsigned area = static_cast<unsigned>(__cvta_generic_to_shared(smem)) + (unsigned)t.smem_bytes +
+                          (unsigned)(slot * Frag::BN * 4);
+    const char* base = reinterpret_cast<const char*>(p);
+    const long long end = (long long)cols * (long long)sizeof(T);
+    for (int w = f.thread_index(); w < kWords; w += Frag::kThreads) {
+        const long long at = (long long)t.tile_n0 * (long long)sizeof(T) + 4ll * w;
+        const int valid = at >= end ? 0 : (end - at >= 4 ? 4 : (int)(end - at));
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(area + 4u * w),
+                     "l"(valid > 0 ? base + at : base), "r"(valid)
+                     : "memory");
+    }
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <class Frag>
+__device__ __forceinline__ void stage_cols_finish(const Frag& f) {
+    if (!Frag::kAsyncStage) return;
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+    f.sync();
+}
+// The slots' base (after the scratch proper), and column k's pair of slot
+// `slot` (k - tile_n0 even), falling back to global memory like col_staged.
+__device__ __forceinline__ const char* col_area(const coda::TileInfo& t, const float* smem) {
+    return reinterpret_cast<const char*>(smem) + t.smem_bytes;
+}
+template <class Frag, class T>
+__device__ __forceinline__ float2 col_pair(const coda::TileInfo& t, const char* area, int slot, const T* p,
+                                           long long ld, int m, int k, int rows, int cols) {
+    if (!col_staged<T, Frag>(p)) return load2(p, ld, m, k, rows, cols);
+    const char* at = area + slot * Frag::BN * 4 + (k - t.tile_n0) * (int)sizeof(T);
+    if constexpr (coda::is_same<T, float>::value) return *reinterpret_cast<const float2*>(at);
+    else return coda::unpack_pair<T>(*reinterpret_cast<const unsigned*>(at));
+}
+
 template <int TPR>
 __device__ __forceinline__ float finish_max(const float* p, long long ld, int r, int T, float* red) {
     const float* row = p + (long long)r * ld;

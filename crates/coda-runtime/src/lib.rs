@@ -54,7 +54,9 @@ pub use memory::DeviceBuffer;
 pub use nvrtc::{CompileOptions, CompiledKernel};
 pub use params::{layout, FieldKind, ParamBlock, StructLayout};
 pub use tensor::{contiguous_strides, describe, DType, TensorArg};
-pub use timing::{bench, bench_cycle, compile_latency, time_ms, BenchStats, CompileLatency, EventTimer};
+pub use timing::{
+    bench, bench_cycle, bench_interleaved, compile_latency, time_ms, BenchStats, CompileLatency, EventTimer,
+};
 pub use tma::TiledMap;
 pub use toolkit::Toolkit;
 

@@ -147,6 +147,46 @@ pub fn bench_cycle(
     BenchStats::from_samples(timers.iter().map(EventTimer::elapsed_ms).collect::<Result<Vec<_>>>()?)
 }
 
+/// [`bench_cycle`] of two workloads interleaved: after `warmup` untimed
+/// runs of each, run `i` of `a` and run `i` of `b` alternate (each between
+/// its own pair of events), `a` cycling through `copies_a` copies of its
+/// data and `b` through `copies_b`. Both then see the same clocks: an H100
+/// under sustained GEMMs reaches its power cap within a second and lowers
+/// its clock, so two workloads timed one after the other are compared at
+/// different clocks, and the ratio of their times says as much about the
+/// power state as about the workloads.
+pub fn bench_interleaved(
+    device: &Device,
+    stream: &Stream,
+    warmup: usize,
+    iters: usize,
+    (copies_a, copies_b): (usize, usize),
+    mut a: impl FnMut(usize) -> Result<()>,
+    mut b: impl FnMut(usize) -> Result<()>,
+) -> Result<(BenchStats, BenchStats)> {
+    let (copies_a, copies_b) = (copies_a.max(1), copies_b.max(1));
+    for run in 0..warmup {
+        a(run % copies_a)?;
+        b(run % copies_b)?;
+    }
+    stream.synchronize()?;
+    let timers_a = (0..iters).map(|_| EventTimer::new(device)).collect::<Result<Vec<_>>>()?;
+    let timers_b = (0..iters).map(|_| EventTimer::new(device)).collect::<Result<Vec<_>>>()?;
+    for (i, (ta, tb)) in timers_a.iter().zip(&timers_b).enumerate() {
+        ta.start(stream)?;
+        a((warmup + i) % copies_a)?;
+        ta.stop(stream)?;
+        tb.start(stream)?;
+        b((warmup + i) % copies_b)?;
+        tb.stop(stream)?;
+    }
+    stream.synchronize()?;
+    let stats = |timers: &[EventTimer]| {
+        BenchStats::from_samples(timers.iter().map(EventTimer::elapsed_ms).collect::<Result<Vec<_>>>()?)
+    };
+    Ok((stats(&timers_a)?, stats(&timers_b)?))
+}
+
 /// How long compiling one kernel takes.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct CompileLatency {

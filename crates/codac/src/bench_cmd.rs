@@ -7,13 +7,18 @@
 //! cycled so that each timed kernel touches at least 256 MiB over the
 //! copies (about five times the L2 cache); the block runs on every copy
 //! first (filling the intermediate buffers a kernel timed alone reads) and
-//! keeps running for a short spin-up so the clocks settle; then each kernel
-//! alone, then the whole block (every kernel back to back, as `codac run`
-//! launches them), each `--warmup` untimed runs and `--iters` runs timed one
-//! by one with CUDA events; the median is reported. The bare GEMM is a
-//! block `y = a @ b.T` (the kernel's operand layouts, dtype and M, N, K)
-//! compiled through `coda::compile`, so it gets the same mainloop and
-//! configuration rules, and timed the same way in the same process.
+//! keeps running for a short spin-up so the clocks settle. Then each GEMM
+//! kernel is timed interleaved with its bare GEMM (alternating launches,
+//! each between its own events), other kernels alone, and finally the whole
+//! block (every kernel back to back, as `codac run` launches them): each
+//! `--warmup` untimed runs and `--iters` timed runs; the median is
+//! reported. Interleaving matters on an H100: sustained GEMMs reach its
+//! 700 W power cap within about a second and the clock drops from 1980 MHz
+//! to about 1400-1500 MHz (measured with `nvidia-smi`), so a kernel and its
+//! bare GEMM timed one after the other run at different clocks. The bare
+//! GEMM is a block `y = a @ b.T` (the kernel's operand layouts, dtype and
+//! M, N, K) compiled through `coda::compile`, so it gets the same mainloop
+//! and configuration rules.
 
 use crate::bench_report::{
     gbps, render_text, tflops, BareReport, BlockReport, CompileReport, DeviceReport, GemmReport, KernelReport, Report,
@@ -175,7 +180,9 @@ impl Bench<'_> {
         Ok(out)
     }
 
-    /// Benchmarks one block and the bare GEMMs of its GEMM kernels.
+    /// Benchmarks one block and the bare GEMMs of its GEMM kernels: every
+    /// GEMM kernel is timed interleaved with its bare GEMM (alternating
+    /// launches), so that the two are compared at the same clocks.
     fn block(
         &self,
         block: &coda::ir::Block,
@@ -194,37 +201,39 @@ impl Bench<'_> {
                 c.registers = regs;
             }
         }
+        let mut bares: BTreeMap<BareKey, BareRig> = BTreeMap::new();
+        for g in profiles.iter().filter_map(|p| p.gemm.as_ref()) {
+            if let std::collections::btree_map::Entry::Vacant(slot) = bares.entry(bare_key(g)) {
+                slot.insert(self.bare_rig(g)?);
+            }
+        }
         eprintln!("timing block {} ({} copies of {:.1} MB)", block.name, rig.copies, rig.bytes_per_copy as f64 / 1e6);
+        for bare in bares.values() {
+            bare.rig.fill_and_spin(self.device, 0.0)?;
+        }
         rig.fill_and_spin(self.device, SPIN_UP_MS)?;
-        let timings = rig.time_kernels(self.device, self.warmup, self.iters)?;
-        let block_time = Timing::of(&rig.time_block(self.device, self.warmup, self.iters)?);
-        let (copies, bytes_per_copy) = (rig.copies, rig.bytes_per_copy);
-        drop(rig);
-        let mut bare_done: BTreeMap<BareKey, BareReport> = BTreeMap::new();
         let mut kernels = Vec::new();
-        for (name, stats) in timings {
+        for name in rig.kernel_names() {
             let spec = manifest.kernels.iter().find(|k| k.name == name).with_context(|| format!("no kernel {name}"))?;
             let profile = profiles.iter().find(|p| p.name == name).with_context(|| format!("no profile of {name}"))?;
-            let time = Timing::of(&stats);
-            let bare = match &profile.gemm {
-                Some(g) => {
-                    let key = (g.m.value, g.n.value, g.k.value, g.a_row_major, g.b_n_by_k, g.dtype.to_string());
-                    if !bare_done.contains_key(&key) {
-                        bare_done.insert(key.clone(), self.bare(g)?);
-                    }
-                    bare_done.get(&key).cloned()
+            let (time, bare) = match profile.gemm.as_ref().and_then(|g| bares.get(&bare_key(g)).map(|b| (g, b))) {
+                Some((g, bare)) => {
+                    let against = (&bare.rig, bare.gemm.as_str());
+                    let (fused, alone) = rig.time_against(self.device, &name, against, self.warmup, self.iters)?;
+                    (Timing::of(&fused), Some(bare.report(g, Timing::of(&alone))))
                 }
-                None => None,
+                None => (Timing::of(&rig.time_kernel(self.device, &name, self.warmup, self.iters)?), None),
             };
             let compile = compiles.get(&name).copied().with_context(|| format!("no compile record of {name}"))?;
             kernels.push(kernel_report(spec, profile, time, bare, compile));
         }
+        let block_time = Timing::of(&rig.time_block(self.device, self.warmup, self.iters)?);
         let dims = block.symbolic_dims().filter_map(|d| dims.get(d).map(|v| (d.to_string(), *v))).collect();
-        Ok(BlockReport::totals(block.name.clone(), dims, copies, bytes_per_copy, kernels, block_time))
+        Ok(BlockReport::totals(block.name.clone(), dims, rig.copies, rig.bytes_per_copy, kernels, block_time))
     }
 
-    /// Compiles and times the GEMM of `g` with an empty epilogue.
-    fn bare(&self, g: &GemmProfile) -> Result<BareReport> {
+    /// Compiles the GEMM of `g` with an empty epilogue and uploads its data.
+    fn bare_rig(&self, g: &GemmProfile) -> Result<BareRig> {
         let bare = g.bare_gemm();
         let checked = coda::check("bare_gemm.coda", &bare.source)?;
         if checked.has_errors() {
@@ -252,15 +261,32 @@ impl Bench<'_> {
             kernel_bytes: &kernel_bytes,
         };
         let rig = Rig::new(self.device, &spec)?;
-        eprintln!("timing the bare GEMM {} ({} copies)", g.shape(), rig.copies);
-        rig.fill_and_spin(self.device, SPIN_UP_MS / 3.0)?;
-        let timings = rig.time_kernels(self.device, self.warmup, self.iters)?;
-        let (_, stats) =
-            timings.into_iter().find(|(n, _)| *n == gemm.name).context("the bare GEMM kernel was not launched")?;
+        eprintln!("prepared the bare GEMM {} ({} copies)", g.shape(), rig.copies);
         let mut compile = compile.remove(&gemm.name).context("no compile record of the bare GEMM")?;
         compile.registers = rig.registers().get(&gemm.name).copied().unwrap_or(0);
-        let time = Timing::of(&stats);
-        Ok(BareReport { config, time, tflops: tflops(g.flops(), time.median_ms), copies: rig.copies, compile })
+        Ok(BareRig { rig, gemm: gemm.name.clone(), config, compile })
+    }
+}
+
+/// The shape and layouts of a GEMM: kernels with equal keys share a bare GEMM.
+fn bare_key(g: &GemmProfile) -> BareKey {
+    (g.m.value, g.n.value, g.k.value, g.a_row_major, g.b_n_by_k, g.dtype.to_string())
+}
+
+/// A bare GEMM ready to be timed: its rig, its GEMM kernel's short name,
+/// configuration and compile record.
+struct BareRig {
+    rig: Rig,
+    gemm: String,
+    config: Option<String>,
+    compile: CompileReport,
+}
+
+impl BareRig {
+    /// The report of one timing of this bare GEMM (against kernel `g`).
+    fn report(&self, g: &GemmProfile, time: Timing) -> BareReport {
+        let (config, compile) = (self.config.clone(), self.compile);
+        BareReport { config, time, tflops: tflops(g.flops(), time.median_ms), copies: self.rig.copies, compile }
     }
 }
 

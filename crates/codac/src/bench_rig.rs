@@ -20,7 +20,7 @@ use coda::cuda::symexpr::eval_str;
 use coda::cuda::KernelSource;
 use coda::{DimBindings, HostTensor};
 use coda_runtime::exec::{BlockExecutor, Prepared};
-use coda_runtime::{bench_cycle, convert, BenchStats, DType, Device, DeviceBuffer, TensorArg};
+use coda_runtime::{bench_cycle, bench_interleaved, convert, BenchStats, DType, Device, DeviceBuffer, TensorArg};
 use std::collections::BTreeMap;
 
 /// Copies of the data cycled through by every timing loop, at least.
@@ -299,14 +299,42 @@ impl Rig {
         }
     }
 
-    /// Times each launched kernel alone, in launch order.
-    pub(crate) fn time_kernels(
+    /// The short names of the launched kernels, in launch order.
+    pub(crate) fn kernel_names(&self) -> Vec<String> {
+        self.kernels.iter().map(|r| r.name.clone()).collect()
+    }
+
+    /// Times kernel `name` alone.
+    pub(crate) fn time_kernel(&self, device: &Device, name: &str, warmup: usize, iters: usize) -> Result<BenchStats> {
+        self.runner(name)?.time(device, warmup, iters)
+    }
+
+    /// Times kernel `name` and kernel `other_name` of `other` interleaved
+    /// (see [`bench_interleaved`]): both at the same clocks.
+    pub(crate) fn time_against(
         &self,
         device: &Device,
+        name: &str,
+        (other, other_name): (&Rig, &str),
         warmup: usize,
         iters: usize,
-    ) -> Result<Vec<(String, BenchStats)>> {
-        self.kernels.iter().map(|r| Ok((r.name.clone(), r.time(device, warmup, iters)?))).collect()
+    ) -> Result<(BenchStats, BenchStats)> {
+        let (a, b) = (self.runner(name)?, other.runner(other_name)?);
+        let stream = device.stream();
+        let copies = (a.prepared.len(), b.prepared.len());
+        Ok(bench_interleaved(
+            device,
+            stream,
+            warmup,
+            iters,
+            copies,
+            |c| a.executor.launch(&a.prepared[c], stream),
+            |c| b.executor.launch(&b.prepared[c], stream),
+        )?)
+    }
+
+    fn runner(&self, name: &str) -> Result<&Runner> {
+        self.kernels.iter().find(|r| r.name == name).with_context(|| format!("no kernel {name} in the rig"))
     }
 
     /// Times the whole block: every kernel back to back, as `codac run` launches them.

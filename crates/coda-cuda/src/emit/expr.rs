@@ -39,6 +39,9 @@ pub(crate) struct Emitter<'a> {
     /// File-scope declarations the kernel needs (rotary frequency tables),
     /// by name, emitted before the kernel.
     pub(crate) globals: std::collections::BTreeMap<String, String>,
+    /// The row-partial buffer a GEMM epilogue copies into its scratch
+    /// before the K loop (`cg::stage_partials_async`), finished from there.
+    pub(crate) staged_partials: Option<usize>,
 }
 
 impl<'a> Emitter<'a> {
@@ -56,6 +59,7 @@ impl<'a> Emitter<'a> {
             scopes: vec![HashMap::new()],
             coop: 1,
             globals: std::collections::BTreeMap::new(),
+            staged_partials: None,
         }
     }
 
@@ -316,6 +320,11 @@ impl<'a> Emitter<'a> {
         let first = *bufs.first().ok_or_else(|| self.internal("partial without a buffer"))?;
         let b = self.buf(first);
         Ok(match kind {
+            PartialKind::RowSum | PartialKind::RowSumSq | PartialKind::RowPick
+                if self.staged_partials == Some(first) =>
+            {
+                format!("cg::finish_sum_staged(f, t, i, {b}, {b}_ld, {m}, {b}_cols, smem)")
+            }
             PartialKind::RowSum | PartialKind::RowSumSq | PartialKind::RowPick | PartialKind::ColSum => {
                 format!("cg::finish_sum<{tpr}>({b}, {b}_ld, {m}, {b}_cols, {red})")
             }
@@ -342,7 +351,7 @@ impl<'a> Emitter<'a> {
                     None => {
                         let local = self.locals.fresh("freq");
                         let value = self.kernel.nodes[a].value;
-                        self.stmt(format!("const double {local} = cg::rope_freq_tab({k}, {args}, {table});"), value);
+                        self.stmt(format!("const float2 {local} = cg::rope_freq_tab({k}, {args}, {table});"), value);
                         if let Some(scope) = self.scopes.last_mut() {
                             scope.insert(key, local.clone());
                         }
@@ -510,16 +519,18 @@ pub(crate) fn float_lit(c: f64) -> String {
 /// `-2 log2(base) / head_dim`: a rotary frequency is `2^(pair * this)`.
 impl Emitter<'_> {
     /// The name of a file-scope table of the `head_dim / 2` rotary
-    /// frequencies `base^(-2 i / head_dim)` in double, computed here exactly
-    /// as the interpreter does, so the epilogue looks a frequency up instead
-    /// of evaluating a double-precision `exp2` per element.
+    /// frequencies `base^(-2 i / head_dim)`, computed here in double exactly
+    /// as the interpreter does and stored as float pairs `{hi, lo}` with
+    /// `hi + lo` the double to about 2^-48 (what `cg::reduced_angle` needs),
+    /// so the epilogue looks a frequency up instead of evaluating an `exp2`
+    /// or converting doubles per element.
     fn rope_freq_table(&mut self, spec: &RopeSpec) -> String {
-        let name = format!("coda_rope_freq_{}_{}", spec.head_dim, spec.base.to_bits());
+        let name = format!("coda_rope_freq2_{}_{}", spec.head_dim, spec.base.to_bits());
         let values: Vec<String> = (0..spec.head_dim / 2)
-            .map(|i| double_lit(spec.base.powf(-((2 * i) as f64) / spec.head_dim as f64)))
+            .map(|i| float_pair_lit(spec.base.powf(-((2 * i) as f64) / spec.head_dim as f64)))
             .collect();
         let decl = format!(
-            "// base {} ^ (-2 i / {}), i < {}\n__device__ const double {name}[{}] = {{{}}};\n",
+            "// base {} ^ (-2 i / {}), i < {}, as {{hi, lo}} float pairs\n__device__ const float2 {name}[{}] = {{{}}};\n",
             double_lit(spec.base),
             spec.head_dim,
             spec.head_dim / 2,
@@ -529,6 +540,14 @@ impl Emitter<'_> {
         self.globals.entry(name.clone()).or_insert(decl);
         name
     }
+}
+
+/// `{hi, lo}`: the float nearest `x` and the float nearest the rest, as C
+/// literals with 9 significant digits (enough to read back the same float).
+fn float_pair_lit(x: f64) -> String {
+    let hi = x as f32;
+    let lo = (x - f64::from(hi)) as f32;
+    format!("{{{:.8e}f, {:.8e}f}}", hi, lo)
 }
 
 fn freq_exponent(spec: &RopeSpec) -> String {

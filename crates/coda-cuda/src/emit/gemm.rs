@@ -39,7 +39,13 @@ use coda_ir::UnaryOp;
 use std::collections::{BTreeSet, HashMap};
 
 /// The functor, the entry point and the `GemmArgs` struct of a GEMM kernel.
-pub(crate) fn emit(em: &mut Emitter<'_>, spec: &GemmSpec, entry: &str) -> Result<(String, StructSpec), CodegenError> {
+/// Also returns how many column vectors the functor stages per tile (they
+/// add to the kernel's shared memory, `TileConfig::smem_bytes_with`).
+pub(crate) fn emit(
+    em: &mut Emitter<'_>,
+    spec: &GemmSpec,
+    entry: &str,
+) -> Result<(String, StructSpec, usize), CodegenError> {
     let epi = format!("Epi_{}", em.kernel.name);
     let mut g = Gemm {
         regs: HashMap::new(),
@@ -47,14 +53,24 @@ pub(crate) fn emit(em: &mut Emitter<'_>, spec: &GemmSpec, entry: &str) -> Result
         rows: Vec::new(),
         pairs: HashMap::new(),
         staged: None,
+        scratch: None,
         staged_load: None,
+        col_vecs: Vec::new(),
+        stage_cols: spec.config.is_sm90(),
     };
     g.staged = staged_store(em, spec);
+    g.scratch = g.staged.and_then(|(first, _)| scratch_store(em, spec, first));
+    em.staged_partials = staged_partials(em, spec);
     em.set_indent(2);
     g.scalars(em)?;
     g.row_values(em)?;
     g.partial_decls(em)?;
     g.main_loop(em)?;
+    if let Some(idx) = g.scratch {
+        let store = em.kernel.stores[idx].clone();
+        let (b, t) = (em.buf_w(store.buf), super::params::c_type(em.ir.buffers[store.buf].dtype));
+        em.stmt(format!("coda::store_scratch_tile<{t}>(f, t, {b}, {b}_ld, smem);"), em.kernel.nodes[store.node].value);
+    }
     if let Some((idx, how)) = g.staged {
         let store = em.kernel.stores[idx].clone();
         let call = staged_call(em, store.buf, how);
@@ -63,32 +79,76 @@ pub(crate) fn emit(em: &mut Emitter<'_>, spec: &GemmSpec, entry: &str) -> Result
     g.reductions(em)?;
     let body = em.take_lines().join("\n");
     let pro = prologue_struct(em, spec, &epi);
-    let prefetch = g.staged_load.as_ref().map_or(String::new(), |(_, call)| prefetch_hook(call));
+    let mut prefetches: Vec<String> =
+        g.staged_load.iter().map(|(_, call)| format!("coda::stage_tile_async{call};")).collect();
+    for (slot, buf) in g.col_vecs.iter().enumerate() {
+        let b = em.buf(*buf);
+        prefetches.push(format!("cg::stage_col_async(f, t, {slot}, smem, {b}, {b}_cols);"));
+    }
+    if let Some(buf) = em.staged_partials {
+        let b = em.buf(buf);
+        prefetches.push(format!("cg::stage_partials_async(f, t, {b}, {b}_ld, {b}_rows, {b}_cols, smem);"));
+    }
+    let prefetch = prefetch_hook(&prefetches);
     let code = format!(
-        "struct {epi} {{\n    struct Params {{\n{fields}    }};\n    static constexpr int kSmemFloats = 0;\n{prefetch}    \
+        "struct {epi} {{\n    struct Params {{\n{fields}    }};\n    static constexpr int kSmemFloats = 0;\n{col_vecs}{prefetch}    \
          template <class Frag, class Tile>\n    static __device__ void apply(const Params& p, Frag& f, const Tile& t, float* smem) {{\n\
          {body}\n    }}\n}};\n\n{pro_code}{entry_code}",
         fields = em.params.c_fields("        "),
+        col_vecs = match g.col_vecs.len() {
+            0 => String::new(),
+            n => format!("    static constexpr int kColVecs = {n};\n"),
+        },
         pro_code = pro.as_ref().map_or(String::new(), |(_, code)| code.clone()),
         entry_code = if spec.config.is_sm90() {
-            sm90_entry(spec, &epi, entry, pro.as_ref().map(|(name, _)| name.as_str()))
+            sm90_entry(spec, &epi, entry, pro.as_ref().map(|(name, _)| name.as_str()), g.col_vecs.len())
         } else {
             sm80_entry(spec, &epi, entry, pro.as_ref().map(|(name, _)| name.as_str()))
         },
     );
-    Ok((code, gemm_args(em, spec)))
+    Ok((code, gemm_args(em, spec), g.col_vecs.len()))
 }
 
 /// The functor's `prefetch` (called by the Hopper mainloop before each
-/// tile's K loop): `coda::stage_tile_async` of the staged tile operand,
-/// whose template and call arguments are `call` (`apply` finishes it with
-/// `coda::stage_tile_finish` and the same arguments).
-fn prefetch_hook(call: &str) -> String {
+/// tile's K loop), running `calls`: `coda::stage_tile_async` of the staged
+/// tile operand (`apply` finishes it with `coda::stage_tile_finish` and the
+/// same arguments) or `cg::stage_partials_async` of the staged row
+/// partials (finished by `cg::stage_partials_finish`). None without calls.
+fn prefetch_hook(calls: &[String]) -> String {
+    if calls.is_empty() {
+        return String::new();
+    }
     format!(
         "    static constexpr bool kPrefetch = true;\n    template <class Frag, class Tile>\n    \
-         static __device__ void prefetch(const Params& p, const Frag& f, const Tile& t, float* smem) {{\n        \
-         coda::stage_tile_async{call};\n    }}\n"
+         static __device__ void prefetch(const Params& p, const Frag& f, const Tile& t, float* smem) {{\n{}    }}\n",
+        calls.iter().map(|c| format!("        {c}\n")).collect::<String>()
     )
+}
+
+/// The row-partial buffer to copy into the scratch before the K loop (see
+/// `cg::stage_partials_async`): on the Hopper mainloop, whose scratch is
+/// private to the tile, the first buffer of a summed row partial when no
+/// tile operand could claim the scratch for staging. Its latency (a round
+/// trip per 8 partials and row after the mainloop) then hides behind the
+/// tile's K loop.
+fn staged_partials(em: &Emitter<'_>, spec: &GemmSpec) -> Option<usize> {
+    if !spec.config.is_sm90() {
+        return None;
+    }
+    let tile_operand = em
+        .kernel
+        .nodes
+        .iter()
+        .any(|n| matches!(n.op, Op::Load(buf) if n.space == Space::Tile && em.ir.buffers[buf].dtype.is_half()));
+    if tile_operand {
+        return None;
+    }
+    em.kernel.nodes.iter().find_map(|n| match &n.op {
+        Op::FinishRow(PartialKind::RowSum | PartialKind::RowSumSq | PartialKind::RowPick, bufs) => {
+            bufs.first().copied()
+        }
+        _ => None,
+    })
 }
 
 /// The `Pro_<kernel>` struct of an A prologue (the template's `Pro`
@@ -144,7 +204,7 @@ fn sm80_entry(spec: &GemmSpec, epi: &str, entry: &str, pro: Option<&str>) -> Str
 /// The entry point instantiating the Hopper mainloop: the tensor maps of A
 /// and B (and of B's pair-order view) come first, by value; the shared
 /// memory the host passes is checked against the header's formula.
-fn sm90_entry(spec: &GemmSpec, epi: &str, entry: &str, pro: Option<&str>) -> String {
+fn sm90_entry(spec: &GemmSpec, epi: &str, entry: &str, pro: Option<&str>, col_vecs: usize) -> String {
     let cfg = format!("coda::{}", spec.config.name());
     let map = |name: &str| format!("const __grid_constant__ coda::TmaDesc {name}");
     let (maps, rows, tbp) = match &spec.b.row_perm {
@@ -161,7 +221,7 @@ fn sm90_entry(spec: &GemmSpec, epi: &str, entry: &str, pro: Option<&str>) -> Str
          {entry}({maps}, coda::GemmArgs g, {epi}::Params e) {{\n    \
          coda::gemm_sm90_rows<{cfg}, {la}, {lb}, {elem}, {epi}, {rows}{pro}>(ta, tb, {tbp}, g, e);\n}}\n",
         pro = pro.map_or(String::new(), |p| format!(", {p}")),
-        smem = spec.config.smem_bytes(),
+        smem = spec.config.smem_bytes_with(col_vecs),
         la = spec.a.layout.tag(),
         lb = spec.b.layout.tag(),
         elem = super::params::c_type(spec.elem),
@@ -198,6 +258,15 @@ struct Gemm {
     pairs: HashMap<(NodeId, i64), String>,
     /// The store written through shared memory, by index, and how.
     staged: Option<(usize, Staging)>,
+    /// A second full-tile store written through the scratch during the
+    /// loop (`coda::scratch_pair`, then `coda::store_scratch_tile` before
+    /// the staged store), by index.
+    scratch: Option<usize>,
+    /// Column vectors staged per tile (`cg::stage_col_async`), by slot.
+    col_vecs: Vec<usize>,
+    /// Whether column vectors may be staged (the Hopper mainloop, whose
+    /// prefetch hook issues the copies).
+    stage_cols: bool,
     /// The tile operand read through shared memory: its buffer and the
     /// template and call arguments of `coda::stage_tile_finish` (before the
     /// loop) and `coda::stage_tile_async` (the prefetch hook).
@@ -215,6 +284,11 @@ enum Staging {
     Unpermute(coda_ir::PairPerm),
 }
 
+/// The most column vectors a Hopper epilogue stages per tile (1 KiB of
+/// shared memory each with 256-column tiles); more are read from global
+/// memory.
+const MAX_STAGED_COL_VECS: usize = 4;
+
 /// The store to stage through shared memory, if any (see the module docs):
 /// only in 255-register configurations with at most one partial, where the
 /// extra address arithmetic does not spill.
@@ -224,24 +298,34 @@ fn staged_store(em: &Emitter<'_>, spec: &GemmSpec) -> Option<(usize, Staging)> {
     if !roomy || em.kernel.partials.len() > 1 {
         return None;
     }
+    em.kernel.stores.iter().enumerate().find_map(|(i, s)| staging(em, spec, s).map(|how| (i, how)))
+}
+
+/// How store `s` could be staged through shared memory, if it can: a full
+/// 16-bit tile of the accumulator's rows, written once.
+fn staging(em: &Emitter<'_>, spec: &GemmSpec, s: &crate::kir::Store) -> Option<Staging> {
     let (_, bn, _) = spec.config.tile();
-    let staging = |s: &crate::kir::Store| -> Option<Staging> {
-        let map = em.kernel.nodes[s.node].reg.as_ref()?;
-        let buf = &em.ir.buffers[s.buf];
-        let rows = buf.rows == crate::symexpr::SymExpr::from(&spec.m);
-        if !rows || s.accumulate || !buf.dtype.is_half() || map.offset != 0 {
-            return None;
-        }
-        match (map.stride, s.col_perm) {
-            (1, None) if map.len == spec.n => Some(Staging::Identity),
-            (1, Some(p)) if map.len == spec.n && p.start % p.group == 0 && bn % p.group == 0 => {
-                Some(Staging::Unpermute(p))
-            }
-            (2, None) => Some(Staging::Half),
-            _ => None,
-        }
-    };
-    em.kernel.stores.iter().enumerate().find_map(|(i, s)| staging(s).map(|how| (i, how)))
+    let map = em.kernel.nodes[s.node].reg.as_ref()?;
+    let buf = &em.ir.buffers[s.buf];
+    let rows = buf.rows == crate::symexpr::SymExpr::from(&spec.m);
+    if !rows || s.accumulate || !buf.dtype.is_half() || map.offset != 0 {
+        return None;
+    }
+    match (map.stride, s.col_perm) {
+        (1, None) if map.len == spec.n => Some(Staging::Identity),
+        (1, Some(p)) if map.len == spec.n && p.start % p.group == 0 && bn % p.group == 0 => Some(Staging::Unpermute(p)),
+        (2, None) => Some(Staging::Half),
+        _ => None,
+    }
+}
+
+/// A second store that can go through the scratch during the loop, besides
+/// the staged store `first`: one on the accumulator's own columns. The
+/// scratch holds at most the staged operand then, read before each pair is
+/// written (see `coda::scratch_pair`), so no pair loop reads what it writes.
+fn scratch_store(em: &Emitter<'_>, spec: &GemmSpec, first: usize) -> Option<usize> {
+    let own = |i: usize, s: &crate::kir::Store| i != first && matches!(staging(em, spec, s), Some(Staging::Identity));
+    em.kernel.stores.iter().enumerate().find_map(|(i, s)| own(i, s).then_some(i))
 }
 
 /// The call that writes the staged store after the loop.
@@ -281,6 +365,10 @@ impl Gemm {
             let name = em.local_for(em.kernel.nodes[*id].value);
             em.line(format!("float {name}_r[Frag::RI];"));
             self.rows.push((*id, format!("{name}_r")));
+        }
+        if let Some(buf) = em.staged_partials {
+            let b = em.buf(buf);
+            em.line(format!("cg::stage_partials_finish(f, t, {b}_cols);"));
         }
         em.line("#pragma unroll");
         em.open("for (int i = 0; i < Frag::RI; ++i)");
@@ -364,7 +452,12 @@ impl Gemm {
             self.register(em, *id)?;
         }
         for (idx, store) in em.kernel.stores.clone().into_iter().enumerate() {
-            if self.staged.map(|(i, _)| i) != Some(idx) && em.kernel.nodes[store.node].reg.is_some() {
+            if self.staged.map(|(i, _)| i) == Some(idx) || em.kernel.nodes[store.node].reg.is_none() {
+                continue;
+            }
+            if self.scratch == Some(idx) {
+                self.scratch_pair(em, &store)?;
+            } else {
                 self.store(em, &store)?;
             }
         }
@@ -391,6 +484,12 @@ impl Gemm {
         let mut lines = outer;
         if let Some((_, call)) = &self.staged_load {
             lines.push(format!("{}coda::stage_tile_finish{call};", pad(2)));
+        } else if self.scratch.is_some() && self.col_vecs.is_empty() {
+            lines.push(format!("{}f.sync();  // the loop writes the scratch", pad(2)));
+        }
+        if !self.col_vecs.is_empty() {
+            lines.push(format!("{}cg::stage_cols_finish(f);", pad(2)));
+            lines.push(format!("{}const char* colv = cg::col_area(t, smem);", pad(2)));
         }
         lines.push(format!("{}#pragma unroll", pad(2)));
         lines.push(format!("{}for (int j = 0; j < Frag::CJ; ++j) {{", pad(2)));
@@ -512,9 +611,32 @@ impl Gemm {
         }
         let c0 = self.col(em, map, 0);
         let access = em.access(buf, row, &c0, false);
-        em.stmt(format!("const float2 {name} = cg::load2({access});"), value);
+        let load = match self.col_slot(em, buf, map, row) {
+            Some(slot) => format!("cg::col_pair<Frag>(t, colv, {slot}, {access})"),
+            None => format!("cg::load2({access})"),
+        };
+        em.stmt(format!("const float2 {name} = {load};"), value);
         self.pairs.insert(key, name.clone());
         name
+    }
+
+    /// The slot of a column vector read at the pair's own columns that is
+    /// staged per tile (see `cg::stage_col_async`), if it is: a 16- or
+    /// 32-bit float vector on the Hopper mainloop, at most
+    /// `MAX_STAGED_COL_VECS` of them (their slots add to shared memory).
+    fn col_slot(&mut self, em: &Emitter<'_>, buf: usize, map: &ColMap, row: &str) -> Option<usize> {
+        let dtype = em.ir.buffers[buf].dtype;
+        let float = dtype.is_half() || dtype == coda_ir::DType::F32;
+        if row != "0" || !self.stage_cols || !float || map.offset != 0 || map.stride != 1 {
+            return None;
+        }
+        if let Some(slot) = self.col_vecs.iter().position(|b| *b == buf) {
+            return Some(slot);
+        }
+        (self.col_vecs.len() < MAX_STAGED_COL_VECS).then(|| {
+            self.col_vecs.push(buf);
+            self.col_vecs.len() - 1
+        })
     }
 
     /// Whether a pair load of `buf` at `map` can read the staged operand:
@@ -605,6 +727,16 @@ impl Gemm {
             _ => return Err(em.internal("store slots")),
         };
         em.stmt(text, value);
+        Ok(())
+    }
+
+    /// A pair of the scratch store (see `Gemm::scratch`).
+    fn scratch_pair(&mut self, em: &mut Emitter<'_>, store: &crate::kir::Store) -> Result<(), CodegenError> {
+        let vars = self.regs.get(&store.node).cloned().ok_or_else(|| em.internal("store of an unevaluated node"))?;
+        let [v0, v1] = vars.as_slice() else { return Err(em.internal("scratch store slots")) };
+        let (b, t) = (em.buf_w(store.buf), super::params::c_type(em.ir.buffers[store.buf].dtype));
+        let text = format!("coda::scratch_pair<{t}>(f, t, i, j, {b}, {b}_ld, smem, {v0}, {v1});");
+        em.stmt(text, em.kernel.nodes[store.node].value);
         Ok(())
     }
 

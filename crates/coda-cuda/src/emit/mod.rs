@@ -99,7 +99,7 @@ fn emit_kernel(
     let mut em = Emitter::new(ir, kernel, block, source);
     let (code, launch) = match &kernel.kind {
         KernelKind::Gemm(spec) => {
-            let (code, gemm_args) = gemm::emit(&mut em, spec, &entry)?;
+            let (code, gemm_args, col_vecs) = gemm::emit(&mut em, spec, &entry)?;
             let (bm, bn, _) = spec.config.tile();
             let grid = SymExpr::from(&spec.m).ceil_div(bm).times(SymExpr::from(&spec.n).ceil_div(bn));
             let args = vec![gemm_args, em.params.spec("Params")];
@@ -109,7 +109,7 @@ fn emit_kernel(
                 config: Some(spec.config.name().into()),
                 grid,
                 threads: spec.config.threads(),
-                smem: spec.config.smem_bytes(),
+                smem: spec.config.smem_bytes_with(col_vecs),
                 when: None,
                 persistent: sm90,
                 tensor_maps: if sm90 { tensor_maps(ir, spec) } else { Vec::new() },
