@@ -496,7 +496,7 @@ __device__ __forceinline__ void store_staged_rows(const Frag& f, const TileInfo&
             return;
         }
     }
-#pragma unroll 4
+#pragma unroll 1  // edge tiles only
     for (int c0 = 0; c0 < kChunks; c0 += Frag::kThreads) {
         const int c = c0 + f.thread_index();
         if (kChunks % Frag::kThreads != 0 && c >= kChunks) break;
@@ -515,15 +515,35 @@ __device__ __forceinline__ void store_staged_rows(const Frag& f, const TileInfo&
     }
 }
 
+// The staged tile in scratch to the output: store_staged_rows when out and
+// ld allow aligned 16-byte stores (uniform over the CTA), else bounded
+// element stores in a loop that is not unrolled (a rare path: an output
+// that is not codac's own, kept small so that it does not slow the compile).
+template <class T, class Frag, int W>
+__device__ __forceinline__ void store_staged_out(const Frag& f, const TileInfo& t, const unsigned char* s, T* out,
+                                                 long long ld, int origin, int out_cols) {
+    constexpr int kVec = 16 / (int)sizeof(T);
+    constexpr int kRowBytes = (Frag::BN + 8) * (int)sizeof(T);
+    if ((ld % kVec) == 0 && (reinterpret_cast<unsigned long long>(out) & 15) == 0) {
+        store_staged_rows<T, Frag, W>(f, t, s, out, ld, origin, out_cols);
+        return;
+    }
+#pragma unroll 1
+    for (int e = f.thread_index(); e < Frag::BM * W; e += Frag::kThreads) {
+        const int r = e / W, c = e % W;
+        const int grow = t.tile_m0 + r, gcol = origin + c;
+        if (grow < t.m && gcol < out_cols)
+            out[(long long)grow * ld + gcol] = reinterpret_cast<const T*>(s + r * kRowBytes)[c];
+    }
+}
+
 template <class T, class Frag>
 __device__ __forceinline__ void store_tile_staged(const Frag& f, const TileInfo& t,
                                                   const float (&v)[Frag::RI][Frag::CJ][2], T* out, long long ld,
                                                   float* smem) {
-    constexpr int kVec = 16 / (int)sizeof(T);                   // elements per 16-byte chunk
     constexpr int kRowBytes = (Frag::BN + 8) * (int)sizeof(T);  // padded smem row
     const bool fits = staged_store_bytes<Frag::BM, Frag::BN, T>() <= t.smem_bytes;
-    const bool aligned = (ld % kVec) == 0 && (reinterpret_cast<unsigned long long>(out) & 15) == 0;
-    if (!fits || !aligned) {  // uniform over the CTA
+    if (!fits) {  // a static property of the configuration
 #pragma unroll
         for (int i = 0; i < Frag::RI; ++i)
 #pragma unroll
@@ -541,7 +561,7 @@ __device__ __forceinline__ void store_tile_staged(const Frag& f, const TileInfo&
                                                             f.local_col(j) * (int)sizeof(T)) =
                 PairBits<T>::pack(v[i][j][0], v[i][j][1]);
     f.sync();
-    store_staged_rows<T, Frag, Frag::BN>(f, t, s, out, ld, t.tile_n0, t.n);
+    store_staged_out<T, Frag, Frag::BN>(f, t, s, out, ld, t.tile_n0, t.n);
 }
 
 // Staged store with a column map: like store_tile_staged, for outputs whose
@@ -581,6 +601,58 @@ struct StagedUnpermuteCols {
         return START + (local - j) + (j & 1) * (GROUP / 2) + (j >> 1) - n0;
     }
 };
+//   StagedOwnCols: the accumulator's own columns (the map form of
+//     store_tile_staged, for staged_put).
+struct StagedOwnCols {
+    template <int BN>
+    __host__ __device__ static constexpr int width() { return BN; }
+    static __device__ __forceinline__ int origin(int n0) { return n0; }
+    static __device__ __forceinline__ int dest(int, int lc, int e) { return lc + e; }
+};
+
+// The staged store written during the pair loop: staged_put puts the pair
+// (i, j) (slot values v0, v1; slot 1 unused by StagedHalfCols) where Map
+// sends it in the scratch, and staged_put_finish then stores the tile like
+// store_tile_staged_map.  Unlike store_tile_staged(_map), no value waits in
+// f.acc for a second pass, which keeps register pressure down in long
+// epilogues.  The scratch must be free during the loop: the caller
+// synchronizes the tile's threads before the loop, and nothing else (no
+// staged operand) uses the scratch until staged_put_finish.  Without room
+// for the tile, staged_put stores directly (bounded) and the finish does
+// nothing.
+template <class T, class Map, class Frag>
+__device__ __forceinline__ void staged_put(const Frag& f, const TileInfo& t, int i, int j, T* out, long long ld,
+                                           int out_cols, float* smem, float v0, float v1) {
+    constexpr int kRowBytes = (Frag::BN + 8) * (int)sizeof(T);
+    if (staged_store_bytes<Frag::BM, Frag::BN, T>() > t.smem_bytes) {
+        const int origin = Map::origin(t.tile_n0);
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const int d = Map::dest(t.tile_n0, f.local_col(j), e);
+            if (d >= 0) store_at(out, ld, f.row(i), origin + d, f.m, out_cols, e == 0 ? v0 : v1);
+        }
+        return;
+    }
+    unsigned char* row = reinterpret_cast<unsigned char*>(smem) + f.local_row(i) * kRowBytes;
+    if constexpr (is_same<Map, StagedOwnCols>::value) {
+        *reinterpret_cast<typename PairBits<T>::type*>(row + f.local_col(j) * (int)sizeof(T)) = PairBits<T>::pack(v0, v1);
+    } else {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const int d = Map::dest(t.tile_n0, f.local_col(j), e);
+            if (d >= 0) store1(reinterpret_cast<T*>(row) + d, e == 0 ? v0 : v1);
+        }
+    }
+}
+template <class T, class Map, class Frag>
+__device__ __forceinline__ void staged_put_finish(const Frag& f, const TileInfo& t, T* out, long long ld,
+                                                  int out_cols, float* smem) {
+    if (staged_store_bytes<Frag::BM, Frag::BN, T>() > t.smem_bytes) return;
+    f.sync();
+    store_staged_out<T, Frag, Map::template width<Frag::BN>()>(f, t, reinterpret_cast<const unsigned char*>(smem),
+                                                               out, ld, Map::origin(t.tile_n0), out_cols);
+}
+
 template <class T, class Map, class Frag>
 __device__ __forceinline__ void store_tile_staged_map(const Frag& f, const TileInfo& t,
                                                       const float (&v)[Frag::RI][Frag::CJ][2], T* out, long long ld,
@@ -591,8 +663,7 @@ __device__ __forceinline__ void store_tile_staged_map(const Frag& f, const TileI
     static_assert(kW % kVec == 0, "output tile width must be a multiple of 16 bytes");
     const int origin = Map::origin(t.tile_n0);
     const bool fits = staged_store_bytes<Frag::BM, Frag::BN, T>() <= t.smem_bytes;
-    const bool aligned = (ld % kVec) == 0 && (reinterpret_cast<unsigned long long>(out) & 15) == 0;
-    if (!fits || !aligned) {  // uniform over the CTA
+    if (!fits) {  // a static property of the configuration
 #pragma unroll
         for (int i = 0; i < Frag::RI; ++i)
 #pragma unroll
@@ -616,7 +687,7 @@ __device__ __forceinline__ void store_tile_staged_map(const Frag& f, const TileI
                 if (d >= 0) store1(reinterpret_cast<T*>(s + f.local_row(i) * kRowBytes) + d, v[i][j][e]);
             }
     f.sync();
-    store_staged_rows<T, Frag, kW>(f, t, s, out, ld, origin, out_cols);
+    store_staged_out<T, Frag, kW>(f, t, s, out, ld, origin, out_cols);
 }
 
 // ---------------------------------------------------------------------------
@@ -712,7 +783,7 @@ __device__ __forceinline__ void stage_tile_async(const Frag& f, const TileInfo& 
             return;
         }
     }
-#pragma unroll 4
+#pragma unroll 1  // edge tiles only
     for (int c0 = 0; c0 < kChunks; c0 += Frag::kThreads) {
         const int c = c0 + f.thread_index();
         if (kChunks % Frag::kThreads != 0 && c >= kChunks) break;
@@ -774,23 +845,10 @@ __device__ __forceinline__ void scratch_pair(const Frag& f, const TileInfo& t, i
 template <class T, class Frag>
 __device__ __forceinline__ void store_scratch_tile(const Frag& f, const TileInfo& t, T* out, long long ld,
                                                    float* smem) {
-    constexpr int kRowBytes = (Frag::BN + 8) * 2;
     if (staged_store_bytes<Frag::BM, Frag::BN, T>() > t.smem_bytes) return;
     const unsigned char* s = reinterpret_cast<const unsigned char*>(smem);
-    const bool aligned = (ld % 8) == 0 && (reinterpret_cast<unsigned long long>(out) & 15) == 0;
-    if (!aligned) {  // uniform over the CTA; the thread's own pairs, no barrier needed
-#pragma unroll
-        for (int i = 0; i < Frag::RI; ++i)
-#pragma unroll
-            for (int j = 0; j < Frag::CJ; ++j) {
-                const float2 v = unpack_pair(
-                    *reinterpret_cast<const unsigned*>(s + f.local_row(i) * kRowBytes + f.local_col(j) * 2), T());
-                store_pair_any(out, ld, f.row(i), f.col(j), f.m, f.n, v.x, v.y);
-            }
-        return;
-    }
     f.sync();
-    store_staged_rows<T, Frag, Frag::BN>(f, t, s, out, ld, t.tile_n0, t.n);
+    store_staged_out<T, Frag, Frag::BN>(f, t, s, out, ld, t.tile_n0, t.n);
 }
 
 }  // namespace coda

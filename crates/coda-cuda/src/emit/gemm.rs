@@ -57,6 +57,7 @@ pub(crate) fn emit(
         staged_load: None,
         col_vecs: Vec::new(),
         stage_cols: spec.config.is_sm90(),
+        put_staged: false,
     };
     g.staged = staged_store(em, spec);
     g.scratch = g.staged.and_then(|(first, _)| scratch_store(em, spec, first));
@@ -73,7 +74,12 @@ pub(crate) fn emit(
     }
     if let Some((idx, how)) = g.staged {
         let store = em.kernel.stores[idx].clone();
-        let call = staged_call(em, store.buf, how);
+        let call = if g.put_staged {
+            let (b, t, map) = put_target(em, store.buf, how);
+            format!("coda::staged_put_finish<{t}, {map}>(f, t, {b}, {b}_ld, {b}_cols, smem);")
+        } else {
+            staged_call(em, store.buf, how)
+        };
         em.stmt(call, em.kernel.nodes[store.node].value);
     }
     g.reductions(em)?;
@@ -262,6 +268,10 @@ struct Gemm {
     /// loop (`coda::scratch_pair`, then `coda::store_scratch_tile` before
     /// the staged store), by index.
     scratch: Option<usize>,
+    /// Whether the staged store is written during the loop
+    /// (`coda::staged_put`): when the scratch is otherwise free then (no
+    /// staged operand, no scratch store).
+    put_staged: bool,
     /// Column vectors staged per tile (`cg::stage_col_async`), by slot.
     col_vecs: Vec<usize>,
     /// Whether column vectors may be staged (the Hopper mainloop, whose
@@ -326,6 +336,19 @@ fn staging(em: &Emitter<'_>, spec: &GemmSpec, s: &crate::kir::Store) -> Option<S
 fn scratch_store(em: &Emitter<'_>, spec: &GemmSpec, first: usize) -> Option<usize> {
     let own = |i: usize, s: &crate::kir::Store| i != first && matches!(staging(em, spec, s), Some(Staging::Identity));
     em.kernel.stores.iter().enumerate().find_map(|(i, s)| own(i, s).then_some(i))
+}
+
+/// The output's name, element type and `coda::Staged*` column map of a
+/// staged store written during the loop (`coda::staged_put`).
+fn put_target(em: &mut Emitter<'_>, buf: usize, how: Staging) -> (String, &'static str, String) {
+    let b = em.buf_w(buf);
+    let t = super::params::c_type(em.ir.buffers[buf].dtype);
+    let map = match how {
+        Staging::Identity => "coda::StagedOwnCols".to_string(),
+        Staging::Half => "coda::StagedHalfCols".to_string(),
+        Staging::Unpermute(p) => format!("coda::StagedUnpermuteCols<{}, {}, {}>", p.start, p.end, p.group),
+    };
+    (b, t, map)
 }
 
 /// The call that writes the staged store after the loop.
@@ -464,12 +487,24 @@ impl Gemm {
         for (idx, part) in em.kernel.partials.clone().iter().enumerate() {
             self.accumulate(em, idx, part)?;
         }
-        if let Some((idx, _)) = self.staged {
-            let node = em.kernel.stores[idx].node;
-            let vars =
-                self.regs.get(&node).cloned().ok_or_else(|| em.internal("staged store of an unevaluated node"))?;
-            for (slot, v) in vars.iter().enumerate() {
-                em.line(format!("f.acc[i][j][{slot}] = {v};"));
+        self.put_staged = self.staged.is_some() && self.staged_load.is_none() && self.scratch.is_none();
+        if let Some((idx, how)) = self.staged {
+            let store = em.kernel.stores[idx].clone();
+            let vars = self
+                .regs
+                .get(&store.node)
+                .cloned()
+                .ok_or_else(|| em.internal("staged store of an unevaluated node"))?;
+            if self.put_staged {
+                let (b, t, map) = put_target(em, store.buf, how);
+                let (v0, v1) = (vars.first().cloned().unwrap_or_default(), vars.last().cloned().unwrap_or_default());
+                let text =
+                    format!("coda::staged_put<{t}, {map}>(f, t, i, j, {b}, {b}_ld, {b}_cols, smem, {v0}, {v1});");
+                em.stmt(text, em.kernel.nodes[store.node].value);
+            } else {
+                for (slot, v) in vars.iter().enumerate() {
+                    em.line(format!("f.acc[i][j][{slot}] = {v};"));
+                }
             }
         }
         em.pop_scope();
@@ -484,7 +519,7 @@ impl Gemm {
         let mut lines = outer;
         if let Some((_, call)) = &self.staged_load {
             lines.push(format!("{}coda::stage_tile_finish{call};", pad(2)));
-        } else if self.scratch.is_some() && self.col_vecs.is_empty() {
+        } else if (self.scratch.is_some() || self.put_staged) && self.col_vecs.is_empty() {
             lines.push(format!("{}f.sync();  // the loop writes the scratch", pad(2)));
         }
         if !self.col_vecs.is_empty() {
