@@ -302,55 +302,6 @@ __device__ __forceinline__ float finish_sum(const float* p, long long ld, int r,
     for (; t < T; t += TPR) s += row[t];
     return block_sum<TPR>(s, red);
 }
-// Row partials of an earlier kernel (T floats per row at leading dimension
-// ld, e.g. the per-column-tile sums of squares of an RMSNorm input) for the
-// tile's BM rows, copied into the scratch before the K loop so that their
-// latency hides behind the mainloop: stage_partials_async (from the
-// functor's prefetch; needs Frag::kAsyncStage and BM * T floats of scratch,
-// otherwise it does nothing) issues 4-byte cp.async copies (rows past the
-// buffer's end read as 0), stage_partials_finish (every thread, once, before
-// the first finish_sum_staged) waits for them, and finish_sum_staged adds
-// row(i)'s T partials in index order -- the order of finish_sum, so the
-// result is the same bit for bit -- reading the scratch, or the global
-// buffer when the copies were not made.  The scratch stays untouched until
-// the functor's next barrier.
-template <class Frag>
-__device__ __forceinline__ bool partials_staged(const coda::TileInfo& t, int T) {
-    return Frag::kAsyncStage && T >= 1 && (long long)Frag::BM * T * 4 <= t.smem_bytes;
-}
-template <class Frag>
-__device__ __forceinline__ void stage_partials_async(const Frag& f, const coda::TileInfo& t, const float* p, long long ld,
-                                                     int rows, int T, float* smem) {
-    if (!partials_staged<Frag>(t, T)) return;
-    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-    constexpr int kWarps = Frag::kThreads / 32;
-    const int warp = f.thread_index() / 32, lane = f.thread_index() % 32;
-    for (int r = warp; r < Frag::BM; r += kWarps) {
-        const int grow = t.tile_m0 + r;
-        const float* row = p + (long long)(grow < rows ? grow : 0) * ld;
-        for (int c = lane; c < T; c += 32)
-            asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s + (unsigned)(r * T + c) * 4u),
-                         "l"(row + c), "r"(grow < rows ? 4 : 0)
-                         : "memory");
-    }
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <class Frag>
-__device__ __forceinline__ void stage_partials_finish(const Frag& f, const coda::TileInfo& t, int T) {
-    if (!partials_staged<Frag>(t, T)) return;
-    asm volatile("cp.async.wait_all;\n" ::: "memory");
-    f.sync();
-}
-template <class Frag>
-__device__ __forceinline__ float finish_sum_staged(const Frag& f, const coda::TileInfo& t, int i, const float* p,
-                                                   long long ld, int m, int T, const float* smem) {
-    if (!partials_staged<Frag>(t, T)) return finish_sum<1>(p, ld, m, T, nullptr);
-    const float* row = smem + f.local_row(i) * T;
-    float s = 0.0f;
-    for (int c = 0; c < T; ++c) s += row[c];
-    return s;
-}
-
 // Column vectors of a GEMM epilogue (gains, biases: one value per output
 // column) staged per tile, so that the pair loop reads them from shared
 // memory instead of waiting on one global load per column pair (measured

@@ -39,9 +39,6 @@ pub(crate) struct Emitter<'a> {
     /// File-scope declarations the kernel needs (rotary frequency tables),
     /// by name, emitted before the kernel.
     pub(crate) globals: std::collections::BTreeMap<String, String>,
-    /// The row-partial buffer a GEMM epilogue copies into its scratch
-    /// before the K loop (`cg::stage_partials_async`), finished from there.
-    pub(crate) staged_partials: Option<usize>,
 }
 
 impl<'a> Emitter<'a> {
@@ -59,7 +56,6 @@ impl<'a> Emitter<'a> {
             scopes: vec![HashMap::new()],
             coop: 1,
             globals: std::collections::BTreeMap::new(),
-            staged_partials: None,
         }
     }
 
@@ -320,11 +316,6 @@ impl<'a> Emitter<'a> {
         let first = *bufs.first().ok_or_else(|| self.internal("partial without a buffer"))?;
         let b = self.buf(first);
         Ok(match kind {
-            PartialKind::RowSum | PartialKind::RowSumSq | PartialKind::RowPick
-                if self.staged_partials == Some(first) =>
-            {
-                format!("cg::finish_sum_staged(f, t, i, {b}, {b}_ld, {m}, {b}_cols, smem)")
-            }
             PartialKind::RowSum | PartialKind::RowSumSq | PartialKind::RowPick | PartialKind::ColSum => {
                 format!("cg::finish_sum<{tpr}>({b}, {b}_ld, {m}, {b}_cols, {red})")
             }

@@ -61,7 +61,6 @@ pub(crate) fn emit(
     };
     g.staged = staged_store(em, spec);
     g.scratch = g.staged.and_then(|(first, _)| scratch_store(em, spec, first));
-    em.staged_partials = staged_partials(em, spec);
     em.set_indent(2);
     g.scalars(em)?;
     g.row_values(em)?;
@@ -91,10 +90,6 @@ pub(crate) fn emit(
         let b = em.buf(*buf);
         prefetches.push(format!("cg::stage_col_async(f, t, {slot}, smem, {b}, {b}_cols);"));
     }
-    if let Some(buf) = em.staged_partials {
-        let b = em.buf(buf);
-        prefetches.push(format!("cg::stage_partials_async(f, t, {b}, {b}_ld, {b}_rows, {b}_cols, smem);"));
-    }
     let prefetch = prefetch_hook(&prefetches);
     let code = format!(
         "struct {epi} {{\n    struct Params {{\n{fields}    }};\n    static constexpr int kSmemFloats = 0;\n{col_vecs}{prefetch}    \
@@ -118,8 +113,8 @@ pub(crate) fn emit(
 /// The functor's `prefetch` (called by the Hopper mainloop before each
 /// tile's K loop), running `calls`: `coda::stage_tile_async` of the staged
 /// tile operand (`apply` finishes it with `coda::stage_tile_finish` and the
-/// same arguments) or `cg::stage_partials_async` of the staged row
-/// partials (finished by `cg::stage_partials_finish`). None without calls.
+/// same arguments) and `cg::stage_col_async` of each staged column vector
+/// (finished by `cg::stage_cols_finish`). None without calls.
 fn prefetch_hook(calls: &[String]) -> String {
     if calls.is_empty() {
         return String::new();
@@ -129,32 +124,6 @@ fn prefetch_hook(calls: &[String]) -> String {
          static __device__ void prefetch(const Params& p, const Frag& f, const Tile& t, float* smem) {{\n{}    }}\n",
         calls.iter().map(|c| format!("        {c}\n")).collect::<String>()
     )
-}
-
-/// The row-partial buffer to copy into the scratch before the K loop (see
-/// `cg::stage_partials_async`): on the Hopper mainloop, whose scratch is
-/// private to the tile, the first buffer of a summed row partial when no
-/// tile operand could claim the scratch for staging. Its latency (a round
-/// trip per 8 partials and row after the mainloop) then hides behind the
-/// tile's K loop.
-fn staged_partials(em: &Emitter<'_>, spec: &GemmSpec) -> Option<usize> {
-    if !spec.config.is_sm90() {
-        return None;
-    }
-    let tile_operand = em
-        .kernel
-        .nodes
-        .iter()
-        .any(|n| matches!(n.op, Op::Load(buf) if n.space == Space::Tile && em.ir.buffers[buf].dtype.is_half()));
-    if tile_operand {
-        return None;
-    }
-    em.kernel.nodes.iter().find_map(|n| match &n.op {
-        Op::FinishRow(PartialKind::RowSum | PartialKind::RowSumSq | PartialKind::RowPick, bufs) => {
-            bufs.first().copied()
-        }
-        _ => None,
-    })
 }
 
 /// The `Pro_<kernel>` struct of an A prologue (the template's `Pro`
@@ -388,10 +357,6 @@ impl Gemm {
             let name = em.local_for(em.kernel.nodes[*id].value);
             em.line(format!("float {name}_r[Frag::RI];"));
             self.rows.push((*id, format!("{name}_r")));
-        }
-        if let Some(buf) = em.staged_partials {
-            let b = em.buf(buf);
-            em.line(format!("cg::stage_partials_finish(f, t, {b}_cols);"));
         }
         em.line("#pragma unroll");
         em.open("for (int i = 0; i < Frag::RI; ++i)");
