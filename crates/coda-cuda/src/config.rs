@@ -199,6 +199,13 @@ mod tests {
         assert_eq!(TileConfig::Cfg128x256.smem_bytes(), 147_456);
         assert_eq!(TileConfig::Cfg64x64.smem_bytes(), 24576);
         assert_eq!(TileConfig::Sm90Cfg128x256.smem_bytes(), 216_128);
+        // Staged column vectors: BN * 4 bytes each on Hopper, none on the
+        // portable mainloop (its epilogue reads them from global memory).
+        assert_eq!(TileConfig::Sm90Cfg128x256.smem_bytes_with(1), 216_128 + 1024);
+        assert_eq!(TileConfig::Sm90Cfg128x128.smem_bytes_with(4), TileConfig::Sm90Cfg128x128.smem_bytes() + 2048);
+        assert_eq!(TileConfig::Cfg128x256.smem_bytes_with(3), 147_456);
+        // Four vectors (the emitter's limit) still fit the 227 KiB of a CTA.
+        assert!(TileConfig::Sm90Cfg128x256.smem_bytes_with(4) <= 232_448);
     }
 
     #[test]

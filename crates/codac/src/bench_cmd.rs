@@ -286,7 +286,8 @@ impl BareRig {
     /// The report of one timing of this bare GEMM (against kernel `g`).
     fn report(&self, g: &GemmProfile, time: Timing) -> BareReport {
         let (config, compile) = (self.config.clone(), self.compile);
-        BareReport { config, time, tflops: tflops(g.flops(), time.median_ms), copies: self.rig.copies, compile }
+        let tflops = tflops(g.flops(), time.median_ms);
+        BareReport { interleaved: true, config, time, tflops, copies: self.rig.copies, compile }
     }
 }
 

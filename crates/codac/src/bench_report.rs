@@ -7,7 +7,7 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 
 /// The JSON schema version.
-pub(crate) const SCHEMA: u32 = 1;
+pub(crate) const SCHEMA: u32 = 2;
 
 /// The whole run.
 #[derive(Debug, Clone, Serialize)]
@@ -95,6 +95,9 @@ pub(crate) struct GemmReport {
 /// The same GEMM with an empty epilogue, timed in the same run.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub(crate) struct BareReport {
+    /// Whether its runs alternated with the fused kernel's (so both ran at
+    /// the same clocks); `codac bench` always does this since schema 2.
+    pub(crate) interleaved: bool,
     pub(crate) config: Option<String>,
     pub(crate) time: Timing,
     pub(crate) tflops: f64,
@@ -336,6 +339,7 @@ mod tests {
             epilogue_bytes: 1 << 27,
             epilogue_gbps: gbps(1 << 27, median_ms),
             bare_gemm: Some(BareReport {
+                interleaved: true,
                 config: Some("Cfg128x256".into()),
                 time: timing(bare_ms),
                 tflops: tflops(flops, bare_ms),
@@ -411,6 +415,7 @@ mod tests {
         let k = &json["blocks"][0]["kernels"][0];
         assert_eq!(k["gemm"]["n"], 4096);
         assert_eq!(k["bare_gemm"]["config"], "Cfg128x256");
+        assert_eq!(k["bare_gemm"]["interleaved"], true);
         assert_eq!(k["epilogue_cost"], 1.25);
         assert_eq!(k["compile"]["cold_ms"], 2500.0);
         assert_eq!(json["blocks"][0]["time"]["median_ms"], 0.52);
