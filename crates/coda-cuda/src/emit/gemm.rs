@@ -9,27 +9,35 @@
 //! their contributions to partial reductions; finally the row / column
 //! reductions over the CTA tile and the partial stores.
 //!
-//! In 255-register configurations (and every Hopper one) with at most one partial, one full-tile
-//! store (a value on the accumulator's own columns, into a bf16 / f16
-//! buffer of the accumulator's shape) goes through
-//! `coda::store_tile_staged`: its values overwrite `f.acc` (dead once its
-//! pair has been processed) and are written after the loop with coalesced
-//! 16-byte stores through shared memory when the buffer's base is 16-byte
-//! aligned and its leading dimension a multiple of 8 (checked at run time,
-//! uniformly for the CTA, by the helper); otherwise with bounded pair stores.
+//! In 255-register configurations (and every Hopper one) with at most one
+//! partial, one full-tile store (a value on the accumulator's own columns,
+//! into a bf16 / f16 buffer of the accumulator's shape) goes through shared
+//! memory and is written with coalesced 16-byte stores when the buffer's
+//! base is 16-byte aligned and its leading dimension a multiple of 8
+//! (checked at run time, uniformly for the CTA, by the helper); otherwise
+//! with bounded element stores. When nothing else uses the scratch during
+//! the pair loop, each pair is put there as it is computed
+//! (`coda::staged_put`); otherwise its values overwrite `f.acc` (dead once
+//! its pair has been processed) and `coda::store_tile_staged` writes them
+//! after the loop.
 //!
 //! The staged store may also be a pair operation's half-width output
 //! (`coda::StagedHalfCols`) or an output put back from pair order
 //! (`coda::StagedUnpermuteCols`, when every group lies inside one tile):
-//! both were 2-byte scattered stores before.
+//! both were 2-byte scattered stores before. A second full-tile store on
+//! the accumulator's own columns goes through the scratch during the loop
+//! (`coda::scratch_pair`, `coda::store_scratch_tile`).
 //!
 //! Likewise one full-tile 16-bit operand read at the accumulator's own
-//! columns (a residual) is staged into shared memory before the loop with
-//! coalesced 16-byte loads (`coda::stage_tile`) and read back per pair
-//! (`coda::staged_pair`): its long-latency global loads then stay out of
-//! the unrolled per-pair code, where the compiler would hoist them into
-//! registers beside the accumulators (spills with 128 accumulators per
-//! thread on the Hopper mainloop).
+//! columns (a residual) is staged into shared memory with coalesced 16-byte
+//! loads and read back per pair (`coda::staged_pair`): its long-latency
+//! global loads then stay out of the unrolled per-pair code, where the
+//! compiler would hoist them into registers beside the accumulators (spills
+//! with 128 accumulators per thread on the Hopper mainloop). On the Hopper
+//! mainloop the copies are issued by the functor's `prefetch` before the
+//! tile's K loop (`coda::stage_tile_async`), together with those of up to
+//! [`MAX_STAGED_COL_VECS`] column vectors read at the pair's own columns
+//! (`cg::stage_col_async`, read back with `cg::col_pair`).
 
 use super::expr::{binary, Emitter};
 use crate::error::CodegenError;
