@@ -293,6 +293,9 @@ pub(crate) fn render_text(r: &Report) -> String {
                 b.time.median_ms / b.sum_bare_gemms_ms
             ));
         }
+        if b.kernels.iter().any(|k| k.bare_gemm.as_ref().is_some_and(|g| g.interleaved)) {
+            out.push_str("(each bare GEMM timed alternating with its kernel, at the same clocks)\n");
+        }
     }
     out
 }
@@ -451,5 +454,6 @@ mod tests {
         );
         assert!(text.contains("block: 0.520 ms, 529 TFLOP/s (1 launches back to back; kernels alone sum to 0.500 ms)"));
         assert!(text.contains("bare GEMMs: 0.400 ms; the block takes 1.30× that"), "{text}");
+        assert!(text.contains("(each bare GEMM timed alternating with its kernel, at the same clocks)"), "{text}");
     }
 }
