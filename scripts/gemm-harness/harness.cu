@@ -67,6 +67,24 @@ using coda::f16;
 // Epilogues, written as codac would emit them
 // ===========================================================================
 
+// Bounded loads of the harness's own functors (0 outside M x N): a tile
+// pair at the thread's (row(i), col(j)), col(j) + 1 and a per-column pair.
+namespace harness {
+template <class Frag, class T>
+__device__ __forceinline__ float2 load_pair(const Frag& f, int i, int j, const T* src, long long ld) {
+    const int r = f.row(i), c = f.col(j);
+    if (r >= f.m) return make_float2(0.0f, 0.0f);
+    const T* p = src + (long long)r * ld + c;
+    if (c + 1 < f.n && ((ld | (long long)c) & 1) == 0) return coda::load2(p);  // aligned pair
+    return make_float2(c < f.n ? coda::load1(p) : 0.0f, c + 1 < f.n ? coda::load1(p + 1) : 0.0f);
+}
+template <class Frag, class T>
+__device__ __forceinline__ float2 load_col_pair(const Frag& f, int j, const T* vec) {
+    const int c = f.col(j);
+    return make_float2(c < f.n ? coda::load1(vec + c) : 0.0f, c + 1 < f.n ? coda::load1(vec + c + 1) : 0.0f);
+}
+}  // namespace harness
+
 template <class OutT>
 struct Epi_store {
     struct Params {
@@ -120,10 +138,10 @@ struct Epi_residual {
             ss[i] = 0.0f;
 #pragma unroll
             for (int j = 0; j < Frag::CJ; ++j) {
-                const float2 r = coda::load_pair(f, i, j, p.res, p.ldr);
+                const float2 r = harness::load_pair(f, i, j, p.res, p.ldr);
                 const float d0 = f.acc[i][j][0] + r.x, d1 = f.acc[i][j][1] + r.y;
                 coda::store_pair(f, i, j, p.d, p.ldd, d0, d1);
-                const float2 gm = coda::load_col_pair(f, j, p.gamma);
+                const float2 gm = harness::load_col_pair(f, j, p.gamma);
                 coda::store_pair(f, i, j, p.h, p.ldh, d0 * gm.x, d1 * gm.y);
                 if (f.col_in(j, 0)) ss[i] += d0 * d0;
                 if (f.col_in(j, 1)) ss[i] += d1 * d1;

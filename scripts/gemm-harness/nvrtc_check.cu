@@ -48,6 +48,24 @@
 // What codac appends after the headers: one epilogue struct per kernel and
 // the extern "C" entry points.
 static const char* kEmitted = R"EMIT(
+// Bounded loads of the harness's own functors (0 outside M x N): a tile
+// pair at the thread's (row(i), col(j)), col(j) + 1 and a per-column pair.
+namespace harness {
+template <class Frag, class T>
+__device__ __forceinline__ float2 load_pair(const Frag& f, int i, int j, const T* src, long long ld) {
+    const int r = f.row(i), c = f.col(j);
+    if (r >= f.m) return make_float2(0.0f, 0.0f);
+    const T* p = src + (long long)r * ld + c;
+    if (c + 1 < f.n && ((ld | (long long)c) & 1) == 0) return coda::load2(p);  // aligned pair
+    return make_float2(c < f.n ? coda::load1(p) : 0.0f, c + 1 < f.n ? coda::load1(p + 1) : 0.0f);
+}
+template <class Frag, class T>
+__device__ __forceinline__ float2 load_col_pair(const Frag& f, int j, const T* vec) {
+    const int c = f.col(j);
+    return make_float2(c < f.n ? coda::load1(vec + c) : 0.0f, c + 1 < f.n ? coda::load1(vec + c + 1) : 0.0f);
+}
+}  // namespace harness
+
 // ---- emitted by codac (example) ----
 struct Epi_k0 {
     struct Params {
@@ -65,7 +83,7 @@ struct Epi_k0 {
             ss[i] = 0.0f;
 #pragma unroll
             for (int j = 0; j < Frag::CJ; ++j) {
-                const float2 r = coda::load_pair(f, i, j, p.r, p.ldr);
+                const float2 r = harness::load_pair(f, i, j, p.r, p.ldr);
                 const float v0 = f.acc[i][j][0] + r.x, v1 = f.acc[i][j][1] + r.y;
                 f.acc[i][j][0] = v0;  // transformed in place, stored below
                 f.acc[i][j][1] = v1;
