@@ -397,7 +397,12 @@ impl<'a> Emitter<'a> {
         let mut values = Vec::new();
         for (part, offset) in parts {
             let off = self.dim_int(offset);
-            let idx = if off == "0" { k.to_string() } else { self.index("kq", format!("{k} - {off}")) };
+            // A constant part (the zero padding of a gradient) needs no index.
+            let idx = if off == "0" || self.is_constant(*part) {
+                k.to_string()
+            } else {
+                self.index("kq", format!("{k} - {off}"))
+            };
             values.push((self.eval(*part, m, &idx)?, off));
         }
         let mut expr = values.last().map(|(v, _)| v.clone()).unwrap_or_else(|| "0.0f".into());
@@ -406,6 +411,15 @@ impl<'a> Emitter<'a> {
             expr = format!("({k} < {next_off} ? {} : {expr})", values[i].0);
         }
         Ok(expr)
+    }
+
+    /// Whether `node` is a constant, possibly broadcast: its value does not
+    /// depend on the row or column it is evaluated at.
+    fn is_constant(&self, mut node: NodeId) -> bool {
+        while let Some(Op::Broadcast(a)) = self.kernel.nodes.get(node).map(|n| &n.op) {
+            node = *a;
+        }
+        matches!(self.kernel.nodes.get(node).map(|n| &n.op), Some(Op::Const(_)))
     }
 
     /// A whole-row (`row == true`, over columns `k`) or whole-column
