@@ -471,6 +471,19 @@ __device__ __forceinline__ float2 unpack_pair(unsigned u, f16) { return unpack2_
 // of (BN + 8) elements) to out[tile_m0 + r][origin + c], consecutive threads
 // taking consecutive 16-byte chunks of a row; element stores at the ragged
 // right edge (columns >= out_cols), rows >= M skipped.
+// How the tile's threads share BM rows of kChunksPerRow 16-byte chunks in
+// the interior fast paths: with kWholeRows, each thread keeps the chunk
+// column col(f) and takes rows row(f), row(f) + kRowStep, ... (the same
+// assignment as chunk c = thread + k * kThreads of the generic loops).
+template <class Frag, int kChunksPerRow>
+struct RowChunks {
+    static constexpr bool kWholeRows =
+        Frag::kThreads % kChunksPerRow == 0 && Frag::BM % (Frag::kThreads / kChunksPerRow) == 0;
+    static constexpr int kRowStep = Frag::kThreads / kChunksPerRow;
+    static __device__ __forceinline__ int col(const Frag& f) { return f.thread_index() % kChunksPerRow; }
+    static __device__ __forceinline__ int row(const Frag& f) { return f.thread_index() / kChunksPerRow; }
+};
+
 // A tile wholly inside the output (the common case) takes a loop without
 // bounds checks whose addresses advance by a constant stride: each thread
 // keeps one chunk column and steps down the rows, so the per-chunk index
@@ -482,14 +495,15 @@ __device__ __forceinline__ void store_staged_rows(const Frag& f, const TileInfo&
     constexpr int kRowBytes = (Frag::BN + 8) * (int)sizeof(T);
     constexpr int kChunksPerRow = W / kVec;
     constexpr int kChunks = Frag::BM * kChunksPerRow;
-    if constexpr (Frag::kThreads % kChunksPerRow == 0 && Frag::BM % (Frag::kThreads / kChunksPerRow) == 0) {
-        constexpr int kRowStep = Frag::kThreads / kChunksPerRow;
+    typedef RowChunks<Frag, kChunksPerRow> Chunks;
+    if constexpr (Chunks::kWholeRows) {
+        constexpr int kRowStep = Chunks::kRowStep;
         if (t.tile_m0 + Frag::BM <= t.m && origin + W <= out_cols) {  // uniform over the CTA
-            const int ch = f.thread_index() % kChunksPerRow, r0 = f.thread_index() / kChunksPerRow;
+            const int ch = Chunks::col(f), r0 = Chunks::row(f);
             const unsigned char* src = s + r0 * kRowBytes + ch * 16;
             T* dst = out + (long long)(t.tile_m0 + r0) * ld + origin + ch * kVec;
             const long long step = (long long)kRowStep * ld;
-#pragma unroll 4  // 4 chunks in flight: the accumulators may still be live (store_scratch_tile)
+#pragma unroll 4  // 4 chunks in flight: the accumulators may still be live (a second output before store_tile_staged)
             for (int r = 0; r < Frag::BM / kRowStep; ++r)
                 *reinterpret_cast<uint4*>(dst + r * step) =
                     *reinterpret_cast<const uint4*>(src + r * kRowStep * kRowBytes);
@@ -610,16 +624,19 @@ struct StagedOwnCols {
     static __device__ __forceinline__ int dest(int, int lc, int e) { return lc + e; }
 };
 
-// The staged store written during the pair loop: staged_put puts the pair
+// A staged store written during the pair loop: staged_put puts the pair
 // (i, j) (slot values v0, v1; slot 1 unused by StagedHalfCols) where Map
 // sends it in the scratch, and staged_put_finish then stores the tile like
 // store_tile_staged_map.  Unlike store_tile_staged(_map), no value waits in
 // f.acc for a second pass, which keeps register pressure down in long
-// epilogues.  The scratch must be free during the loop: the caller
-// synchronizes the tile's threads before the loop, and nothing else (no
-// staged operand) uses the scratch until staged_put_finish.  Without room
-// for the tile, staged_put stores directly (bounded) and the finish does
-// nothing.
+// epilogues.  The caller synchronizes the tile's threads before the loop,
+// and during it nothing else writes the scratch; a staged operand may be
+// read there only with StagedOwnCols, each thread reading its pair before
+// putting its own in the same place (every position belongs to one thread,
+// so no barrier is needed).  That is how an epilogue writes a second output
+// beside store_tile_staged's, which then runs after staged_put_finish (it
+// starts with a barrier).  Without room for the tile, staged_put stores
+// directly (bounded) and the finish does nothing.
 template <class T, class Map, class Frag>
 __device__ __forceinline__ void staged_put(const Frag& f, const TileInfo& t, int i, int j, T* out, long long ld,
                                            int out_cols, float* smem, float v0, float v1) {
@@ -766,11 +783,12 @@ __device__ __forceinline__ void stage_tile_async(const Frag& f, const TileInfo& 
     constexpr int kChunks = Frag::BM * kChunksPerRow;
     if (!Frag::kAsyncStage || !stage_tile_vec_ok(src, ld)) return;
     const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-    if constexpr (Frag::kThreads % kChunksPerRow == 0 && Frag::BM % (Frag::kThreads / kChunksPerRow) == 0) {
+    typedef RowChunks<Frag, kChunksPerRow> Chunks;
+    if constexpr (Chunks::kWholeRows) {
         // A tile wholly inside the operand: constant-stride addresses, no bounds.
-        constexpr int kRowStep = Frag::kThreads / kChunksPerRow;
+        constexpr int kRowStep = Chunks::kRowStep;
         if (t.tile_m0 + Frag::BM <= rows && t.tile_n0 + Frag::BN <= cols) {  // uniform over the CTA
-            const int ch = f.thread_index() % kChunksPerRow, r0 = f.thread_index() / kChunksPerRow;
+            const int ch = Chunks::col(f), r0 = Chunks::row(f);
             const unsigned dst = s + r0 * kRowBytes + ch * 16;
             const T* p = src + (long long)(t.tile_m0 + r0) * ld + t.tile_n0 + ch * kVec;
             const long long step = (long long)kRowStep * ld;
@@ -815,40 +833,6 @@ __device__ __forceinline__ float2 staged_pair(const Frag& f, int i, int j, const
     constexpr int kRowBytes = (Frag::BN + 8) * 2;
     const unsigned char* s = reinterpret_cast<const unsigned char*>(smem);
     return unpack_pair(*reinterpret_cast<const unsigned*>(s + f.local_row(i) * kRowBytes + f.local_col(j) * 2), T());
-}
-
-// A second full-tile 16-bit output written through the scratch (the first
-// is store_tile_staged's): scratch_pair puts the thread's pair (row(i),
-// col(j)) where the staged layout keeps it -- in place of a staged
-// operand's pair that this thread has just read, or into a scratch that is
-// otherwise unused during the pair loop -- and store_scratch_tile then
-// writes the tile with coalesced 16-byte stores.  Every position belongs to
-// one thread, so the in-loop writes need no barrier; the caller must have
-// synchronized the tile's threads before the loop (stage_tile_finish does)
-// and calls store_tile_staged only after store_scratch_tile (which starts
-// with a barrier).  Without room for the tile in the scratch, scratch_pair
-// stores the pair directly (bounded) and store_scratch_tile does nothing;
-// with an output not aligned for 16-byte stores, each thread stores its own
-// pairs back from the scratch.
-template <class T, class Frag>
-__device__ __forceinline__ void scratch_pair(const Frag& f, const TileInfo& t, int i, int j, T* out, long long ld,
-                                             float* smem, float v0, float v1) {
-    static_assert(sizeof(T) == 2, "scratch_pair is for 16-bit outputs");
-    constexpr int kRowBytes = (Frag::BN + 8) * 2;
-    if (staged_store_bytes<Frag::BM, Frag::BN, T>() > t.smem_bytes) {
-        store_pair_any(out, ld, f.row(i), f.col(j), f.m, f.n, v0, v1);
-        return;
-    }
-    unsigned char* s = reinterpret_cast<unsigned char*>(smem);
-    *reinterpret_cast<unsigned*>(s + f.local_row(i) * kRowBytes + f.local_col(j) * 2) = PairBits<T>::pack(v0, v1);
-}
-template <class T, class Frag>
-__device__ __forceinline__ void store_scratch_tile(const Frag& f, const TileInfo& t, T* out, long long ld,
-                                                   float* smem) {
-    if (staged_store_bytes<Frag::BM, Frag::BN, T>() > t.smem_bytes) return;
-    const unsigned char* s = reinterpret_cast<const unsigned char*>(smem);
-    f.sync();
-    store_staged_out<T, Frag, Frag::BN>(f, t, s, out, ld, t.tile_n0, t.n);
 }
 
 }  // namespace coda

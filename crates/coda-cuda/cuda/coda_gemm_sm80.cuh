@@ -627,16 +627,9 @@ __device__ __forceinline__ void gemm_sm80(const GemmArgs& g, const typename Epi:
     f.warp_m = warp_m;
     f.warp_n = warp_n;
 
-    TileInfo t;
-    t.tile_m0 = m0;
-    t.tile_n0 = n0;
-    t.tile_m_idx = tm;
-    t.tile_n_idx = tn;
-    t.num_m_tiles = tiles_m;
-    t.num_n_tiles = tiles_n;
-    t.m = g.m;
-    t.n = g.n;
-    t.smem_bytes = gemm_smem_bytes<Cfg, Epi>();
+    // Fields in declaration order: origin, tile coordinates, tile counts, M, N,
+    // scratch bytes.
+    const TileInfo t{m0, n0, tm, tn, tiles_m, tiles_n, g.m, g.n, gemm_smem_bytes<Cfg, Epi>()};
 
     Epi::apply(ep, f, t, reinterpret_cast<float*>(coda_dyn_smem));
 }

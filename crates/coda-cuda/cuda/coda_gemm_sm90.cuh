@@ -687,16 +687,9 @@ __device__ __forceinline__ void gemm_sm90_rows(const TmaDesc& ta, const TmaDesc&
 
         f.grow0 = m0 + f.lrow0;
         f.gcol0 = n0 + f.lcol0;
-        TileInfo t;
-        t.tile_m0 = m0;
-        t.tile_n0 = n0;
-        t.tile_m_idx = tm;
-        t.tile_n_idx = tn;
-        t.num_m_tiles = tiles_m;
-        t.num_n_tiles = tiles_n;
-        t.m = g.m;
-        t.n = g.n;
-        t.smem_bytes = sm90_scratch_core_bytes<Cfg, Epi>();  // the column-vector slots follow
+        // Fields in declaration order: origin, tile coordinates, tile counts, M, N,
+        // scratch bytes (the column-vector slots follow the scratch proper).
+        const TileInfo t{m0, n0, tm, tn, tiles_m, tiles_n, g.m, g.n, sm90_scratch_core_bytes<Cfg, Epi>()};
         if constexpr (EpiPrefetch<Epi>::value) {
             f.sync();  // the previous tile's epilogue is done with the scratch
             Epi::prefetch(ep, f, t, scratch);

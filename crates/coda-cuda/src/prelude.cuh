@@ -287,21 +287,48 @@ __device__ __forceinline__ float lse_finish(float m, float s, float bad) {
 // latency per 8) and combined in index order: the same result as the plain
 // loop, which waited for each load before issuing the next (measured as the
 // largest stall of a GEMM epilogue's row set-up on the H100).
-template <int TPR>
-__device__ __forceinline__ float finish_sum(const float* p, long long ld, int r, int T, float* red) {
+struct AddPartial {
+    __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
+};
+struct MaxPartial {
+    __device__ __forceinline__ float operator()(float a, float b) const { return maximum(a, b); }
+};
+// This thread's share of row r's partials folded into s with op, in index order.
+template <int TPR, class Op>
+__device__ __forceinline__ float fold_partials(const float* p, long long ld, int r, int T, float s, Op op) {
     const float* row = p + (long long)r * ld;
-    float s = 0.0f;
     int t = lane<TPR>();
     for (; t + 7 * TPR < T; t += 8 * TPR) {
         float v[8];
 #pragma unroll
         for (int u = 0; u < 8; ++u) v[u] = row[t + u * TPR];
 #pragma unroll
-        for (int u = 0; u < 8; ++u) s += v[u];
+        for (int u = 0; u < 8; ++u) s = op(s, v[u]);
     }
-    for (; t < T; t += TPR) s += row[t];
-    return block_sum<TPR>(s, red);
+    for (; t < T; t += TPR) s = op(s, row[t]);
+    return s;
 }
+template <int TPR>
+__device__ __forceinline__ float finish_sum(const float* p, long long ld, int r, int T, float* red) {
+    return block_sum<TPR>(fold_partials<TPR>(p, ld, r, T, 0.0f, AddPartial()), red);
+}
+template <int TPR>
+__device__ __forceinline__ float finish_max(const float* p, long long ld, int r, int T, float* red) {
+    return block_max<TPR>(fold_partials<TPR>(p, ld, r, T, coda::neg_inf(), MaxPartial()), red);
+}
+template <int TPR>
+__device__ __forceinline__ float finish_lse(const float* pm, const float* ps, long long ld, int r, int T, float* red) {
+    float m = coda::neg_inf(), s = 0.0f, bad = 0.0f;
+    for (int t = lane<TPR>(); t < T; t += TPR) {
+        const float pmax = pm[(long long)r * ld + t];
+        if (pmax != pmax) bad = pmax;
+        else coda::lse_merge(m, s, pmax, ps[(long long)r * ld + t]);
+    }
+    bad = block_sum<TPR>(bad != 0.0f ? 1.0f : 0.0f, red);
+    block_lse<TPR>(m, s, red);
+    return lse_finish(m, s, bad);
+}
+
 // Column vectors of a GEMM epilogue (gains, biases: one value per output
 // column) staged per tile, so that the pair loop reads them from shared
 // memory instead of waiting on one global load per column pair (measured
@@ -354,34 +381,6 @@ __device__ __forceinline__ float2 col_pair(const coda::TileInfo& t, const char* 
     const char* at = area + slot * Frag::BN * 4 + (k - t.tile_n0) * (int)sizeof(T);
     if constexpr (coda::is_same<T, float>::value) return *reinterpret_cast<const float2*>(at);
     else return coda::unpack_pair<T>(*reinterpret_cast<const unsigned*>(at));
-}
-
-template <int TPR>
-__device__ __forceinline__ float finish_max(const float* p, long long ld, int r, int T, float* red) {
-    const float* row = p + (long long)r * ld;
-    float s = coda::neg_inf();
-    int t = lane<TPR>();
-    for (; t + 7 * TPR < T; t += 8 * TPR) {
-        float v[8];
-#pragma unroll
-        for (int u = 0; u < 8; ++u) v[u] = row[t + u * TPR];
-#pragma unroll
-        for (int u = 0; u < 8; ++u) s = maximum(s, v[u]);
-    }
-    for (; t < T; t += TPR) s = maximum(s, row[t]);
-    return block_max<TPR>(s, red);
-}
-template <int TPR>
-__device__ __forceinline__ float finish_lse(const float* pm, const float* ps, long long ld, int r, int T, float* red) {
-    float m = coda::neg_inf(), s = 0.0f, bad = 0.0f;
-    for (int t = lane<TPR>(); t < T; t += TPR) {
-        const float pmax = pm[(long long)r * ld + t];
-        if (pmax != pmax) bad = pmax;
-        else coda::lse_merge(m, s, pmax, ps[(long long)r * ld + t]);
-    }
-    bad = block_sum<TPR>(bad != 0.0f ? 1.0f : 0.0f, red);
-    block_lse<TPR>(m, s, red);
-    return lse_finish(m, s, bad);
 }
 
 // ---------------------------------------------------------------------------

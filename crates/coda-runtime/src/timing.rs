@@ -132,19 +132,8 @@ pub fn bench_cycle(
     copies: usize,
     mut f: impl FnMut(usize) -> Result<()>,
 ) -> Result<BenchStats> {
-    let copies = copies.max(1);
-    for run in 0..warmup {
-        f(run % copies)?;
-    }
-    stream.synchronize()?;
-    let timers = (0..iters).map(|_| EventTimer::new(device)).collect::<Result<Vec<_>>>()?;
-    for (i, t) in timers.iter().enumerate() {
-        t.start(stream)?;
-        f((warmup + i) % copies)?;
-        t.stop(stream)?;
-    }
-    stream.synchronize()?;
-    BenchStats::from_samples(timers.iter().map(EventTimer::elapsed_ms).collect::<Result<Vec<_>>>()?)
+    let mut stats = cycle_interleaved(device, stream, warmup, iters, &mut [(copies, &mut f)])?;
+    stats.pop().ok_or_else(|| RuntimeError::InvalidInput("no timing samples".into()))
 }
 
 /// [`bench_cycle`] of two workloads interleaved: after `warmup` untimed
@@ -164,27 +153,47 @@ pub fn bench_interleaved(
     mut a: impl FnMut(usize) -> Result<()>,
     mut b: impl FnMut(usize) -> Result<()>,
 ) -> Result<(BenchStats, BenchStats)> {
-    let (copies_a, copies_b) = (copies_a.max(1), copies_b.max(1));
+    let mut stats = cycle_interleaved(device, stream, warmup, iters, &mut [(copies_a, &mut a), (copies_b, &mut b)])?;
+    let (sb, sa) = (stats.pop(), stats.pop());
+    sa.zip(sb).ok_or_else(|| RuntimeError::InvalidInput("no timing samples".into()))
+}
+
+/// A workload of [`cycle_interleaved`]: its number of data copies and the
+/// launch of run `c` on copy `c`.
+type Workload<'a> = (usize, &'a mut dyn FnMut(usize) -> Result<()>);
+
+/// The loop of [`bench_cycle`] and [`bench_interleaved`]: `warmup` untimed
+/// rounds, then `iters` rounds, each round running every workload once in
+/// order between its own events, all enqueued before any is waited for.
+fn cycle_interleaved(
+    device: &Device,
+    stream: &Stream,
+    warmup: usize,
+    iters: usize,
+    workloads: &mut [Workload<'_>],
+) -> Result<Vec<BenchStats>> {
     for run in 0..warmup {
-        a(run % copies_a)?;
-        b(run % copies_b)?;
+        for (copies, f) in workloads.iter_mut() {
+            f(run % (*copies).max(1))?;
+        }
     }
     stream.synchronize()?;
-    let timers_a = (0..iters).map(|_| EventTimer::new(device)).collect::<Result<Vec<_>>>()?;
-    let timers_b = (0..iters).map(|_| EventTimer::new(device)).collect::<Result<Vec<_>>>()?;
-    for (i, (ta, tb)) in timers_a.iter().zip(&timers_b).enumerate() {
-        ta.start(stream)?;
-        a((warmup + i) % copies_a)?;
-        ta.stop(stream)?;
-        tb.start(stream)?;
-        b((warmup + i) % copies_b)?;
-        tb.stop(stream)?;
+    let mut timers = Vec::with_capacity(workloads.len());
+    for _ in 0..workloads.len() {
+        timers.push((0..iters).map(|_| EventTimer::new(device)).collect::<Result<Vec<_>>>()?);
+    }
+    for i in 0..iters {
+        for ((copies, f), ts) in workloads.iter_mut().zip(&timers) {
+            ts[i].start(stream)?;
+            f((warmup + i) % (*copies).max(1))?;
+            ts[i].stop(stream)?;
+        }
     }
     stream.synchronize()?;
-    let stats = |timers: &[EventTimer]| {
-        BenchStats::from_samples(timers.iter().map(EventTimer::elapsed_ms).collect::<Result<Vec<_>>>()?)
-    };
-    Ok((stats(&timers_a)?, stats(&timers_b)?))
+    timers
+        .iter()
+        .map(|ts| BenchStats::from_samples(ts.iter().map(EventTimer::elapsed_ms).collect::<Result<Vec<_>>>()?))
+        .collect()
 }
 
 /// How long compiling one kernel takes.

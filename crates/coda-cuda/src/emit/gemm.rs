@@ -26,7 +26,7 @@
 //! (`coda::StagedUnpermuteCols`, when every group lies inside one tile):
 //! both were 2-byte scattered stores before. A second full-tile store on
 //! the accumulator's own columns goes through the scratch during the loop
-//! (`coda::scratch_pair`, `coda::store_scratch_tile`).
+//! (`coda::staged_put` with `coda::StagedOwnCols`, before the staged store).
 //!
 //! Likewise one full-tile 16-bit operand read at the accumulator's own
 //! columns (a residual) is staged into shared memory with coalesced 16-byte
@@ -76,14 +76,13 @@ pub(crate) fn emit(
     g.main_loop(em)?;
     if let Some(idx) = g.scratch {
         let store = em.kernel.stores[idx].clone();
-        let (b, t) = (em.buf_w(store.buf), super::params::c_type(em.ir.buffers[store.buf].dtype));
-        em.stmt(format!("coda::store_scratch_tile<{t}>(f, t, {b}, {b}_ld, smem);"), em.kernel.nodes[store.node].value);
+        let call = put_finish_call(em, store.buf, Staging::Identity, OutCols::GemmN);
+        em.stmt(call, em.kernel.nodes[store.node].value);
     }
     if let Some((idx, how)) = g.staged {
         let store = em.kernel.stores[idx].clone();
         let call = if g.put_staged {
-            let (b, t, map) = put_target(em, store.buf, how);
-            format!("coda::staged_put_finish<{t}, {map}>(f, t, {b}, {b}_ld, {b}_cols, smem);")
+            put_finish_call(em, store.buf, how, OutCols::Buffer)
         } else {
             staged_call(em, store.buf, how)
         };
@@ -242,7 +241,7 @@ struct Gemm {
     /// The store written through shared memory, by index, and how.
     staged: Option<(usize, Staging)>,
     /// A second full-tile store written through the scratch during the
-    /// loop (`coda::scratch_pair`, then `coda::store_scratch_tile` before
+    /// loop (`coda::staged_put` / `staged_put_finish` with `StagedOwnCols`, before
     /// the staged store), by index.
     scratch: Option<usize>,
     /// Whether the staged store is written during the loop
@@ -309,37 +308,67 @@ fn staging(em: &Emitter<'_>, spec: &GemmSpec, s: &crate::kir::Store) -> Option<S
 /// A second store that can go through the scratch during the loop, besides
 /// the staged store `first`: one on the accumulator's own columns. The
 /// scratch holds at most the staged operand then, read before each pair is
-/// written (see `coda::scratch_pair`), so no pair loop reads what it writes.
+/// written (see `coda::staged_put`), so no pair loop reads what it writes.
 fn scratch_store(em: &Emitter<'_>, spec: &GemmSpec, first: usize) -> Option<usize> {
     let own = |i: usize, s: &crate::kir::Store| i != first && matches!(staging(em, spec, s), Some(Staging::Identity));
     em.kernel.stores.iter().enumerate().find_map(|(i, s)| own(i, s).then_some(i))
 }
 
-/// The output's name, element type and `coda::Staged*` column map of a
-/// staged store written during the loop (`coda::staged_put`).
-fn put_target(em: &mut Emitter<'_>, buf: usize, how: Staging) -> (String, &'static str, String) {
-    let b = em.buf_w(buf);
-    let t = super::params::c_type(em.ir.buffers[buf].dtype);
-    let map = match how {
+/// The `coda::Staged*` column map of a staged store.
+fn staging_map(how: Staging) -> String {
+    match how {
         Staging::Identity => "coda::StagedOwnCols".to_string(),
         Staging::Half => "coda::StagedHalfCols".to_string(),
         Staging::Unpermute(p) => format!("coda::StagedUnpermuteCols<{}, {}, {}>", p.start, p.end, p.group),
-    };
-    (b, t, map)
+    }
 }
 
-/// The call that writes the staged store after the loop.
+/// The output column bound of a `put_call`.
+#[derive(Debug, Clone, Copy)]
+enum OutCols {
+    /// The output buffer's own column count.
+    Buffer,
+    /// The GEMM's `N`: for the scratch store, whose buffer has the
+    /// accumulator's columns by its selection (as `store_tile_staged` uses).
+    GemmN,
+}
+
+impl OutCols {
+    fn expr(self, b: &str) -> String {
+        match self {
+            OutCols::Buffer => format!("{b}_cols"),
+            OutCols::GemmN => "t.n".to_string(),
+        }
+    }
+}
+
+/// One pair of a store written into the scratch during the loop
+/// (`coda::staged_put`): the staged store when the scratch is free, or the
+/// scratch store (`Staging::Identity`, `OutCols::GemmN`).
+fn put_call(em: &mut Emitter<'_>, buf: usize, how: Staging, cols: OutCols, (v0, v1): (&str, &str)) -> String {
+    let (b, t, map) = (em.buf_w(buf), super::params::c_type(em.ir.buffers[buf].dtype), staging_map(how));
+    let cols = cols.expr(&b);
+    format!("coda::staged_put<{t}, {map}>(f, t, i, j, {b}, {b}_ld, {cols}, smem, {v0}, {v1});")
+}
+
+/// The store of a tile that `put_call` filled, after the loop (same `cols`).
+fn put_finish_call(em: &mut Emitter<'_>, buf: usize, how: Staging, cols: OutCols) -> String {
+    let (b, t, map) = (em.buf_w(buf), super::params::c_type(em.ir.buffers[buf].dtype), staging_map(how));
+    let cols = cols.expr(&b);
+    format!("coda::staged_put_finish<{t}, {map}>(f, t, {b}, {b}_ld, {cols}, smem);")
+}
+
+/// The call that writes the staged store from `f.acc` after the loop.
 fn staged_call(em: &mut Emitter<'_>, buf: usize, how: Staging) -> String {
-    let b = em.buf_w(buf);
-    let t = super::params::c_type(em.ir.buffers[buf].dtype);
-    let map = match how {
+    let (b, t) = (em.buf_w(buf), super::params::c_type(em.ir.buffers[buf].dtype));
+    match how {
         // The helper checks the buffer's alignment itself (uniformly for the
-        // CTA) and falls back to bounded pair stores.
-        Staging::Identity => return format!("coda::store_tile_staged(f, t, f.acc, {b}, {b}_ld, smem);"),
-        Staging::Half => "coda::StagedHalfCols".to_string(),
-        Staging::Unpermute(p) => format!("coda::StagedUnpermuteCols<{}, {}, {}>", p.start, p.end, p.group),
-    };
-    format!("coda::store_tile_staged_map<{t}, {map}>(f, t, f.acc, {b}, {b}_ld, {b}_cols, smem);")
+        // CTA) and falls back to bounded element stores.
+        Staging::Identity => format!("coda::store_tile_staged(f, t, f.acc, {b}, {b}_ld, smem);"),
+        _ => {
+            format!("coda::store_tile_staged_map<{t}, {}>(f, t, f.acc, {b}, {b}_ld, {b}_cols, smem);", staging_map(how))
+        }
+    }
 }
 
 impl Gemm {
@@ -452,7 +481,7 @@ impl Gemm {
                 continue;
             }
             if self.scratch == Some(idx) {
-                self.scratch_pair(em, &store)?;
+                self.put(em, &store, Staging::Identity, OutCols::GemmN)?;
             } else {
                 self.store(em, &store)?;
             }
@@ -469,11 +498,7 @@ impl Gemm {
                 .cloned()
                 .ok_or_else(|| em.internal("staged store of an unevaluated node"))?;
             if self.put_staged {
-                let (b, t, map) = put_target(em, store.buf, how);
-                let (v0, v1) = (vars.first().cloned().unwrap_or_default(), vars.last().cloned().unwrap_or_default());
-                let text =
-                    format!("coda::staged_put<{t}, {map}>(f, t, i, j, {b}, {b}_ld, {b}_cols, smem, {v0}, {v1});");
-                em.stmt(text, em.kernel.nodes[store.node].value);
+                self.put(em, &store, how, OutCols::Buffer)?;
             } else {
                 for (slot, v) in vars.iter().enumerate() {
                     em.line(format!("f.acc[i][j][{slot}] = {v};"));
@@ -738,12 +763,19 @@ impl Gemm {
         Ok(())
     }
 
-    /// A pair of the scratch store (see `Gemm::scratch`).
-    fn scratch_pair(&mut self, em: &mut Emitter<'_>, store: &crate::kir::Store) -> Result<(), CodegenError> {
+    /// A pair of a store written into the scratch during the loop (the
+    /// staged store when `put_staged`, or the scratch store): slot 1 repeats
+    /// slot 0 for a pair operation's single value, which its map ignores.
+    fn put(
+        &mut self,
+        em: &mut Emitter<'_>,
+        store: &crate::kir::Store,
+        how: Staging,
+        cols: OutCols,
+    ) -> Result<(), CodegenError> {
         let vars = self.regs.get(&store.node).cloned().ok_or_else(|| em.internal("store of an unevaluated node"))?;
-        let [v0, v1] = vars.as_slice() else { return Err(em.internal("scratch store slots")) };
-        let (b, t) = (em.buf_w(store.buf), super::params::c_type(em.ir.buffers[store.buf].dtype));
-        let text = format!("coda::scratch_pair<{t}>(f, t, i, j, {b}, {b}_ld, smem, {v0}, {v1});");
+        let (Some(v0), Some(v1)) = (vars.first(), vars.last()) else { return Err(em.internal("put store slots")) };
+        let text = put_call(em, store.buf, how, cols, (v0, v1));
         em.stmt(text, em.kernel.nodes[store.node].value);
         Ok(())
     }
