@@ -114,6 +114,8 @@ run examples/parallel_block.coda 333
 run examples/parallel_block.coda 4096 200
 run examples/lm_head_ce.coda 333 200
 run examples/lm_head_ce.coda 333 200 --a-prologue
+run examples/lm_head_ce.coda 333 200 --no-row-prelude
+run examples/lm_head_ce.coda 1000 200
 run examples/llama3_block.coda 4096 200
 # Backward blocks (docs/backward.md): every gradient output against the
 # interpreter's gradients of the block as written.

@@ -415,6 +415,138 @@ CODA_WG_BOTH(256, f16, "f16")
 #undef CODA_WG_R7
 
 // ---------------------------------------------------------------------------
+// Row preludes
+// ---------------------------------------------------------------------------
+// A row kernel fused into the GEMM that reads its outputs only at the rows
+// of its tiles (the norm of a block input before the LM head: x ⊙ g and
+// the row's rsqrt statistic).  Pre (emitted) has kActive, Params (the row
+// kernel's arguments, the entry's last parameter), row(p, m) computing row
+// m with one warp, and ready(p): an int buffer of at least 1 + 2 tiles_m
+// elements, all 0 before the launch:
+//   ready[0]                  consumer warps that finished all their tiles
+//   ready[1 + tm]             rows of row tile tm computed so far
+//   ready[1 + tiles_m + tm]   the next row of row tile tm to hand out
+// Rows are handed out one at a time (atomicAdd on the ticket), to any warp
+// that asks: the three idle warps of the producer warpgroup walk the CTA's
+// tiles ahead of the mainloop and compute rows of every row tile that still
+// has some, so the rows are mostly done before a tile needs them, while
+// the tensor cores work; consumer warps reaching a tile whose row tile is
+// not finished take rows too (they would wait anyway).  A finished row is
+// published with a release (fence + atomicAdd on the count).  The producer
+// waits (acquire) for the whole row tile before its first TMA load of a
+// tile and then fences the async proxy (the tensor copies read what generic
+// stores of other SMs wrote).  The consumers need no wait of their own: the
+// producer's acquire, then its release arrive on the stage's full barrier,
+// then their acquire wait on it order the rows' stores before their
+// epilogue's reads (made through L2, cg::load_cg, since L1 is not
+// coherent).  Every side remembers the row tiles it has seen finished (or,
+// for the helpers, handed out) in RowBlocksSeen, so the checks happen once
+// per row tile and CTA, not per tile.  No deadlock and no need for the CTAs
+// to be co-resident: a warp holding a row computes it at once, with no wait
+// in between, and the helpers never wait.  The last consumer warp to
+// finish zeroes the buffer, so it is 0 again for the next launch (graph
+// replays included).  With a prelude the producer warpgroup keeps 56
+// registers (the helpers' unrolled row loops; 40 spilled) and the consumers 224.
+struct NoPrelude {
+    static constexpr bool kActive = false;
+    struct Params {};
+    static __device__ __forceinline__ void row(const Params&, int) {}
+    static __device__ __forceinline__ int* ready(const Params&) { return nullptr; }
+};
+
+// Row blocks known to be complete, as a bit mask over a window of 64
+// consecutive row tiles (the rasterization keeps a CTA inside a group of
+// kGroupM <= 64 row tiles for long stretches; a tile outside the window
+// moves it and forgets the rest).
+struct RowBlocksSeen {
+    unsigned long long mask = 0;
+    int base = 0;
+    __device__ __forceinline__ bool has(int tm) const {
+        return tm >= base && tm < base + 64 && ((mask >> (tm - base)) & 1ull);
+    }
+    __device__ __forceinline__ void add(int tm) {
+        if (tm < base || tm >= base + 64) {
+            base = tm & ~63;
+            mask = 0;
+        }
+        mask |= 1ull << (tm - base);
+    }
+};
+
+__device__ __forceinline__ int ld_acquire_gpu(const int* p) {
+    int v;
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+// Spins until *count == want (one thread).
+__device__ __forceinline__ void prelude_wait(const int* count, int want) {
+    while (ld_acquire_gpu(count) != want) __nanosleep(100);
+}
+// Takes rows of row tile tm (m0 = its first row, want = its row count)
+// until none is left, computing each with this warp.
+template <class Pre>
+__device__ __forceinline__ void prelude_rows(const typename Pre::Params& pp, int tiles_m, int tm, int m0, int want,
+                                             int lane) {
+    int* const ready = Pre::ready(pp);
+#pragma unroll 1
+    while (true) {
+        int r = 0;
+        if (lane == 0) r = atomicAdd(ready + 1 + tiles_m + tm, 1);
+        r = __shfl_sync(0xffffffffu, r, 0);
+        if (r >= want) return;
+        Pre::row(pp, m0 + r);
+        __syncwarp();
+        if (lane == 0) {
+            __threadfence();
+            atomicAdd(ready + 1 + tm, 1);
+        }
+    }
+}
+// A consumer warp at the start of a tile: nothing once the row tile is
+// known finished; otherwise it checks, and helps while it is not.
+template <class Pre>
+__device__ __forceinline__ void prelude_consumer(const typename Pre::Params& pp, RowBlocksSeen& seen, int tiles_m,
+                                                 int tm, int m0, int want, int lane) {
+    if (seen.has(tm)) return;
+    int done = 0;
+    if (lane == 0) done = *reinterpret_cast<volatile int*>(Pre::ready(pp) + 1 + tm);
+    if (__shfl_sync(0xffffffffu, done, 0) == want) seen.add(tm);
+    else prelude_rows<Pre>(pp, tiles_m, tm, m0, want, lane);
+}
+// The helper warps (1..3 of the producer warpgroup): rows of the CTA's
+// tiles in tile order, skipping row tiles with no row left to hand out.
+template <class Pre, class Cfg>
+__device__ __forceinline__ void prelude_helper(const typename Pre::Params& pp, int tiles_m, int tiles_n, int num_tiles,
+                                               int m, int lane) {
+    const int* const tickets = Pre::ready(pp) + 1 + tiles_m;
+    RowBlocksSeen seen;
+#pragma unroll 1
+    for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
+        int tm, tn;
+        raster_grouped(tile, tiles_m, tiles_n, Cfg::kGroupM, tm, tn);
+        if (seen.has(tm)) continue;
+        const int m0 = tm * Cfg::BM, want = min(Cfg::BM, m - m0);
+        int handed = 0;
+        if (lane == 0) handed = *reinterpret_cast<const volatile int*>(tickets + tm);
+        if (__shfl_sync(0xffffffffu, handed, 0) < want) prelude_rows<Pre>(pp, tiles_m, tm, m0, want, lane);
+        seen.add(tm);
+    }
+}
+// The end of a consumer warp's tiles: the last of all zeroes the buffer.
+template <class Pre>
+__device__ __forceinline__ void prelude_done(const typename Pre::Params& pp, int tiles_m, int warps_per_cta, int lane) {
+    int* const ready = Pre::ready(pp);
+    int last = 0;
+    if (lane == 0) {
+        __threadfence();
+        last = atomicAdd(ready, 1) == (int)gridDim.x * warps_per_cta - 1;
+    }
+    if (!__shfl_sync(0xffffffffu, last, 0)) return;
+    __threadfence();
+    for (int i = lane; i < 1 + 2 * tiles_m; i += 32) ready[i] = 0;
+}
+
+// ---------------------------------------------------------------------------
 // The GEMM
 // ---------------------------------------------------------------------------
 // B row maps of the Hopper mainloop.  IdentityRows (coda_gemm_sm80.cuh): B
@@ -526,9 +658,11 @@ __device__ __forceinline__ void rs_kblock(unsigned (&gains)[Cfg::BK / 16][2], Fr
     }
 }
 
-template <class Cfg, class LayoutA, class LayoutB, class Elem, class Epi, class RowsB, class Pro = NoPrologue>
+template <class Cfg, class LayoutA, class LayoutB, class Elem, class Epi, class RowsB, class Pro = NoPrologue,
+          class Pre = NoPrelude>
 __device__ __forceinline__ void gemm_sm90_rows(const TmaDesc& ta, const TmaDesc& tb, const TmaDesc& tbp,
-                                               const GemmArgs& g, const typename Epi::Params& ep);
+                                               const GemmArgs& g, const typename Epi::Params& ep,
+                                               const typename Pre::Params& pp = typename Pre::Params());
 
 // The plain Hopper GEMM (weight rows in order).
 template <class Cfg, class LayoutA, class LayoutB, class Elem, class Epi>
@@ -539,10 +673,12 @@ __device__ __forceinline__ void gemm_sm90(const TmaDesc& ta, const TmaDesc& tb, 
 
 // The Hopper GEMM with a B row map (RowsB = IdentityRows or Sm90PairRows;
 // tbp is the pair-order view, ignored for IdentityRows); Pro is the A
-// prologue (NoPrologue, or one that needs A_MxK).
-template <class Cfg, class LayoutA, class LayoutB, class Elem, class Epi, class RowsB, class Pro>
+// prologue (NoPrologue, or one that needs A_MxK); Pre the row prelude
+// (NoPrelude, or an emitted one whose arguments are pp).
+template <class Cfg, class LayoutA, class LayoutB, class Elem, class Epi, class RowsB, class Pro, class Pre>
 __device__ __forceinline__ void gemm_sm90_rows(const TmaDesc& ta, const TmaDesc& tb, const TmaDesc& tbp,
-                                               const GemmArgs& g, const typename Epi::Params& ep) {
+                                               const GemmArgs& g, const typename Epi::Params& ep,
+                                               const typename Pre::Params& pp) {
     static_assert(RowsB::kIdentity || LayoutB::kKContiguous, "a B row map needs a K-contiguous B (B_NxK)");
     constexpr bool kPrologue = Pro::kScale || Pro::kRowSumSq;
     static_assert(!kPrologue || LayoutA::kKContiguous, "the A prologue needs a K-contiguous A (A_MxK)");
@@ -589,17 +725,32 @@ __device__ __forceinline__ void gemm_sm90_rows(const TmaDesc& ta, const TmaDesc&
     }
     __syncthreads();
 
+    // Register split: a row prelude's helpers need more than the producer.
+    constexpr int kProducerRegs = Pre::kActive ? 56 : Cfg::kProducerRegs;
+    constexpr int kConsumerRegs = Pre::kActive ? 224 : Cfg::kConsumerRegs;
+    static_assert(kProducerRegs + 2 * kConsumerRegs <= 3 * 168, "register split over the CTA's budget");
     if (wg == 0) {
         // ---------------- producer ----------------
-        setmaxnreg_dec<Cfg::kProducerRegs>();
+        setmaxnreg_dec<kProducerRegs>();
+        if constexpr (Pre::kActive) {
+            if (tid >= 32) prelude_helper<Pre, Cfg>(pp, tiles_m, tiles_n, num_tiles, g.m, tid & 31);
+        }
         if (tid == 0) {
             int slot = 0;
             unsigned phase = 0;
+            RowBlocksSeen seen;  // row prelude only
 #pragma unroll 1
             for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
                 int tm, tn;
                 raster_grouped(tile, tiles_m, tiles_n, Cfg::kGroupM, tm, tn);
                 const int m0 = tm * Cfg::BM, n0 = tn * Cfg::BN;
+                if (Pre::kActive && !seen.has(tm)) {
+                    // The tile's rows are computed (by the consumers of some
+                    // CTA); the tensor copies below may read them.
+                    prelude_wait(Pre::ready(pp) + 1 + tm, min(Cfg::BM, g.m - m0));
+                    asm volatile("fence.proxy.async.global;\n" ::: "memory");
+                    seen.add(tm);
+                }
 #pragma unroll 1
                 for (int kb = 0; kb < ktiles; ++kb) {
                     const unsigned full = bars + 8 * slot;
@@ -638,7 +789,7 @@ __device__ __forceinline__ void gemm_sm90_rows(const TmaDesc& ta, const TmaDesc&
     }
 
     // ---------------- consumers ----------------
-    setmaxnreg_inc<Cfg::kConsumerRegs>();
+    setmaxnreg_inc<kConsumerRegs>();
     const int cw = wg - 1;                              // consumer warpgroup 0 / 1
     const int unit = Cfg::kPingPong ? cw : 0;           // which tile stream
     const int wg_in_unit = Cfg::kPingPong ? 0 : cw;     // row block within the tile
@@ -665,6 +816,7 @@ __device__ __forceinline__ void gemm_sm90_rows(const TmaDesc& ta, const TmaDesc&
     const unsigned a_wg_off = kAK ? (unsigned)(wg_in_unit * Cfg::kWgRows * 128) : (unsigned)(wg_in_unit * Cfg::kWgRows / 64 * 8192);
     constexpr unsigned kSlabStrideA = kAK ? 64u * 128u : 8192u;
 
+    RowBlocksSeen seen;  // row prelude only
     int seq = 0;      // index of the tile among this CTA's tiles
     int kdone = 0;    // k blocks of this CTA's tiles before the current one (ring position)
     unsigned turn_phase = 0;
@@ -684,6 +836,8 @@ __device__ __forceinline__ void gemm_sm90_rows(const TmaDesc& ta, const TmaDesc&
             }
 #pragma unroll
         for (int i = 0; i < Frag::RI; ++i) f.a_sumsq[i] = 0.0f;
+
+        if constexpr (Pre::kActive) prelude_consumer<Pre>(pp, seen, tiles_m, tm, m0, min(Cfg::BM, g.m - m0), lane);
 
         f.grow0 = m0 + f.lrow0;
         f.gcol0 = n0 + f.lcol0;
@@ -756,6 +910,7 @@ __device__ __forceinline__ void gemm_sm90_rows(const TmaDesc& ta, const TmaDesc&
 
         Epi::apply(ep, f, t, scratch);
     }
+    if constexpr (Pre::kActive) prelude_done<Pre>(pp, tiles_m, 8, lane);
 }
 
 }  // namespace coda

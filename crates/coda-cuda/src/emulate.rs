@@ -70,7 +70,13 @@ pub fn emulate(
         }
         bufs.push(HostBuf { rows, cols, ld, dtype: b.dtype, data });
     }
-    for kernel in &ir.kernels {
+    // A GEMM's row prelude computes every row of its row kernel before the
+    // GEMM reads them: the same as running the row kernel first.
+    let launches = ir.kernels.iter().flat_map(|k| match &k.kind {
+        KernelKind::Gemm(crate::kir::GemmSpec { prelude: Some(p), .. }) => vec![p.kernel.as_ref(), k],
+        _ => vec![k],
+    });
+    for kernel in launches {
         let mut em = Emu {
             block,
             dims,

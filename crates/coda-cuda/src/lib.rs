@@ -55,11 +55,16 @@ pub struct CodegenOptions {
     /// 22.9 ms (docs/benchmarks.md), so it only pays where the kernel count
     /// matters more than time.
     pub a_prologue: bool,
+    /// Fuse a row kernel into the Hopper GEMM right after it when the GEMM
+    /// reads its outputs only at its own rows ([`kir::RowPrelude`]): the
+    /// GEMM computes each row block's rows before its first tile of that
+    /// row block needs them. On by default; off gives the two kernels.
+    pub row_preludes: bool,
 }
 
 impl Default for CodegenOptions {
     fn default() -> Self {
-        CodegenOptions { arch: "sm_90a".into(), a_prologue: false }
+        CodegenOptions { arch: "sm_90a".into(), a_prologue: false, row_preludes: true }
     }
 }
 
@@ -84,7 +89,7 @@ pub fn compile_block(
     if block.kind == BlockKind::Kernel {
         check_kernel_form(block, &plan, source)?;
     }
-    let ir = kir::build::build(block, &plan, config::Target::from_arch(&options.arch))?;
+    let ir = kir::build::build(block, &plan, config::Target::from_arch(&options.arch), options.row_preludes)?;
     let (kernels, manifest) = emit::emit_block(&ir, block, source)?;
     Ok(CompiledBlock { kernels, manifest, ir })
 }

@@ -33,6 +33,22 @@ __device__ __forceinline__ float load(const int* p, long long ld, int m, int k, 
     return inside(m, k, rows, cols) ? (float)__ldg(p + (long long)m * ld + k) : 0.0f;
 }
 
+// The same through L2 only (ld.global.cg): for buffers that other CTAs
+// write while the kernel runs (a GEMM's row prelude outputs), which the
+// read-only path (__ldg) could serve stale.
+__device__ __forceinline__ float load_cg(const float* p, long long ld, int m, int k, int rows, int cols) {
+    return inside(m, k, rows, cols) ? __ldcg(p + (long long)m * ld + k) : 0.0f;
+}
+__device__ __forceinline__ float load_cg(const __nv_bfloat16* p, long long ld, int m, int k, int rows, int cols) {
+    return inside(m, k, rows, cols) ? __bfloat162float(__ldcg(p + (long long)m * ld + k)) : 0.0f;
+}
+__device__ __forceinline__ float load_cg(const __half* p, long long ld, int m, int k, int rows, int cols) {
+    return inside(m, k, rows, cols) ? __half2float(__ldcg(p + (long long)m * ld + k)) : 0.0f;
+}
+__device__ __forceinline__ float load_cg(const int* p, long long ld, int m, int k, int rows, int cols) {
+    return inside(m, k, rows, cols) ? (float)__ldcg(p + (long long)m * ld + k) : 0.0f;
+}
+
 // Elements (m, k) and (m, k + 1) as a float2: one 4- or 8-byte load when
 // both are inside, k and ld are even and the base is aligned.
 template <class T>

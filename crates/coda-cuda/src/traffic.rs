@@ -30,6 +30,15 @@ pub fn kernel_buffers(kernel: &Kernel) -> (BTreeSet<usize>, BTreeSet<usize>) {
             if let Some(scale) = g.prologue.as_ref().and_then(|p| p.scale) {
                 reads.insert(scale);
             }
+            // A row prelude's traffic is the GEMM kernel's: it reads the row
+            // kernel's inputs and writes its outputs (read back by the
+            // mainloop and the epilogue, counted again as reads).
+            if let Some(p) = &g.prelude {
+                let (r, w) = kernel_buffers(&p.kernel);
+                reads.extend(r);
+                writes.extend(w);
+                writes.insert(p.ready);
+            }
         }
         KernelKind::Copy { src, dst } => {
             reads.insert(*src);

@@ -16,11 +16,27 @@ pub struct CompileOptions {
     /// Norms of block inputs in the GEMM mainloop (see
     /// [`coda_cuda::CodegenOptions::a_prologue`]).
     pub a_prologue: bool,
+    /// Row kernels fused into the Hopper GEMM after them (see
+    /// [`coda_cuda::CodegenOptions::row_preludes`]).
+    pub row_preludes: bool,
+}
+
+impl CompileOptions {
+    /// The code generator's options.
+    pub fn codegen(&self) -> CodegenOptions {
+        CodegenOptions { arch: self.arch.clone(), a_prologue: self.a_prologue, row_preludes: self.row_preludes }
+    }
 }
 
 impl Default for CompileOptions {
     fn default() -> Self {
-        CompileOptions { arch: "sm_90a".into(), block: None, rewrite: coda_opt::Options::default(), a_prologue: false }
+        CompileOptions {
+            arch: "sm_90a".into(),
+            block: None,
+            rewrite: coda_opt::Options::default(),
+            a_prologue: false,
+            row_preludes: true,
+        }
     }
 }
 
@@ -65,7 +81,7 @@ pub enum CompileError {
 /// Generates the CUDA kernels of every block of a checked program.
 pub fn compile(checked: &Checked, options: &CompileOptions) -> Result<Compiled, CompileError> {
     let module = rewritten_module(checked, options)?;
-    let codegen = CodegenOptions { arch: options.arch.clone(), a_prologue: options.a_prologue };
+    let codegen = options.codegen();
     let (kernels, manifest) = coda_cuda::compile_module(&module, &checked.source, &codegen)?;
     Ok(Compiled { kernels, manifest })
 }

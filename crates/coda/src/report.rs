@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
 /// Options of `explain`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExplainOptions {
     /// Run-time dims for the traffic figures (unbound dims: 8192).
     pub dims: BTreeMap<String, i64>,
@@ -19,6 +19,19 @@ pub struct ExplainOptions {
     pub rewrite: coda_opt::Options,
     /// Norms of block inputs in the GEMM mainloop.
     pub a_prologue: bool,
+    /// Row kernels fused into the Hopper GEMM after them.
+    pub row_preludes: bool,
+}
+
+impl Default for ExplainOptions {
+    fn default() -> Self {
+        ExplainOptions {
+            dims: BTreeMap::new(),
+            rewrite: coda_opt::Options::default(),
+            a_prologue: false,
+            row_preludes: true,
+        }
+    }
 }
 
 /// One kernel of the report.
@@ -73,7 +86,11 @@ pub(crate) fn block_report(block: &Block, source: &SourceFile, options: &Explain
     } else {
         (block.clone(), BTreeMap::new())
     };
-    let codegen = coda_cuda::CodegenOptions { a_prologue: options.a_prologue, ..Default::default() };
+    let codegen = coda_cuda::CodegenOptions {
+        a_prologue: options.a_prologue,
+        row_preludes: options.row_preludes,
+        ..Default::default()
+    };
     let kernels = coda_cuda::compile_block(&rewritten, source, &codegen)
         .map(|compiled| kernel_reports(&compiled.ir, &compiled.manifest, &dims))
         .map_err(|e| e.to_string());

@@ -25,6 +25,7 @@ use crate::bench_report::{
     Timing, SCHEMA,
 };
 use crate::bench_rig::{Rig, RigSpec};
+use crate::cli::KernelFlags;
 use crate::commands::{check_dims_known, load, parse_dims, Outcome};
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -58,9 +59,8 @@ pub(crate) struct BenchArgs {
     /// Print the results as JSON on standard output (the table goes to standard error).
     #[arg(long)]
     pub(crate) json: bool,
-    /// Put the RMSNorm of a block input into the consuming GEMM's mainloop (gain on load, row sums of squares on the way) instead of a row kernel before it: one kernel fewer, but slower on the H100 (docs/reparameterizer.md).
-    #[arg(long)]
-    pub(crate) a_prologue: bool,
+    #[command(flatten)]
+    pub(crate) kernels: KernelFlags,
 }
 
 /// Milliseconds each rig keeps the GPU busy before timing.
@@ -78,7 +78,8 @@ pub(crate) fn bench(args: &BenchArgs, color: ColorChoice) -> Result<Outcome> {
     let options = coda::CompileOptions {
         arch: device.arch().to_string(),
         block: args.block.clone(),
-        a_prologue: args.a_prologue,
+        a_prologue: args.kernels.a_prologue,
+        row_preludes: !args.kernels.no_row_prelude,
         ..Default::default()
     };
     let compiled = coda::compile(&checked, &options)?;

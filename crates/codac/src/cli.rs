@@ -62,6 +62,18 @@ pub(crate) struct FileArg {
     pub(crate) file: PathBuf,
 }
 
+/// How block norms and row kernels meet the GEMMs (shared by `compile`,
+/// `explain`, `run` and `bench`).
+#[derive(Debug, Clone, Copy, Args)]
+pub(crate) struct KernelFlags {
+    /// Put the RMSNorm of a block input into the consuming GEMM's mainloop (gain on load, row sums of squares on the way) instead of a row kernel before it: one kernel fewer, but slower on the H100 (docs/reparameterizer.md).
+    #[arg(long)]
+    pub(crate) a_prologue: bool,
+    /// Keep a row kernel separate from the Hopper GEMM after it, instead of having the GEMM compute its rows on demand (docs/codegen.md, "Row preludes").
+    #[arg(long)]
+    pub(crate) no_row_prelude: bool,
+}
+
 #[derive(Debug, Args)]
 pub(crate) struct ExplainArgs {
     /// The .coda file.
@@ -72,9 +84,8 @@ pub(crate) struct ExplainArgs {
     /// Work on the backward blocks (the `grad` declarations, or every block w.r.t. all float inputs); see docs/backward.md.
     #[arg(long)]
     pub(crate) grad: bool,
-    /// Put the RMSNorm of a block input into the consuming GEMM's mainloop (gain on load, row sums of squares on the way) instead of a row kernel before it: one kernel fewer, but slower on the H100 (docs/reparameterizer.md).
-    #[arg(long)]
-    pub(crate) a_prologue: bool,
+    #[command(flatten)]
+    pub(crate) kernels: KernelFlags,
 }
 
 #[derive(Debug, Args)]
@@ -117,9 +128,8 @@ pub(crate) struct CompileArgs {
     /// Work on the backward blocks (the `grad` declarations, or every block w.r.t. all float inputs); see docs/backward.md.
     #[arg(long)]
     pub(crate) grad: bool,
-    /// Put the RMSNorm of a block input into the consuming GEMM's mainloop (gain on load, row sums of squares on the way) instead of a row kernel before it: one kernel fewer, but slower on the H100 (docs/reparameterizer.md).
-    #[arg(long)]
-    pub(crate) a_prologue: bool,
+    #[command(flatten)]
+    pub(crate) kernels: KernelFlags,
 }
 
 #[derive(Debug, Args)]
@@ -144,9 +154,8 @@ pub(crate) struct RunArgs {
     /// Work on the backward blocks (the `grad` declarations, or every block w.r.t. all float inputs); see docs/backward.md.
     #[arg(long)]
     pub(crate) grad: bool,
-    /// Put the RMSNorm of a block input into the consuming GEMM's mainloop (gain on load, row sums of squares on the way) instead of a row kernel before it: one kernel fewer, but slower on the H100 (docs/reparameterizer.md).
-    #[arg(long)]
-    pub(crate) a_prologue: bool,
+    #[command(flatten)]
+    pub(crate) kernels: KernelFlags,
 }
 
 /// The run-time dims and the inputs, shared by `eval` and `run`.

@@ -20,7 +20,8 @@ pub(crate) fn compile(args: &CompileArgs, color: ColorChoice) -> Result<Outcome>
     let options = coda::CompileOptions {
         arch: arch.to_string(),
         block: args.block.clone(),
-        a_prologue: args.a_prologue,
+        a_prologue: args.kernels.a_prologue,
+        row_preludes: !args.kernels.no_row_prelude,
         ..Default::default()
     };
     let compiled = coda::compile(&checked, &options)?;

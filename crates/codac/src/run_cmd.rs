@@ -41,7 +41,8 @@ pub(crate) fn run(args: &RunArgs, color: ColorChoice) -> Result<Outcome> {
     let options = coda::CompileOptions {
         arch: device.arch().to_string(),
         block: args.block.clone(),
-        a_prologue: args.a_prologue,
+        a_prologue: args.kernels.a_prologue,
+        row_preludes: !args.kernels.no_row_prelude,
         ..Default::default()
     };
     let compiled = coda::compile(&checked, &options)?;

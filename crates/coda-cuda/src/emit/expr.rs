@@ -39,6 +39,10 @@ pub(crate) struct Emitter<'a> {
     /// File-scope declarations the kernel needs (rotary frequency tables),
     /// by name, emitted before the kernel.
     pub(crate) globals: std::collections::BTreeMap<String, String>,
+    /// Buffers other CTAs write while this kernel runs (a GEMM's row
+    /// prelude outputs): loaded through L2 (`cg::load_cg`), never through
+    /// the read-only cache.
+    pub(crate) coherent: std::collections::BTreeSet<usize>,
 }
 
 impl<'a> Emitter<'a> {
@@ -56,6 +60,7 @@ impl<'a> Emitter<'a> {
             scopes: vec![HashMap::new()],
             coop: 1,
             globals: std::collections::BTreeMap::new(),
+            coherent: std::collections::BTreeSet::new(),
         }
     }
 
@@ -241,7 +246,10 @@ impl<'a> Emitter<'a> {
                 let idx = self.index("kq", format!("cg::pair_position({k}, {})", perm_args(perm)));
                 return self.eval(*a, &m, &idx);
             }
-            Op::Load(id) => format!("cg::load({})", self.access(*id, &m, &k, false)),
+            Op::Load(id) => {
+                let f = if self.coherent.contains(id) { "load_cg" } else { "load" };
+                format!("cg::{f}({})", self.access(*id, &m, &k, false))
+            }
             Op::Rope(spec, table) => self.rope_table(spec, *table, &k),
             Op::FinishRow(kind, bufs) => self.finish_row(*kind, bufs, &m)?,
             Op::FinishCol(id) => {

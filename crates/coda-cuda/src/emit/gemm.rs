@@ -53,6 +53,7 @@ pub(crate) fn emit(
     em: &mut Emitter<'_>,
     spec: &GemmSpec,
     entry: &str,
+    pre: Option<&str>,
 ) -> Result<(String, StructSpec, usize), CodegenError> {
     let epi = format!("Epi_{}", em.kernel.name);
     let mut g = Gemm {
@@ -109,7 +110,8 @@ pub(crate) fn emit(
         },
         pro_code = pro.as_ref().map_or(String::new(), |(_, code)| code.clone()),
         entry_code = if spec.config.is_sm90() {
-            sm90_entry(spec, &epi, entry, pro.as_ref().map(|(name, _)| name.as_str()), g.col_vecs.len())
+            let pro = pro.as_ref().map(|(name, _)| name.as_str());
+            sm90_entry(spec, &epi, entry, Mainloop { pro, pre }, g.col_vecs.len())
         } else {
             sm80_entry(spec, &epi, entry, pro.as_ref().map(|(name, _)| name.as_str()))
         },
@@ -183,10 +185,18 @@ fn sm80_entry(spec: &GemmSpec, epi: &str, entry: &str, pro: Option<&str>) -> Str
     )
 }
 
+/// What the Hopper mainloop does besides the GEMM: the names of the A
+/// prologue's and the row prelude's structs, if any.
+struct Mainloop<'a> {
+    pro: Option<&'a str>,
+    pre: Option<&'a str>,
+}
+
 /// The entry point instantiating the Hopper mainloop: the tensor maps of A
 /// and B (and of B's pair-order view) come first, by value; the shared
-/// memory the host passes is checked against the header's formula.
-fn sm90_entry(spec: &GemmSpec, epi: &str, entry: &str, pro: Option<&str>, col_vecs: usize) -> String {
+/// memory the host passes is checked against the header's formula. A row
+/// prelude's `Params` struct is the last argument.
+fn sm90_entry(spec: &GemmSpec, epi: &str, entry: &str, extra: Mainloop<'_>, col_vecs: usize) -> String {
     let cfg = format!("coda::{}", spec.config.name());
     let map = |name: &str| format!("const __grid_constant__ coda::TmaDesc {name}");
     let (maps, rows, tbp) = match &spec.b.row_perm {
@@ -200,9 +210,16 @@ fn sm90_entry(spec: &GemmSpec, epi: &str, entry: &str, pro: Option<&str>, col_ve
     format!(
         "static_assert(coda::gemm_sm90_smem_bytes<{cfg}, {epi}>() == {smem}, \"codac's shared-memory size for {cfg}\");\n\n\
          extern \"C\" __global__ void __launch_bounds__({cfg}::kThreads, 1)\n\
-         {entry}({maps}, coda::GemmArgs g, {epi}::Params e) {{\n    \
-         coda::gemm_sm90_rows<{cfg}, {la}, {lb}, {elem}, {epi}, {rows}{pro}>(ta, tb, {tbp}, g, e);\n}}\n",
-        pro = pro.map_or(String::new(), |p| format!(", {p}")),
+         {entry}({maps}, coda::GemmArgs g, {epi}::Params e{pre_arg}) {{\n    \
+         coda::gemm_sm90_rows<{cfg}, {la}, {lb}, {elem}, {epi}, {rows}{pro}{pre}>(ta, tb, {tbp}, g, e{pre_val});\n}}\n",
+        pro = match (extra.pro, extra.pre) {
+            (Some(p), _) => format!(", {p}"),
+            (None, Some(_)) => ", coda::NoPrologue".to_string(),
+            (None, None) => String::new(),
+        },
+        pre = extra.pre.map_or(String::new(), |p| format!(", {p}")),
+        pre_arg = extra.pre.map_or(String::new(), |p| format!(", {p}::Params pre")),
+        pre_val = if extra.pre.is_some() { ", pre" } else { "" },
         smem = spec.config.smem_bytes_with(col_vecs),
         la = spec.a.layout.tag(),
         lb = spec.b.layout.tag(),

@@ -99,10 +99,20 @@ fn emit_kernel(
     let mut em = Emitter::new(ir, kernel, block, source);
     let (code, launch) = match &kernel.kind {
         KernelKind::Gemm(spec) => {
-            let (code, gemm_args, col_vecs) = gemm::emit(&mut em, spec, &entry)?;
+            let prelude = match &spec.prelude {
+                Some(p) => Some(prelude_code(ir, p, block, source, &kernel.name, &mut em)?),
+                None => None,
+            };
+            let pre = prelude.as_ref().map(|p| p.pre.as_str());
+            let (code, gemm_args, col_vecs) = gemm::emit(&mut em, spec, &entry, pre)?;
+            let code = match &prelude {
+                Some(p) => format!("{}{code}", p.code),
+                None => code,
+            };
             let (bm, bn, _) = spec.config.tile();
             let grid = SymExpr::from(&spec.m).ceil_div(bm).times(SymExpr::from(&spec.n).ceil_div(bn));
-            let args = vec![gemm_args, em.params.spec("Params")];
+            let mut args = vec![gemm_args, em.params.spec("Params")];
+            args.extend(prelude.map(|p| p.params));
             let sm90 = spec.config.is_sm90();
             let launch = Launch {
                 kind: "gemm",
@@ -153,6 +163,36 @@ fn emit_kernel(
         args: launch.args,
     };
     Ok((KernelSource { name: entry, file_name: file, source: text }, spec))
+}
+
+/// The emitted row prelude of a GEMM kernel.
+struct PreludeCode {
+    /// The `Params` struct, the row function and the `Pre` struct.
+    code: String,
+    /// The `Pre` struct's name.
+    pre: String,
+    /// The manifest entry of the `Params` struct (the entry's last argument).
+    params: StructSpec,
+}
+
+/// Emits the row prelude `p` of GEMM kernel `gemm`, whose emitter `em`
+/// then reads the prelude's outputs through L2 (`Emitter::coherent`: other
+/// CTAs write them while the kernel runs, so the read-only path is out)
+/// and emits the prelude's file-scope declarations too.
+fn prelude_code(
+    ir: &BlockIr,
+    p: &crate::kir::RowPrelude,
+    block: &Block,
+    source: &SourceFile,
+    gemm: &str,
+    em: &mut Emitter<'_>,
+) -> Result<PreludeCode, CodegenError> {
+    let mut sub = Emitter::new(ir, &p.kernel, block, source);
+    let pre = format!("Pre_{gemm}");
+    let code = rowk::emit_prelude(&mut sub, p.ready, &pre)?;
+    em.coherent.extend(p.kernel.stores.iter().map(|s| s.buf));
+    em.globals.extend(sub.globals);
+    Ok(PreludeCode { code, pre, params: sub.params.spec(&format!("Params_{}", p.kernel.name)) })
 }
 
 fn simple_launch(em: &Emitter<'_>, kind: &'static str, grid: SymExpr, when: Option<String>) -> Launch {
@@ -232,9 +272,8 @@ fn file_text(
     out
 }
 
-/// One line saying what a kernel computes.
-fn summary(ir: &BlockIr, kernel: &Kernel, block: &Block) -> String {
-    let name = |id: usize| ir.buffers[id].name.clone();
+/// What a kernel stores and which partials it writes, for its summary.
+fn outputs_text(ir: &BlockIr, kernel: &Kernel, block: &Block) -> String {
     let stores: Vec<String> = kernel
         .stores
         .iter()
@@ -261,7 +300,13 @@ fn summary(ir: &BlockIr, kernel: &Kernel, block: &Block) -> String {
     if !partials.is_empty() {
         parts.push(partials.join(", "));
     }
-    let outputs = parts.join("; ");
+    parts.join("; ")
+}
+
+/// One line saying what a kernel computes.
+fn summary(ir: &BlockIr, kernel: &Kernel, block: &Block) -> String {
+    let name = |id: usize| ir.buffers[id].name.clone();
+    let outputs = outputs_text(ir, kernel, block);
     match &kernel.kind {
         KernelKind::Gemm(g) => {
             let operand = |o: &crate::kir::Operand| {
@@ -281,8 +326,14 @@ fn summary(ir: &BlockIr, kernel: &Kernel, block: &Block) -> String {
                 }
                 None => String::new(),
             };
+            let prelude = match &g.prelude {
+                Some(p) => {
+                    format!("rows first (row prelude, a warp per row): {}; ", outputs_text(ir, &p.kernel, block))
+                }
+                None => String::new(),
+            };
             format!(
-                "acc = {} @ {} [{} x {} x {}], {} tiles; {prologue}{outputs}",
+                "acc = {} @ {} [{} x {} x {}], {} tiles; {prelude}{prologue}{outputs}",
                 operand(&g.a),
                 operand(&g.b),
                 g.m,

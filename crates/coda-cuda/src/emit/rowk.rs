@@ -32,6 +32,78 @@ pub(crate) fn emit_row(
     let guarded = grid.is_some() && tpr < THREADS;
     em.set_indent(if guarded { 2 } else { 1 });
     let tail = em.kernel.tail_nodes();
+    let body = row_body(em, tpr, grid, &tail)?;
+    em.set_indent(1);
+    if let Some(g) = grid {
+        let slots = g.parts.len() as u32 * g.rows_per_cta;
+        em.line(format!("__shared__ float gred[{slots}];  // [grid reduction][row of the CTA]"));
+    }
+    if tpr < THREADS {
+        let rows_expr = em.dim_int(rows);
+        em.line(format!("const int m = (int)blockIdx.x * {} + (int)threadIdx.x / {tpr};", THREADS / tpr));
+        if guarded {
+            em.line(format!("if (m < {rows_expr}) {{"));
+            em.extend(body);
+            em.line("}");
+        } else {
+            em.line(format!("if (m >= {rows_expr}) return;"));
+            em.extend(body);
+        }
+    } else {
+        if super::gemm::uses(&body.join("\n"), "m") {
+            em.line("const int m = (int)blockIdx.x;");
+        }
+        em.extend(body);
+    }
+    if let Some(g) = grid {
+        grid_tail(em, rows, g, &tail)?;
+    }
+    Ok(wrap(em, entry, THREADS))
+}
+
+/// The row prelude of a Hopper GEMM (see `kir::RowPrelude`): the row
+/// kernel's `Params` struct, its body as a device function computing row
+/// `m` with one warp, and the `Pre` struct the mainloop takes (named
+/// `pre`), whose `ready` is the counter buffer.
+pub(crate) fn emit_prelude(em: &mut Emitter<'_>, ready: BufId, pre: &str) -> Result<String, CodegenError> {
+    em.set_indent(1);
+    let tail = em.kernel.tail_nodes();
+    // Unrolled column loops: one warp walks the whole row, so without
+    // several loads in flight per lane a row costs a memory latency per 32
+    // elements.
+    let body: Vec<String> = row_body(em, 32, None, &tail)?
+        .into_iter()
+        .flat_map(|line| match line.trim_start().starts_with("for (int k") {
+            true => vec![format!("{}#pragma unroll 8", &line[..line.len() - line.trim_start().len()]), line],
+            false => vec![line],
+        })
+        .collect();
+    let body = body.join("\n");
+    let ready = em.buf_w(ready);
+    let params = format!("Params_{}", em.kernel.name);
+    let func = format!("row_{}", em.kernel.name);
+    let red =
+        if uses_red(&body) { "    float* const red = nullptr;  // a warp per row: no shared memory\n" } else { "" };
+    Ok(format!(
+        "struct {params} {{\n{fields}}};\n\n\
+         // Row m of the row kernel, computed by one warp (its lanes are threadIdx.x % 32).\n\
+         __device__ __forceinline__ void {func}(const {params}& p, const int m) {{\n{red}{body}\n}}\n\n\
+         struct {pre} {{\n    static constexpr bool kActive = true;\n    typedef {params} Params;\n    \
+         static __device__ __forceinline__ void row(const Params& p, int m) {{ {func}(p, m); }}\n    \
+         static __device__ __forceinline__ int* ready(const Params& p) {{ return {ready}; }}\n}};\n\n",
+        fields = em.params.c_fields("    "),
+    ))
+}
+
+/// The per-row part of a row kernel for row `m` with `tpr` threads per
+/// row: per-row values, narrow stores, the column loops of the wide
+/// stores, and with grid reductions each row's values into `gred`.
+fn row_body(
+    em: &mut Emitter<'_>,
+    tpr: u32,
+    grid: Option<&GridSpec>,
+    tail: &[bool],
+) -> Result<Vec<String>, CodegenError> {
     em.push_scope();
     em.coop = tpr;
     for (id, node) in em.kernel.nodes.clone().iter().enumerate() {
@@ -73,33 +145,7 @@ pub(crate) fn emit_row(
         grid_row_values(em, g, tpr)?;
     }
     em.pop_scope();
-    let body = em.take_lines();
-    em.set_indent(1);
-    if let Some(g) = grid {
-        let slots = g.parts.len() as u32 * g.rows_per_cta;
-        em.line(format!("__shared__ float gred[{slots}];  // [grid reduction][row of the CTA]"));
-    }
-    if tpr < THREADS {
-        let rows_expr = em.dim_int(rows);
-        em.line(format!("const int m = (int)blockIdx.x * {} + (int)threadIdx.x / {tpr};", THREADS / tpr));
-        if guarded {
-            em.line(format!("if (m < {rows_expr}) {{"));
-            em.extend(body);
-            em.line("}");
-        } else {
-            em.line(format!("if (m >= {rows_expr}) return;"));
-            em.extend(body);
-        }
-    } else {
-        if super::gemm::uses(&body.join("\n"), "m") {
-            em.line("const int m = (int)blockIdx.x;");
-        }
-        em.extend(body);
-    }
-    if let Some(g) = grid {
-        grid_tail(em, rows, g, &tail)?;
-    }
-    Ok(wrap(em, entry, THREADS))
+    Ok(em.take_lines())
 }
 
 /// Each row's value of every grid reduction into `gred` (one lane per row).

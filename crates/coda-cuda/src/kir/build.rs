@@ -20,7 +20,12 @@ use coda_ir::{Axis, Block, DType, Dim, Inst, ShapeClass, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// Builds the kernels of a partitioned block.
-pub(crate) fn build(block: &Block, plan: &Plan, target: config::Target) -> Result<BlockIr, CodegenError> {
+pub(crate) fn build(
+    block: &Block,
+    plan: &Plan,
+    target: config::Target,
+    row_preludes: bool,
+) -> Result<BlockIr, CodegenError> {
     let mut b = Builder {
         block,
         plan,
@@ -44,8 +49,14 @@ pub(crate) fn build(block: &Block, plan: &Plan, target: config::Target) -> Resul
     }
     let mut kernels: Vec<Kernel> = b.copy_kernels();
     kernels.extend(built.into_iter().flatten().filter(|k| !k.stores.is_empty() || !k.partials.is_empty()));
+    if row_preludes {
+        kernels = super::prelude::fuse_row_preludes(kernels, &mut b.buffers);
+    }
     for (i, kernel) in kernels.iter_mut().enumerate() {
         kernel.name = format!("k{i}");
+        if let KernelKind::Gemm(GemmSpec { prelude: Some(p), .. }) = &mut kernel.kind {
+            p.kernel.name = format!("k{i}_rows");
+        }
     }
     Ok(BlockIr {
         name: block.name.clone(),
@@ -429,6 +440,7 @@ impl Builder<'_> {
             config: self.configs.get(&k).copied().unwrap_or(TileConfig::Cfg128x128),
             matmul,
             prologue: None,
+            prelude: None,
         })
     }
 

@@ -38,6 +38,7 @@
 //! column sums to `[cols][row tiles]` buffers, finished by later kernels.
 
 pub(crate) mod build;
+pub(crate) mod prelude;
 
 use crate::config::TileConfig;
 use crate::symexpr::SymExpr;
@@ -334,6 +335,31 @@ pub struct GemmSpec {
     pub matmul: Value,
     /// Work the mainloop does on the A tiles it loads, if any.
     pub prologue: Option<APrologue>,
+    /// A row kernel whose rows this GEMM computes on demand, if any.
+    pub prelude: Option<RowPrelude>,
+}
+
+/// A row kernel fused into the GEMM that reads its outputs (Hopper
+/// mainloop only, see [`prelude`]): rows are handed out one at a time to
+/// whichever warp asks, one warp per row: the idle warps of the producer
+/// warpgroup, which walk the CTA's tiles ahead of the mainloop, and the
+/// consumer warps of a tile whose row block is not finished yet; the
+/// mainloop loads a tile only once its whole row block is done. So the row
+/// kernel's work runs inside the GEMM's launch, mostly while the tensor
+/// cores work, and its outputs are complete when the GEMM ends (later
+/// kernels may read them as before).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RowPrelude {
+    /// The row kernel (its kind is [`KernelKind::Row`] without grid
+    /// reductions; its rows are the GEMM's `m`).
+    pub kernel: Box<Kernel>,
+    /// The `[2 rows + 1, 1]` i32 counter buffer ([`Role::Counter`]), zero
+    /// between launches; the mainloop uses its first `1 + 2 × row tiles`
+    /// elements: the count of consumer warps that finished (the last one
+    /// zeroes the buffer for the next launch), then per row tile of the
+    /// GEMM the count of finished rows, then per row tile the next row to
+    /// hand out.
+    pub ready: BufId,
 }
 
 /// An A-operand prologue: what the mainloop does to each A tile between

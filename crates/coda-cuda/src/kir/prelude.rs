@@ -1,0 +1,103 @@
+//! Row preludes: a row kernel fused into the Hopper GEMM that reads its
+//! outputs row by row (see [`RowPrelude`]).
+//!
+//! The typical case is the norm of a block input before a matmul
+//! (`rmsnorm(x, g) @ W` with `x` from outside the block, such as the LM
+//! head's input): no producer epilogue can emit `Σx²` and `x ⊙ g`, so a row
+//! kernel computes them. The GEMM reads that kernel's outputs only at the
+//! rows of the tile it computes (its A operand, its per-row scale), so it
+//! can compute them itself, a row block at a time, the first time a tile of
+//! that row block comes up. The bytes moved are the same; the launch, the
+//! dependency between the two kernels, and the row kernel's separate pass
+//! over the GPU go away (the rows of later row blocks are computed while
+//! the tensor cores work on earlier ones).
+//!
+//! Identity: none; the row kernel's code runs unchanged, one warp per row,
+//! before any read of its rows (the mainloop waits for the row block's
+//! count; see `coda_gemm_sm90.cuh`).
+
+use super::{BufId, Buffer, GemmSpec, Kernel, KernelKind, Layout, Op, Role, RowPrelude, Space};
+use crate::symexpr::SymExpr;
+use coda_ir::{DType, Dim};
+use std::collections::BTreeSet;
+
+/// Fuses every row kernel into the GEMM kernel right after it when that
+/// GEMM runs on the Hopper mainloop and reads the row kernel's outputs
+/// only row-locally ([`fusable`]). Adds one counter buffer per fusion.
+pub(crate) fn fuse_row_preludes(kernels: Vec<Kernel>, buffers: &mut Vec<Buffer>) -> Vec<Kernel> {
+    let mut out: Vec<Kernel> = Vec::with_capacity(kernels.len());
+    for mut kernel in kernels {
+        let host = out.last().is_some_and(|row| fusable(row, &kernel, buffers));
+        if let (true, KernelKind::Gemm(spec)) = (host, &mut kernel.kind) {
+            if let Some(ready) = counter_buffer(spec, buffers) {
+                if let Some(row) = out.pop() {
+                    spec.prelude = Some(RowPrelude { kernel: Box::new(row), ready });
+                }
+            }
+        }
+        out.push(kernel);
+    }
+    out
+}
+
+/// Whether `row` can run as the prelude of `gemm`: `row` is a row kernel
+/// without grid reductions over the GEMM's rows, storing only per-row
+/// values and rows (no `+=`); `gemm` is a Hopper GEMM without an A
+/// prologue or another prelude that reads those outputs only as its A
+/// operand (`[M, K]`, untransposed) or as per-row vectors of its epilogue;
+/// and the two kernels write nothing the other reads.
+fn fusable(row: &Kernel, gemm: &Kernel, buffers: &[Buffer]) -> bool {
+    let (KernelKind::Row { rows, grid: None, .. }, KernelKind::Gemm(spec)) = (&row.kind, &gemm.kind) else {
+        return false;
+    };
+    if !spec.config.is_sm90() || spec.prologue.is_some() || spec.prelude.is_some() || *rows != spec.m {
+        return false;
+    }
+    let row_stores_rows =
+        row.stores.iter().all(|s| !s.accumulate && matches!(row.nodes[s.node].space, Space::Row | Space::Tile));
+    let outs: BTreeSet<BufId> = row.stores.iter().map(|s| s.buf).collect();
+    let outputs_are_scratch = outs.iter().all(|b| buffers[*b].role == Role::Scratch);
+    row_stores_rows && outputs_are_scratch && reads_row_locally(gemm, spec, &outs) && !gemm_writes_any(gemm, row)
+}
+
+/// Whether the GEMM kernel reads the buffers `outs` only at its tile's rows.
+fn reads_row_locally(gemm: &Kernel, spec: &GemmSpec, outs: &BTreeSet<BufId>) -> bool {
+    let a_ok = !outs.contains(&spec.a.buf) || (spec.a.layout == Layout::AMxK && spec.a.row_perm.is_none());
+    let b_ok = !outs.contains(&spec.b.buf);
+    let nodes_ok = gemm.nodes.iter().all(|n| match &n.op {
+        Op::Load(b) if outs.contains(b) => n.space == Space::Row,
+        Op::FinishRow(_, bufs) => bufs.iter().all(|b| !outs.contains(b)),
+        Op::FinishCol(b) => !outs.contains(b),
+        _ => true,
+    });
+    a_ok && b_ok && nodes_ok
+}
+
+/// Whether the GEMM kernel writes a buffer the row kernel reads.
+fn gemm_writes_any(gemm: &Kernel, row: &Kernel) -> bool {
+    let (reads, _) = crate::traffic::kernel_buffers(row);
+    let (_, writes) = crate::traffic::kernel_buffers(gemm);
+    reads.intersection(&writes).next().is_some()
+}
+
+/// The prelude's counter buffer: `2 M + 1` i32 values, enough for the
+/// `1 + ceil(M / BM) + M` it uses (`None` if the size overflows).
+fn counter_buffer(spec: &GemmSpec, buffers: &mut Vec<Buffer>) -> Option<BufId> {
+    let len = spec.m.mul(&Dim::constant(2)).and_then(|d| d.add(&Dim::constant(1))).ok()?;
+    let base = format!("ready.{}", buffers[spec.a.buf].name);
+    let taken = |n: &str| buffers.iter().any(|b| b.name == n);
+    let name =
+        if taken(&base) { (2..).map(|i| format!("{base}_{i}")).find(|n| !taken(n)).unwrap_or(base) } else { base };
+    buffers.push(Buffer {
+        name,
+        role: Role::Counter,
+        dtype: DType::I32,
+        rows: SymExpr::from(len),
+        cols: SymExpr::constant(1),
+        rank: 2,
+        ld: Some(SymExpr::constant(1)),
+        accumulate: false,
+        staging_of: None,
+    });
+    Some(buffers.len() - 1)
+}
