@@ -55,10 +55,10 @@ pub struct CodegenOptions {
     /// 22.9 ms (docs/benchmarks.md), so it only pays where the kernel count
     /// matters more than time.
     pub a_prologue: bool,
-    /// Fuse a row kernel into the Hopper GEMM right after it when the GEMM
-    /// reads its outputs only at its own rows ([`kir::RowPrelude`]): the
-    /// GEMM computes each row block's rows before its first tile of that
-    /// row block needs them. On by default; off gives the two kernels.
+    /// Fuse a light row kernel into the Hopper GEMM right after it when the
+    /// GEMM reads its outputs only at its own rows ([`kir::RowPrelude`]):
+    /// the GEMM computes each row block's rows before its first tile of
+    /// that row block needs them. On by default; off gives the two kernels.
     pub row_preludes: bool,
 }
 

@@ -14,7 +14,11 @@ use std::collections::{BTreeMap, BTreeSet};
 
 /// Bytes of buffer `id` at `dims` (0 when its size cannot be evaluated).
 fn buffer_bytes(ir: &BlockIr, id: usize, dims: &BTreeMap<String, i64>) -> u64 {
-    let Some(b) = ir.buffers.get(id) else { return 0 };
+    ir.buffers.get(id).map_or(0, |b| bytes_of(b, dims))
+}
+
+/// Bytes of a buffer at `dims` (0 when its size cannot be evaluated).
+pub(crate) fn bytes_of(b: &crate::kir::Buffer, dims: &BTreeMap<String, i64>) -> u64 {
     let size = b.rows.clone().times(b.cols.clone()).eval(dims).unwrap_or(0).max(0) as u64;
     size * b.dtype.size_bytes() as u64
 }

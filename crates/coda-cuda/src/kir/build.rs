@@ -50,7 +50,8 @@ pub(crate) fn build(
     let mut kernels: Vec<Kernel> = b.copy_kernels();
     kernels.extend(built.into_iter().flatten().filter(|k| !k.stores.is_empty() || !k.partials.is_empty()));
     if row_preludes {
-        kernels = super::prelude::fuse_row_preludes(kernels, &mut b.buffers);
+        let dims = crate::traffic::default_dims(block);
+        kernels = super::prelude::fuse_row_preludes(kernels, &mut b.buffers, &dims);
     }
     for (i, kernel) in kernels.iter_mut().enumerate() {
         kernel.name = format!("k{i}");

@@ -12,6 +12,10 @@
 //! over the GPU go away (the rows of later row blocks are computed while
 //! the tensor cores work on earlier ones).
 //!
+//! Only light row kernels are fused ([`MAX_PRELUDE_BYTES_PER_MAC`]): a warp
+//! per row is much slower per row than the row kernel's own 256 threads, so
+//! a heavy row kernel would stall the GEMM's tiles.
+//!
 //! Identity: none; the row kernel's code runs unchanged, one warp per row,
 //! before any read of its rows (the mainloop waits for the row block's
 //! count; see `coda_gemm_sm90.cuh`).
@@ -19,15 +23,30 @@
 use super::{BufId, Buffer, GemmSpec, Kernel, KernelKind, Layout, Op, Role, RowPrelude, Space};
 use crate::symexpr::SymExpr;
 use coda_ir::{DType, Dim};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The most memory traffic a row prelude may move per multiply-add of its
+/// GEMM: 2% of the GEMM's time on an H100 (3.0 TB/s against 700 dense
+/// bf16 TFLOP/s, so 2% of `2 m n k / 700e12` s moves `0.02 × 2 × 3.0 / 700`
+/// bytes per `m n k`). The rows are computed a warp per row inside the
+/// GEMM, much slower per row than by their own kernel, so only a light row
+/// kernel before a heavy GEMM pays: the LM head's norm (0.3%) does; the
+/// backward's SwiGLU and RMSNorm row kernels before their dgrad GEMMs
+/// (25–60%) measured 1.4–2.2× slower fused than apart on the H100.
+const MAX_PRELUDE_BYTES_PER_MAC: f64 = 0.02 * 2.0 * 3.0 / 700.0;
 
 /// Fuses every row kernel into the GEMM kernel right after it when that
-/// GEMM runs on the Hopper mainloop and reads the row kernel's outputs
-/// only row-locally ([`fusable`]). Adds one counter buffer per fusion.
-pub(crate) fn fuse_row_preludes(kernels: Vec<Kernel>, buffers: &mut Vec<Buffer>) -> Vec<Kernel> {
+/// GEMM runs on the Hopper mainloop, reads the row kernel's outputs only
+/// row-locally ([`fusable`]) and is heavy enough to hide it ([`light`], at
+/// `dims`). Adds one counter buffer per fusion.
+pub(crate) fn fuse_row_preludes(
+    kernels: Vec<Kernel>,
+    buffers: &mut Vec<Buffer>,
+    dims: &BTreeMap<String, i64>,
+) -> Vec<Kernel> {
     let mut out: Vec<Kernel> = Vec::with_capacity(kernels.len());
     for mut kernel in kernels {
-        let host = out.last().is_some_and(|row| fusable(row, &kernel, buffers));
+        let host = out.last().is_some_and(|row| fusable(row, &kernel, buffers) && light(row, &kernel, buffers, dims));
         if let (true, KernelKind::Gemm(spec)) = (host, &mut kernel.kind) {
             if let Some(ready) = counter_buffer(spec, buffers) {
                 if let Some(row) = out.pop() {
@@ -58,6 +77,17 @@ fn fusable(row: &Kernel, gemm: &Kernel, buffers: &[Buffer]) -> bool {
     let outs: BTreeSet<BufId> = row.stores.iter().map(|s| s.buf).collect();
     let outputs_are_scratch = outs.iter().all(|b| buffers[*b].role == Role::Scratch);
     row_stores_rows && outputs_are_scratch && reads_row_locally(gemm, spec, &outs) && !gemm_writes_any(gemm, row)
+}
+
+/// Whether the row kernel's traffic is small beside the GEMM's work
+/// ([`MAX_PRELUDE_BYTES_PER_MAC`]), at `dims`.
+fn light(row: &Kernel, gemm: &Kernel, buffers: &[Buffer], dims: &BTreeMap<String, i64>) -> bool {
+    let KernelKind::Gemm(spec) = &gemm.kind else { return false };
+    let (reads, writes) = crate::traffic::kernel_buffers(row);
+    let bytes: u64 = reads.union(&writes).map(|b| crate::traffic::bytes_of(&buffers[*b], dims)).sum();
+    let size = |d: &Dim| SymExpr::from(d).eval(dims).unwrap_or(0).max(0) as f64;
+    let macs = size(&spec.m) * size(&spec.n) * size(&spec.k);
+    (bytes as f64) <= MAX_PRELUDE_BYTES_PER_MAC * macs
 }
 
 /// Whether the GEMM kernel reads the buffers `outs` only at its tile's rows.
