@@ -127,6 +127,13 @@ fn emit_kernel(
             };
             (code, launch)
         }
+        KernelKind::Row { threads_per_row: 1, .. } => {
+            let code = rowk::emit_row_columns(&mut em, &entry)?;
+            let width =
+                rowk::store_width(&em).ok_or_else(|| em.internal("a column-parallel row kernel without columns"))?;
+            let grid = SymExpr::from(&width).ceil_div(i64::from(rowk::THREADS));
+            (code, simple_launch(&em, "row", grid, None))
+        }
         KernelKind::Row { rows, threads_per_row, grid } => {
             let code = rowk::emit_row(&mut em, rows, *threads_per_row, grid.as_ref(), &entry)?;
             let rows_per_cta = i64::from(rowk::THREADS / threads_per_row);
@@ -343,9 +350,12 @@ fn summary(ir: &BlockIr, kernel: &Kernel, block: &Block) -> String {
             )
         }
         KernelKind::Row { rows, threads_per_row, grid } => {
-            let unit = if *threads_per_row == rowk::THREADS { "one CTA" } else { "one warp" };
             let grid = grid.as_ref().map_or(String::new(), |g| grid_summary(kernel, block, g));
-            format!("{unit} per row of {}; {outputs}{grid}", dim_text(rows))
+            match *threads_per_row {
+                1 => format!("one row, one thread per column; {outputs}"),
+                rowk::THREADS => format!("one CTA per row of {}; {outputs}{grid}", dim_text(rows)),
+                _ => format!("one warp per row of {}; {outputs}{grid}", dim_text(rows)),
+            }
         }
         KernelKind::Col { cols } => format!("one CTA per column of {}; {outputs}", dim_text(cols)),
         KernelKind::Copy { src, .. } => {

@@ -61,6 +61,48 @@ pub(crate) fn emit_row(
     Ok(wrap(em, entry, THREADS))
 }
 
+/// A one-row kernel whose columns are independent (`threads_per_row == 1`,
+/// see `kir::KernelKind::Row`): thread `k` of the grid computes column `k`
+/// of every column store (all of one width); per-row values are computed by
+/// every thread and stored by the grid's first thread.
+pub(crate) fn emit_row_columns(em: &mut Emitter<'_>, entry: &str) -> Result<String, CodegenError> {
+    em.set_indent(1);
+    em.line(format!("const int k = (int)blockIdx.x * {THREADS} + (int)threadIdx.x;"));
+    for (id, node) in em.kernel.nodes.clone().iter().enumerate() {
+        if node.reg.is_none() && matches!(node.space, Space::Scalar | Space::Row) {
+            em.eval(id, "0", "0")?;
+        }
+    }
+    let stores = em.kernel.stores.clone();
+    let (narrow, wide): (Vec<&Store>, Vec<&Store>) = stores.iter().partition(|s| is_narrow(em, s));
+    for s in narrow {
+        let v = em.eval(s.node, "0", "0")?;
+        let text = store_call(em, s, "0", "0", &v);
+        em.stmt(format!("if (k == 0) {text}"), em.kernel.nodes[s.node].value);
+    }
+    let width = wide.first().map(|s| em.block.ty(em.kernel.nodes[s.node].value).shape.cols.clone());
+    if let Some(w) = width {
+        let we = em.dim_int(&w);
+        em.open(format!("if (k < {we})"));
+        for s in wide {
+            let v = em.eval(s.node, "0", "k")?;
+            let text = store_call(em, s, "0", "k", &v);
+            em.stmt(text, em.kernel.nodes[s.node].value);
+        }
+        em.close();
+    }
+    Ok(wrap(em, entry, THREADS))
+}
+
+/// The width of a column-parallel one-row kernel's column stores.
+pub(crate) fn store_width(em: &Emitter<'_>) -> Option<Dim> {
+    em.kernel
+        .stores
+        .iter()
+        .find(|s| !is_narrow(em, s))
+        .map(|s| em.block.ty(em.kernel.nodes[s.node].value).shape.cols.clone())
+}
+
 /// The row prelude of a Hopper GEMM (see `kir::RowPrelude`): the row
 /// kernel's `Params` struct, its body as a device function computing row
 /// `m` with one warp, and the `Pre` struct the mainloop takes (named

@@ -390,12 +390,32 @@ impl Builder<'_> {
                 let wide = |n: &Node| matches!(n.space, Space::Tile | Space::Col);
                 let reduces = ctx.nodes.iter().any(|n| matches!(n.op, Op::RowReduce { .. }));
                 let stores_wide = stores.iter().any(|s| ctx.nodes.get(s.node).is_some_and(wide));
-                let threads_per_row = if reduces || stores_wide { 256 } else { 32 };
+                let grid_reduces = ctx.nodes.iter().any(|n| matches!(n.op, Op::GridReduce { .. }));
+                let columns_apart =
+                    rows.as_const() == Some(1) && !reduces && !grid_reduces && self.one_width(ctx, stores);
+                let threads_per_row = match (columns_apart, reduces || stores_wide) {
+                    (true, _) => 1,
+                    (false, true) => 256,
+                    (false, false) => 32,
+                };
                 let grid = self.grid_spec(ctx, rows, threads_per_row);
                 KernelKind::Row { rows: rows.clone(), threads_per_row, grid }
             }
             KernelPlan::Col { cols } => KernelKind::Col { cols: cols.clone() },
         })
+    }
+
+    /// Whether every store of a row kernel that is not one value per row is
+    /// of one width, and there is at least one such store (a one-row kernel
+    /// can then put its columns in different CTAs).
+    fn one_width(&self, ctx: &Ctx, stores: &[Store]) -> bool {
+        let widths: BTreeSet<String> = stores
+            .iter()
+            .filter_map(|s| ctx.nodes.get(s.node))
+            .filter(|n| matches!(n.space, Space::Tile | Space::Col))
+            .map(|n| self.block.ty(n.value).shape.cols.to_string())
+            .collect();
+        widths.len() == 1
     }
 
     /// The partial buffers (`[CTAs, 1]` fp32, one per grid reduction) and

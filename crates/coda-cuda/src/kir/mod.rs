@@ -385,11 +385,15 @@ pub enum KernelKind {
     /// A GEMM with an epilogue.
     Gemm(GemmSpec),
     /// One CTA per row (threads striding over columns), or with
-    /// `threads_per_row == 32`, one warp per row.
+    /// `threads_per_row == 32`, one warp per row. With `threads_per_row ==
+    /// 1`, a one-row kernel without whole-row reductions whose column
+    /// stores have one width: one thread per column, the columns spread
+    /// over CTAs (the finishes of gain gradients' column partials, which
+    /// one CTA took 0.35 ms to do on the H100).
     Row {
         /// Number of rows.
         rows: Dim,
-        /// Threads cooperating on one row: 256 or 32.
+        /// Threads cooperating on one row: 256, 32, or 1 (see above).
         threads_per_row: u32,
         /// The grid reductions, when the kernel has any.
         grid: Option<GridSpec>,
