@@ -43,6 +43,10 @@ pub(crate) struct Emitter<'a> {
     /// prelude outputs): loaded through L2 (`cg::load_cg`), never through
     /// the read-only cache.
     pub(crate) coherent: std::collections::BTreeSet<usize>,
+    /// The constant range `[lo, hi)` of the column index `k` inside the
+    /// current column loop, when it is one piece of a split loop: a
+    /// concatenation evaluated at `k` then takes the one part covering it.
+    pub(crate) k_range: Option<(i64, i64)>,
 }
 
 impl<'a> Emitter<'a> {
@@ -61,6 +65,7 @@ impl<'a> Emitter<'a> {
             coop: 1,
             globals: std::collections::BTreeMap::new(),
             coherent: std::collections::BTreeSet::new(),
+            k_range: None,
         }
     }
 
@@ -401,7 +406,26 @@ impl<'a> Emitter<'a> {
         })
     }
 
+    /// The part of a concatenation that holds every column of the current
+    /// loop piece ([`Self::k_range`]), when it is evaluated at `k` itself
+    /// and its offsets are constants.
+    fn part_covering_k(&self, parts: &[(NodeId, Dim)], k: &str) -> Option<usize> {
+        let (lo, hi) = self.k_range.filter(|_| k == "k")?;
+        let starts: Vec<i64> = parts.iter().map(|(_, off)| off.as_const()).collect::<Option<_>>()?;
+        (0..parts.len()).find(|&i| starts[i] <= lo && starts.get(i + 1).is_none_or(|&next| hi <= next))
+    }
+
     fn concat(&mut self, parts: &[(NodeId, Dim)], m: &str, k: &str) -> Result<String, CodegenError> {
+        if let Some(part) = self.part_covering_k(parts, k) {
+            let (node, offset) = &parts[part];
+            let off = self.dim_int(offset);
+            let idx = if off == "0" || self.is_constant(*node) {
+                k.to_string()
+            } else {
+                self.index("kq", format!("{k} - {off}"))
+            };
+            return self.eval(*node, m, &idx);
+        }
         let mut values = Vec::new();
         for (part, offset) in parts {
             let off = self.dim_int(offset);

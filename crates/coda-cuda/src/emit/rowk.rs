@@ -164,16 +164,26 @@ fn row_body(
         }
     }
     for w in widths {
-        let we = em.dim_int(&w);
-        em.open(format!("for (int k = cg::lane<{tpr}>(); k < {we}; k += {tpr})"));
-        for s in wide.iter().filter(|s| em.block.ty(em.kernel.nodes[s.node].value).shape.cols == w) {
-            let node = &em.kernel.nodes[s.node];
-            let (value, m) = (node.value, if node.space == Space::Col { "0" } else { "m" });
-            let v = em.eval(s.node, "m", "k")?;
-            let text = store_call(em, s, m, "k", &v);
-            em.stmt(text, value);
+        let same_width: Vec<&Store> =
+            wide.iter().copied().filter(|s| em.block.ty(em.kernel.nodes[s.node].value).shape.cols == w).collect();
+        for (lo, hi) in loop_pieces(em, &w) {
+            let (start, end) = match (lo, hi) {
+                (Some(0), Some(hi)) => (String::new(), hi.to_string()),
+                (Some(lo), Some(hi)) => (format!("{lo} + "), hi.to_string()),
+                _ => (String::new(), em.dim_int(&w)),
+            };
+            em.k_range = lo.zip(hi);
+            em.open(format!("for (int k = {start}cg::lane<{tpr}>(); k < {end}; k += {tpr})"));
+            for s in &same_width {
+                let node = &em.kernel.nodes[s.node];
+                let (value, m) = (node.value, if node.space == Space::Col { "0" } else { "m" });
+                let v = em.eval(s.node, "m", "k")?;
+                let text = store_call(em, s, m, "k", &v);
+                em.stmt(text, value);
+            }
+            em.close();
+            em.k_range = None;
         }
-        em.close();
     }
     if let Some(g) = grid {
         grid_row_values(em, g, tpr)?;
@@ -200,6 +210,35 @@ fn unrolled(lines: Vec<String>, factor: u32) -> Vec<String> {
             }
         })
         .collect()
+}
+
+/// The pieces `[lo, hi)` a column loop of constant width `w` is split into:
+/// one per stretch between the constant offsets of the kernel's column
+/// concatenations (a gradient's zero padding and its slice, the two halves
+/// of a gated activation's gradient), so that in each piece a
+/// concatenation is one of its parts, not a select between all of them
+/// (the SwiGLU backward computed both halves' math and loads for every
+/// column). `[(None, None)]` (one loop) when there is nothing to split.
+fn loop_pieces(em: &Emitter<'_>, w: &Dim) -> Vec<(Option<i64>, Option<i64>)> {
+    let Some(width) = w.as_const() else { return vec![(None, None)] };
+    let mut cuts: Vec<i64> = em
+        .kernel
+        .nodes
+        .iter()
+        .filter_map(|n| match &n.op {
+            Op::Concat(parts) => Some(parts.iter().filter_map(|(_, off)| off.as_const()).collect::<Vec<_>>()),
+            _ => None,
+        })
+        .flatten()
+        .filter(|&c| c > 0 && c < width)
+        .collect();
+    if cuts.is_empty() {
+        return vec![(None, None)];
+    }
+    cuts.sort_unstable();
+    cuts.dedup();
+    let bounds: Vec<i64> = std::iter::once(0).chain(cuts).chain(std::iter::once(width)).collect();
+    bounds.windows(2).map(|b| (Some(b[0]), Some(b[1]))).collect()
 }
 
 /// Each row's value of every grid reduction into `gred` (one lane per row).
