@@ -122,6 +122,8 @@ run examples/llama3_block.coda 4096 200
 run examples/llama3_block.coda 333 200 --grad
 run examples/gpt2_block.coda 333 200 --grad
 run examples/lm_head_ce.coda 333 300 --grad
+run examples/gemma_mlp.coda 333 200 --grad
+run examples/parallel_block.coda 333 200 --grad
 
 {
     printf 'example\tM\toutput / kernel\tmax rel\trel-L2\ttime (us)\tstatus\n'
