@@ -48,24 +48,6 @@
 // What codac appends after the headers: one epilogue struct per kernel and
 // the extern "C" entry points.
 static const char* kEmitted = R"EMIT(
-// Bounded loads of the harness's own functors (0 outside M x N): a tile
-// pair at the thread's (row(i), col(j)), col(j) + 1 and a per-column pair.
-namespace harness {
-template <class Frag, class T>
-__device__ __forceinline__ float2 load_pair(const Frag& f, int i, int j, const T* src, long long ld) {
-    const int r = f.row(i), c = f.col(j);
-    if (r >= f.m) return make_float2(0.0f, 0.0f);
-    const T* p = src + (long long)r * ld + c;
-    if (c + 1 < f.n && ((ld | (long long)c) & 1) == 0) return coda::load2(p);  // aligned pair
-    return make_float2(c < f.n ? coda::load1(p) : 0.0f, c + 1 < f.n ? coda::load1(p + 1) : 0.0f);
-}
-template <class Frag, class T>
-__device__ __forceinline__ float2 load_col_pair(const Frag& f, int j, const T* vec) {
-    const int c = f.col(j);
-    return make_float2(c < f.n ? coda::load1(vec + c) : 0.0f, c + 1 < f.n ? coda::load1(vec + c + 1) : 0.0f);
-}
-}  // namespace harness
-
 // ---- emitted by codac (example) ----
 struct Epi_k0 {
     struct Params {
@@ -184,6 +166,14 @@ static CUtensorMap make_tmap(void* ptr, long long inner, long long outer, long l
         exit(2);
     }
     return m;
+}
+
+// This file's directory (build.sh compiles it by absolute path), where
+// harness_loads.cuh lives.
+static std::string harness_dir() {
+    const std::string file = __FILE__;
+    const size_t slash = file.rfind('/');
+    return slash == std::string::npos ? "." : file.substr(0, slash);
 }
 
 static std::string read_file(const std::string& path) {
@@ -367,11 +357,12 @@ int main(int argc, char** argv) {
     const std::string dir = argv[1], inc = argv[2];
     const bool run = argc > 3 && strcmp(argv[3], "--run") == 0;
     // Verbatim concatenation, in include order.
+    const std::string loads = read_file(harness_dir() + "/harness_loads.cuh");
     const std::string src = read_file(dir + "/coda_common.cuh") + read_file(dir + "/coda_epilogue.cuh") +
-                            read_file(dir + "/coda_gemm_sm80.cuh") + kEmitted;
+                            read_file(dir + "/coda_gemm_sm80.cuh") + loads + kEmitted;
     const std::string src90 = read_file(dir + "/coda_common.cuh") + read_file(dir + "/coda_epilogue.cuh") +
                               read_file(dir + "/coda_gemm_sm80.cuh") + read_file(dir + "/coda_gemm_sm90.cuh") +
-                              kEmitted + kEmitted90;
+                              loads + kEmitted + kEmitted90;
     int major = 0, minor = 0;
     NK(nvrtcVersion(&major, &minor));
     printf("NVRTC %d.%d, source %zu bytes (sm_90a: %zu)\n", major, minor, src.size(), src90.size());

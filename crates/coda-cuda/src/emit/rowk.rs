@@ -80,8 +80,7 @@ pub(crate) fn emit_row_columns(em: &mut Emitter<'_>, entry: &str) -> Result<Stri
         let text = store_call(em, s, "0", "0", &v);
         em.stmt(format!("if (k == 0) {text}"), em.kernel.nodes[s.node].value);
     }
-    let width = wide.first().map(|s| em.block.ty(em.kernel.nodes[s.node].value).shape.cols.clone());
-    if let Some(w) = width {
+    if let Some(w) = store_width(em) {
         let we = em.dim_int(&w);
         em.open(format!("if (k < {we})"));
         for s in wide {
@@ -166,13 +165,13 @@ fn row_body(
     for w in widths {
         let same_width: Vec<&Store> =
             wide.iter().copied().filter(|s| em.block.ty(em.kernel.nodes[s.node].value).shape.cols == w).collect();
-        for (lo, hi) in loop_pieces(em, &w) {
-            let (start, end) = match (lo, hi) {
-                (Some(0), Some(hi)) => (String::new(), hi.to_string()),
-                (Some(lo), Some(hi)) => (format!("{lo} + "), hi.to_string()),
-                _ => (String::new(), em.dim_int(&w)),
+        for piece in loop_pieces(em, &w) {
+            let (start, end) = match piece {
+                Some((0, hi)) => (String::new(), hi.to_string()),
+                Some((lo, hi)) => (format!("{lo} + "), hi.to_string()),
+                None => (String::new(), em.dim_int(&w)),
             };
-            em.k_range = lo.zip(hi);
+            em.k_range = piece;
             em.open(format!("for (int k = {start}cg::lane<{tpr}>(); k < {end}; k += {tpr})"));
             for s in &same_width {
                 let node = &em.kernel.nodes[s.node];
@@ -218,9 +217,10 @@ fn unrolled(lines: Vec<String>, factor: u32) -> Vec<String> {
 /// of a gated activation's gradient), so that in each piece a
 /// concatenation is one of its parts, not a select between all of them
 /// (the SwiGLU backward computed both halves' math and loads for every
-/// column). `[(None, None)]` (one loop) when there is nothing to split.
-fn loop_pieces(em: &Emitter<'_>, w: &Dim) -> Vec<(Option<i64>, Option<i64>)> {
-    let Some(width) = w.as_const() else { return vec![(None, None)] };
+/// column). `[None]` (one loop over the whole width) when there is nothing
+/// to split.
+fn loop_pieces(em: &Emitter<'_>, w: &Dim) -> Vec<Option<(i64, i64)>> {
+    let Some(width) = w.as_const() else { return vec![None] };
     let mut cuts: Vec<i64> = em
         .kernel
         .nodes
@@ -233,12 +233,12 @@ fn loop_pieces(em: &Emitter<'_>, w: &Dim) -> Vec<(Option<i64>, Option<i64>)> {
         .filter(|&c| c > 0 && c < width)
         .collect();
     if cuts.is_empty() {
-        return vec![(None, None)];
+        return vec![None];
     }
     cuts.sort_unstable();
     cuts.dedup();
     let bounds: Vec<i64> = std::iter::once(0).chain(cuts).chain(std::iter::once(width)).collect();
-    bounds.windows(2).map(|b| (Some(b[0]), Some(b[1]))).collect()
+    bounds.windows(2).map(|b| Some((b[0], b[1]))).collect()
 }
 
 /// Each row's value of every grid reduction into `gred` (one lane per row).

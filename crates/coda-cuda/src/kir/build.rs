@@ -649,7 +649,7 @@ pub(crate) fn space_of(block: &Block, v: Value) -> Space {
 }
 
 /// A `[rows, 1]` buffer the host allocates.
-fn small_buffer(name: String, role: Role, dtype: DType, rows: SymExpr) -> Buffer {
+pub(super) fn small_buffer(name: String, role: Role, dtype: DType, rows: SymExpr) -> Buffer {
     Buffer {
         name,
         role,

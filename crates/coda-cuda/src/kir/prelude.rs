@@ -111,23 +111,13 @@ fn gemm_writes_any(gemm: &Kernel, row: &Kernel) -> bool {
 }
 
 /// The prelude's counter buffer: `2 M + 1` i32 values, enough for the
-/// `1 + ceil(M / BM) + M` it uses (`None` if the size overflows).
+/// `1 + 2 ceil(M / BM)` the mainloop uses (`None` if the size overflows).
 fn counter_buffer(spec: &GemmSpec, buffers: &mut Vec<Buffer>) -> Option<BufId> {
     let len = spec.m.mul(&Dim::constant(2)).and_then(|d| d.add(&Dim::constant(1))).ok()?;
     let base = format!("ready.{}", buffers[spec.a.buf].name);
     let taken = |n: &str| buffers.iter().any(|b| b.name == n);
     let name =
         if taken(&base) { (2..).map(|i| format!("{base}_{i}")).find(|n| !taken(n)).unwrap_or(base) } else { base };
-    buffers.push(Buffer {
-        name,
-        role: Role::Counter,
-        dtype: DType::I32,
-        rows: SymExpr::from(len),
-        cols: SymExpr::constant(1),
-        rank: 2,
-        ld: Some(SymExpr::constant(1)),
-        accumulate: false,
-        staging_of: None,
-    });
+    buffers.push(super::build::small_buffer(name, Role::Counter, DType::I32, SymExpr::from(len)));
     Some(buffers.len() - 1)
 }
