@@ -22,7 +22,7 @@
 
 use crate::bench_report::{
     gbps, render_text, tflops, BareReport, BlockReport, CompileReport, DeviceReport, GemmReport, KernelReport, Report,
-    Timing, SCHEMA,
+    StepReport, Timing, SCHEMA,
 };
 use crate::bench_rig::{Rig, RigSpec};
 use crate::cli::KernelFlags;
@@ -56,6 +56,11 @@ pub(crate) struct BenchArgs {
     /// Seed of the random inputs.
     #[arg(long, default_value_t = 0)]
     pub(crate) seed: u64,
+    /// Benchmark training steps instead: each backward block and the saving
+    /// forward it needs (saved tensors and output gradients random), with
+    /// the step's total against its bare GEMMs.
+    #[arg(long)]
+    pub(crate) grad: bool,
     /// Print the results as JSON on standard output (the table goes to standard error).
     #[arg(long)]
     pub(crate) json: bool,
@@ -72,6 +77,7 @@ pub(crate) fn bench(args: &BenchArgs, color: ColorChoice) -> Result<Outcome> {
     if checked.has_errors() {
         return Ok(Outcome::UserError);
     }
+    let checked = if args.grad { crate::grad_cmd::training_view(checked)? } else { checked };
     let dims = parse_dims(&args.dims)?;
     let device = open_device()?;
     let compiler = Compiler::global()?;
@@ -103,6 +109,7 @@ pub(crate) fn bench(args: &BenchArgs, color: ColorChoice) -> Result<Outcome> {
         warmup: args.warmup as usize,
         iters: args.iters as usize,
         blocks: Vec::new(),
+        steps: Vec::new(),
     };
     let bench = Bench { device: &device, compiler, warmup: args.warmup as usize, iters: args.iters as usize };
     for manifest in &compiled.manifest.blocks {
@@ -112,6 +119,9 @@ pub(crate) fn bench(args: &BenchArgs, color: ColorChoice) -> Result<Outcome> {
         let kernels = kernels.with_context(|| format!("no profile of block `{}`", manifest.block))?;
         let inputs = coda::random_inputs(block, &dims, args.seed)?;
         report.blocks.push(bench.block(block, manifest, &compiled.kernels, kernels, &dims, &inputs)?);
+    }
+    for g in &checked.grads {
+        report.steps.extend(StepReport::of(&report.blocks, &g.saving_forward.name, &g.backward.name));
     }
     let text = render_text(&report);
     if args.json {

@@ -23,6 +23,35 @@ pub(crate) struct Report {
     /// Timed runs of each kernel and block.
     pub(crate) iters: usize,
     pub(crate) blocks: Vec<BlockReport>,
+    /// With `--grad`: each training step (saving forward plus backward).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) steps: Vec<StepReport>,
+}
+
+/// A training step: the saving forward block then the backward block, as
+/// two back-to-back block timings added up, against their bare GEMMs.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub(crate) struct StepReport {
+    pub(crate) forward: String,
+    pub(crate) backward: String,
+    /// Sum of the two blocks' medians.
+    pub(crate) time_ms: f64,
+    /// Sum of the bare GEMMs of both blocks.
+    pub(crate) bare_gemms_ms: f64,
+    /// `time_ms / bare_gemms_ms`.
+    pub(crate) ratio: f64,
+}
+
+impl StepReport {
+    /// The step of `forward` and `backward`, if both were benchmarked.
+    pub(crate) fn of(blocks: &[BlockReport], forward: &str, backward: &str) -> Option<StepReport> {
+        let f = blocks.iter().find(|b| b.block == forward)?;
+        let b = blocks.iter().find(|b| b.block == backward)?;
+        let time_ms = f.time.median_ms + b.time.median_ms;
+        let bare_gemms_ms = f.sum_bare_gemms_ms + b.sum_bare_gemms_ms;
+        let ratio = if bare_gemms_ms > 0.0 { time_ms / bare_gemms_ms } else { 0.0 };
+        Some(StepReport { forward: forward.into(), backward: backward.into(), time_ms, bare_gemms_ms, ratio })
+    }
 }
 
 /// The GPU.
@@ -297,6 +326,16 @@ pub(crate) fn render_text(r: &Report) -> String {
             out.push_str("(each bare GEMM timed alternating with its kernel, at the same clocks)\n");
         }
     }
+    for step in &r.steps {
+        out.push_str(&format!(
+            "\ntraining step {} + {}: {} ms; bare GEMMs {} ms; the step takes {:.2}× that\n",
+            step.forward,
+            step.backward,
+            ms(step.time_ms),
+            ms(step.bare_gemms_ms),
+            step.ratio
+        ));
+    }
     out
 }
 
@@ -380,6 +419,7 @@ mod tests {
             warmup: 10,
             iters: 200,
             blocks: vec![block],
+            steps: Vec::new(),
         }
     }
 

@@ -28,6 +28,15 @@ pub(crate) fn view(checked: Checked, grad: bool) -> Result<Checked> {
     Ok(view)
 }
 
+/// The blocks of training steps: for each gradient, its saving forward and
+/// then its backward block (`bench --grad`).
+pub(crate) fn training_view(checked: Checked) -> Result<Checked> {
+    let view = view(checked, true)?;
+    let blocks = view.grads.iter().flat_map(|g| [g.saving_forward.clone(), g.backward.clone()]).collect();
+    let module = coda::ir::Module { file_name: view.module.file_name.clone(), blocks };
+    Ok(Checked { module, ..view })
+}
+
 /// Seed offset of the random output gradients, so they differ from the inputs.
 const GRADIENT_SEED: u64 = 0x6772_6164;
 
