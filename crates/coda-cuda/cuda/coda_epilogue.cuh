@@ -283,6 +283,49 @@ __device__ __forceinline__ void col_reduce(const Frag& f, float (&v)[Frag::CJ][2
     }
 }
 
+// Column reductions without a [CJ][2] array live through the whole pair
+// loop (which, beside 128 accumulators per thread, spills): after the rows
+// of column pair j, col_keep reduces the thread's sums (x[0], x[1]) over the
+// 8 lanes sharing the pair (xor 4, 8, 16) and lane group g = lane / 4 keeps
+// pair j = 8q + g in kept[q].  col_reduce_kept then combines the warps along
+// M in increasing warp_m and leaves the tile's column totals in
+// scratch[local column] for every column of the tile.  Same order, hence
+// the same bits, as col_reduce.  Scratch: Frag::kColReduceFloats.
+template <class Op, class Frag>
+__device__ __forceinline__ void col_keep(const Frag& f, int j, const float (&x)[2],
+                                         float (&kept)[(Frag::CJ + 7) / 8][2]) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+        float v = x[e];
+        v = Op::combine(v, shfl_xor(v, 4));
+        v = Op::combine(v, shfl_xor(v, 8));
+        v = Op::combine(v, shfl_xor(v, 16));
+        if ((f.lane >> 2) == (j & 7)) kept[j >> 3][e] = v;
+    }
+}
+template <class Op, class Frag>
+__device__ __forceinline__ void col_reduce_kept(const Frag& f, const float (&kept)[(Frag::CJ + 7) / 8][2],
+                                                float* scratch) {
+    f.sync();  // scratch may still be read by an earlier step
+#pragma unroll
+    for (int q = 0; q < (Frag::CJ + 7) / 8; ++q) {
+        const int j = q * 8 + (f.lane >> 2);
+        if (j < Frag::CJ) {
+            scratch[f.warp_m * Frag::BN + f.local_col(j)] = kept[q][0];
+            scratch[f.warp_m * Frag::BN + f.local_col(j) + 1] = kept[q][1];
+        }
+    }
+    f.sync();
+    // One thread per column: it alone reads and writes that column.
+    for (int c = f.thread_index(); c < Frag::BN; c += Frag::kThreads) {
+        float x = scratch[c];
+#pragma unroll
+        for (int w = 1; w < Frag::kWarpsM; ++w) x = Op::combine(x, scratch[w * Frag::BN + c]);
+        scratch[c] = x;
+    }
+    f.sync();
+}
+
 // ---------------------------------------------------------------------------
 // Partial buffers
 // ---------------------------------------------------------------------------

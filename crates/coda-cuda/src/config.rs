@@ -17,10 +17,12 @@
 //! On `sm_90a` ([`Target::Sm90a`]) a GEMM whose portable choice is not the
 //! small-tile one moves to the Hopper mainloop ([`for_target`]): TMA loads,
 //! wgmma, a persistent grid. `Sm90Cfg128x256` (the fastest: 0.96–0.99× of
-//! cuBLAS in `scripts/gemm-harness/NOTES.md`) unless the epilogue keeps
-//! per-column partials (`2 × BN / 8` more registers per thread, which spill
-//! beside 128 accumulators) or `N` is a constant below 256; then
-//! `Sm90Cfg128x128`. A B operand read in pair order stays on the portable
+//! cuBLAS in `scripts/gemm-harness/NOTES.md`) unless the epilogue reads
+//! per-column vectors beside per-row values finished from partials (a
+//! deferred LayerNorm's consumer, whose registers spill beside 128
+//! accumulators) or `N` is a constant below 256; then `Sm90Cfg128x128`.
+//! Column partials no longer count: they are reduced pair by pair
+//! (`coda::col_keep`), so they keep `CJ / 4` registers, not `2 × CJ`. A B operand read in pair order stays on the portable
 //! mainloop unless its permuted range and groups are multiples of 64 rows
 //! (what one TMA box of the pair-order view covers).
 
@@ -158,14 +160,14 @@ pub fn choose(m: &Dim, n: &Dim, heavy: bool) -> TileConfig {
 }
 
 /// The configuration of a GEMM on `target` (see the module docs):
-/// `portable` is [`choose`]'s answer, `col_partials` whether the epilogue
-/// keeps per-column partial sums, `b_pairs` the B operand's pair order if
+/// `portable` is [`choose`]'s answer, `wide` whether the epilogue reads
+/// per-column vectors beside per-row values (`wide_epilogue`), `b_pairs` the B operand's pair order if
 /// any, `b_k_contiguous` whether B is `B_NxK`.
 pub fn for_target(
     target: Target,
     portable: TileConfig,
     n: &Dim,
-    col_partials: bool,
+    wide: bool,
     b_pairs: Option<coda_ir::PairPerm>,
     b_k_contiguous: bool,
 ) -> TileConfig {
@@ -177,7 +179,7 @@ pub fn for_target(
         return portable;
     }
     let narrow = n.as_const().is_some_and(|v| v < 256);
-    if col_partials || narrow {
+    if wide || narrow {
         TileConfig::Sm90Cfg128x128
     } else {
         TileConfig::Sm90Cfg128x256

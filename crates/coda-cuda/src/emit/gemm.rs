@@ -61,6 +61,7 @@ pub(crate) fn emit(
         cols: HashMap::new(),
         rows: Vec::new(),
         pairs: HashMap::new(),
+        inline_pairs: HashMap::new(),
         staged: None,
         scratch: None,
         staged_load: None,
@@ -255,6 +256,9 @@ struct Gemm {
     rows: Vec<(NodeId, String)>,
     /// Pair loads in the current body, by (node, map offset).
     pairs: HashMap<(NodeId, i64), String>,
+    /// Element-wise tile expressions evaluated for both slots at once in
+    /// the current body, by (node, map offset).
+    inline_pairs: HashMap<(NodeId, i64), Vec<String>>,
     /// The store written through shared memory, by index, and how.
     staged: Option<(usize, Staging)>,
     /// A second full-tile store written through the scratch during the
@@ -443,9 +447,10 @@ impl Gemm {
             };
             match part.kind {
                 PartialKind::ColSum => {
-                    em.stmt(format!("float {name}[Frag::CJ][2];"), part.value);
+                    // Kept column sums (`coda::col_keep`): one pair per 8 column pairs.
+                    em.stmt(format!("float {name}[(Frag::CJ + 7) / 8][2];"), part.value);
                     em.line("#pragma unroll");
-                    em.line(format!("for (int j = 0; j < Frag::CJ; ++j) {name}[j][0] = {name}[j][1] = 0.0f;"));
+                    em.line(format!("for (int q = 0; q < (Frag::CJ + 7) / 8; ++q) {name}[q][0] = {name}[q][1] = 0.0f;"));
                 }
                 PartialKind::RowLse => {
                     em.stmt(format!("float {name}_m[Frag::RI], {name}_s[Frag::RI];"), part.value);
@@ -487,6 +492,7 @@ impl Gemm {
         self.regs.clear();
         self.cols.clear();
         self.pairs.clear();
+        self.inline_pairs.clear();
         for (id, array) in self.rows.clone() {
             em.bind(id, "m", "0", format!("{array}[i]"));
         }
@@ -547,6 +553,14 @@ impl Gemm {
             lines.push(format!("{}const int n = f.col(j);", pad(3)));
         }
         lines.extend(hoisted.into_iter().map(|l| l.replacen(&pad(1), "", 1)));
+        // Column sums of this pair over the thread's rows, kept after them.
+        let col_sums: Vec<usize> = (em.kernel.partials.iter().enumerate())
+            .filter(|(_, p)| p.kind == PartialKind::ColSum)
+            .map(|(idx, _)| idx)
+            .collect();
+        for idx in &col_sums {
+            lines.push(format!("{}float part{idx}_j[2] = {{0.0f, 0.0f}};", pad(3)));
+        }
         lines.push(format!("{}#pragma unroll", pad(3)));
         lines.push(format!("{}for (int i = 0; i < Frag::RI; ++i) {{", pad(3)));
         if uses(&text, "m") {
@@ -557,6 +571,9 @@ impl Gemm {
         }
         lines.extend(body);
         lines.push(format!("{}}}", pad(3)));
+        for idx in &col_sums {
+            lines.push(format!("{}coda::col_keep<coda::SumOp>(f, j, part{idx}_j, part{idx});", pad(3)));
+        }
         lines.push(format!("{}}}", pad(2)));
         em.set_indent(0);
         for line in lines {
@@ -627,6 +644,10 @@ impl Gemm {
         if let Some((vector, buf)) = column_vector_load(em, op).filter(|_| map.stride == 1) {
             return Ok(format!("{}.{half}", self.pair_load(em, vector, buf, map, "0")));
         }
+        if map.stride == 1 && reads_tile_pairs(em, op) {
+            let vars = self.inline_pair(em, op, map)?;
+            return vars.get(slot).cloned().ok_or_else(|| em.internal("inline pair slots"));
+        }
         // Both columns of an aligned pair see the same rotary frequency, so
         // a value that depends on the column only through it (the angle,
         // its sine and cosine) is computed once per pair: slot 1 reuses
@@ -635,6 +656,37 @@ impl Gemm {
         let slot = if slot == 1 && aligned_pair && pair_invariant(em, op) { 0 } else { slot };
         let c = self.col(em, map, slot);
         em.eval(op, "m", &c)
+    }
+
+    /// Both slots of an element-wise tile expression that is not a register
+    /// value (a residual stream recomputed from saved tensors, say),
+    /// evaluated together so that each tile load in it is one pair load
+    /// (`pair_load`) instead of two element loads.
+    fn inline_pair(&mut self, em: &mut Emitter<'_>, op: NodeId, map: &ColMap) -> Result<Vec<String>, CodegenError> {
+        let key = (op, map.offset);
+        if let Some(vars) = self.inline_pairs.get(&key) {
+            return Ok(vars.clone());
+        }
+        let node = em.kernel.nodes[op].clone();
+        let vars = match tile_pair_load(em, op, map) {
+            Some((load, buf, at)) => {
+                let pair = self.pair_load(em, load, buf, &at, "m");
+                vec![format!("{pair}.x"), format!("{pair}.y")]
+            }
+            None => {
+                let name = em.local_for(node.value);
+                let mut vars = Vec::new();
+                for slot in 0..2 {
+                    let expr = self.slot_expr(em, op, map, slot, &name)?;
+                    let var = format!("{name}_{slot}");
+                    em.stmt(format!("const float {var} = {expr};"), node.value);
+                    vars.push(var);
+                }
+                vars
+            }
+        };
+        self.inline_pairs.insert(key, vars.clone());
+        Ok(vars)
     }
 
     /// Both elements of a load at the pair's own columns, as one `float2`
@@ -819,7 +871,7 @@ impl Gemm {
                     let ix = index.clone().unwrap_or_else(|| "-1.0f".into());
                     format!("if ({cond} && (float){c} == {ix}) {name}[i] += {v};")
                 }
-                PartialKind::ColSum => format!("if ({cond}) {name}[j][{slot}] += {v};"),
+                PartialKind::ColSum => format!("if ({cond}) {name}_j[{slot}] += {v};"),
             };
             em.stmt(text, part.value);
         }
@@ -854,7 +906,7 @@ impl Gemm {
         let map = em.kernel.nodes[part.node].reg.clone().ok_or_else(|| em.internal("column partial"))?;
         let b = em.buf_w(part.bufs[0]);
         let len = em.dim_int(&map.len);
-        em.stmt(format!("coda::col_reduce<coda::SumOp>(f, {name}, smem);"), part.value);
+        em.stmt(format!("coda::col_reduce_kept<coda::SumOp>(f, {name}, smem);"), part.value);
         em.open("if (f.col_writer())");
         em.line("#pragma unroll");
         em.open("for (int j = 0; j < Frag::CJ; ++j)");
@@ -863,7 +915,7 @@ impl Gemm {
         for slot in 0..Self::slots(&map) {
             let c = self.col(em, &map, slot);
             em.line(format!(
-                "if ({c} >= 0 && {c} < {len}) {b}[(long long){c} * {b}_ld + t.tile_m_idx] = {name}[j][{slot}];"
+                "if ({c} >= 0 && {c} < {len}) {b}[(long long){c} * {b}_ld + t.tile_m_idx] = smem[f.local_col(j) + {slot}];"
             ));
         }
         em.close();
@@ -963,6 +1015,46 @@ fn pair_invariant(em: &Emitter<'_>, id: NodeId) -> bool {
             node.reg.is_none() && node.op.operands().into_iter().all(|o| pair_invariant(em, o))
         }
         _ => false,
+    }
+}
+
+/// Whether `id` is a tile value outside the registers that reads tile
+/// loads through element-wise operations only (or is such a load, or a
+/// constant-offset slice of one): [`Gemm::inline_pair`] evaluates it for
+/// both slots of a pair with pair loads.
+fn reads_tile_pairs(em: &Emitter<'_>, id: NodeId) -> bool {
+    let Some(node) = em.kernel.nodes.get(id) else { return false };
+    if node.reg.is_some() || node.space != Space::Tile {
+        return false;
+    }
+    let unit = ColMap { offset: 0, stride: 1, len: coda_ir::Dim::constant(1) };
+    if tile_pair_load(em, id, &unit).is_some() {
+        return true;
+    }
+    match &node.op {
+        Op::Unary(..) | Op::Binary(..) | Op::Select(..) | Op::Cast(..) => {
+            node.op.operands().into_iter().any(|o| reads_tile_pairs(em, o))
+        }
+        _ => false,
+    }
+}
+
+/// A tile load read at the pair's columns of `map`, directly or through a
+/// slice with a constant start and step 1: the load, its buffer and the map
+/// of its columns.
+fn tile_pair_load(em: &Emitter<'_>, id: NodeId, map: &ColMap) -> Option<(NodeId, usize, ColMap)> {
+    let node = em.kernel.nodes.get(id)?;
+    if node.reg.is_some() || node.space != Space::Tile {
+        return None;
+    }
+    match &node.op {
+        Op::Load(buf) => Some((id, *buf, map.clone())),
+        Op::Slice { arg, start, step: 1 } => {
+            let start = start.as_const()?;
+            let (load, buf, at) = tile_pair_load(em, *arg, map)?;
+            Some((load, buf, ColMap { offset: at.offset - start, stride: 1, len: at.len }))
+        }
+        _ => None,
     }
 }
 

@@ -138,7 +138,6 @@ impl Builder<'_> {
             let KernelPlan::Gemm { matmul, b, .. } = kp else { continue };
             let mut regs = 0;
             let mut heavy = false;
-            let mut col_partials = false;
             for (v, home) in self.plan.homes.iter().enumerate() {
                 match home {
                     Home::Acc(x) if *x == k => {
@@ -146,7 +145,7 @@ impl Builder<'_> {
                         heavy |= self.plan.maps[v].as_ref().is_some_and(|m| m.stride == 2);
                     }
                     Home::RowPartial(x, _) if *x == k => heavy = true,
-                    Home::ColPartial(x) if *x == k => (heavy, col_partials) = (true, true),
+                    Home::ColPartial(x) if *x == k => heavy = true,
                     _ => {}
                 }
             }
@@ -159,8 +158,7 @@ impl Builder<'_> {
                     (*row_perm, *transposed)
                 }
             };
-            let per_column = col_partials || wide;
-            let chosen = match config::for_target(self.target, portable, &shape.cols, per_column, b_pairs, b_transposed)
+            let chosen = match config::for_target(self.target, portable, &shape.cols, wide, b_pairs, b_transposed)
             {
                 c if c.is_sm90() || !wide => c,
                 _ => TileConfig::Cfg64x64,
