@@ -148,7 +148,7 @@ impl Emu<'_> {
             for m in 0..rows {
                 for k in 0..cols {
                     let v = self.eval(s.node, m, k);
-                    let col = s.col_perm.map_or(k, |p| p.source(k));
+                    let col = s.col_perm.map_or(k, |p| p.source(k)) + s.col_offset.unwrap_or(0);
                     self.bufs[s.buf].put(m, col, f64::from(v), s.accumulate);
                 }
             }

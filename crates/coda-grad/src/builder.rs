@@ -174,10 +174,49 @@ impl<'f> Builder<'f> {
         let span = self.fwd.insts.span(v);
         let total = match self.adj[v.index()] {
             None => contribution,
-            Some(sum) => self.bin(BinaryOp::Add, sum, contribution, span)?,
+            Some(sum) => self.add(sum, contribution, span)?,
         };
         self.adj[v.index()] = Some(total);
         Ok(())
+    }
+
+    /// `a + b`, where sums of column blocks stay blocks:
+    /// `[a₀ | a₁] + [b₀ | b₁] = [a₀ + b₀ | a₁ + b₁]` when the blocks line
+    /// up, and `0 + x = x`. The gradient of a value sliced several ways (the
+    /// `[gate | up]` halves of a SwiGLU) is then one concatenation of the
+    /// pieces' gradients, not a sum of zero-padded copies: a GEMM epilogue
+    /// can store it a piece at a time (docs/backward.md).
+    fn add(&mut self, a: Value, b: Value, span: Span) -> Result<Value, GradError> {
+        if self.is_zero(a) && self.bwd.ty(a).shape == self.bwd.ty(b).shape {
+            return Ok(b);
+        }
+        if self.is_zero(b) && self.bwd.ty(a).shape == self.bwd.ty(b).shape {
+            return Ok(a);
+        }
+        let blocks = |s: &Self, v: Value| match s.bwd.inst(v) {
+            Inst::ConcatCols { parts } => Some(parts.clone()),
+            _ => None,
+        };
+        if let (Some(pa), Some(pb)) = (blocks(self, a), blocks(self, b)) {
+            let width = |s: &Self, p: &[Value]| p.iter().map(|v| s.bwd.ty(*v).shape.clone()).collect::<Vec<_>>();
+            if pa.len() == pb.len() && width(self, &pa) == width(self, &pb) {
+                let mut parts = Vec::with_capacity(pa.len());
+                for (x, y) in pa.into_iter().zip(pb) {
+                    parts.push(self.add(x, y, span)?);
+                }
+                return self.emit(Inst::ConcatCols { parts }, span);
+            }
+        }
+        self.bin(BinaryOp::Add, a, b, span)
+    }
+
+    /// Whether `v` is the constant 0 (broadcast or not).
+    fn is_zero(&self, v: Value) -> bool {
+        match self.bwd.inst(v) {
+            Inst::Const(c) => *c == 0.0,
+            Inst::Broadcast { arg, .. } => self.is_zero(*arg),
+            _ => false,
+        }
     }
 
     /// Appends an instruction.

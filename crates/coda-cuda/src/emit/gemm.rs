@@ -315,7 +315,7 @@ fn staging(em: &Emitter<'_>, spec: &GemmSpec, s: &crate::kir::Store) -> Option<S
     let map = em.kernel.nodes[s.node].reg.as_ref()?;
     let buf = &em.ir.buffers[s.buf];
     let rows = buf.rows == crate::symexpr::SymExpr::from(&spec.m);
-    if !rows || s.accumulate || !buf.dtype.is_half() || map.offset != 0 {
+    if !rows || s.accumulate || !buf.dtype.is_half() || map.offset != 0 || s.col_offset.is_some() {
         return None;
     }
     match (map.stride, s.col_perm) {
@@ -450,7 +450,9 @@ impl Gemm {
                     // Kept column sums (`coda::col_keep`): one pair per 8 column pairs.
                     em.stmt(format!("float {name}[(Frag::CJ + 7) / 8][2];"), part.value);
                     em.line("#pragma unroll");
-                    em.line(format!("for (int q = 0; q < (Frag::CJ + 7) / 8; ++q) {name}[q][0] = {name}[q][1] = 0.0f;"));
+                    em.line(format!(
+                        "for (int q = 0; q < (Frag::CJ + 7) / 8; ++q) {name}[q][0] = {name}[q][1] = 0.0f;"
+                    ));
                 }
                 PartialKind::RowLse => {
                     em.stmt(format!("float {name}_m[Frag::RI], {name}_s[Frag::RI];"), part.value);
@@ -820,7 +822,18 @@ impl Gemm {
             return Ok(());
         }
         let c0 = self.col(em, &map, 0);
-        let access = em.access(buf, "m", &c0, true);
+        let access = match store.col_offset {
+            // One part of a concatenation: shifted, and bounded by the
+            // part's end (a column bound, so the helpers stay branch-free).
+            Some(offset) => {
+                let end = em.block.ty(value).shape.cols.as_const().map(|w| w + offset);
+                let end = end.ok_or_else(|| em.internal("a stored concatenation part of run-time width"))?;
+                let b = em.buf_w(buf);
+                let c = if offset == 0 { c0 } else { format!("{c0} + {offset}") };
+                format!("{b}, {b}_ld, m, {c}, {b}_rows, {end}")
+            }
+            None => em.access(buf, "m", &c0, true),
+        };
         let text = match (vars.as_slice(), accumulate) {
             ([v0, v1], false) => format!("cg::st2({access}, {v0}, {v1});"),
             ([v0, v1], true) => format!("cg::st2_acc({access}, {v0}, {v1});"),

@@ -281,14 +281,15 @@ fn file_text(
 
 /// What a kernel stores and which partials it writes, for its summary.
 fn outputs_text(ir: &BlockIr, kernel: &Kernel, block: &Block) -> String {
-    let stores: Vec<String> = kernel
-        .stores
-        .iter()
-        .map(|s| {
-            let b = &ir.buffers[s.buf];
-            format!("{}{} ({})", b.name, if s.accumulate { " +=" } else { "" }, b.dtype)
-        })
-        .collect();
+    let mut stores: Vec<String> = Vec::new();
+    for s in &kernel.stores {
+        let b = &ir.buffers[s.buf];
+        // The parts of a concatenation stored one by one are one buffer.
+        let text = format!("{}{} ({})", b.name, if s.accumulate { " +=" } else { "" }, b.dtype);
+        if !stores.contains(&text) {
+            stores.push(text);
+        }
+    }
     let partials: Vec<String> = kernel
         .partials
         .iter()

@@ -354,7 +354,11 @@ fn is_narrow(em: &Emitter<'_>, s: &Store) -> bool {
 }
 
 fn store_call(em: &mut Emitter<'_>, s: &Store, m: &str, k: &str, v: &str) -> String {
-    let access = em.access(s.buf, m, k, true);
+    let k = match s.col_offset {
+        Some(offset) => format!("{k} + {offset}"),
+        None => k.to_string(),
+    };
+    let access = em.access(s.buf, m, &k, true);
     let f = if s.accumulate { "st_acc" } else { "st" };
     format!("cg::{f}({access}, {v});")
 }

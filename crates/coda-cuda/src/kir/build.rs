@@ -16,7 +16,7 @@ use crate::config::{self, TileConfig};
 use crate::error::CodegenError;
 use crate::plan::{Home, KernelPlan, OperandPlan, Plan};
 use crate::symexpr::SymExpr;
-use coda_ir::{Axis, Block, DType, Dim, Inst, ShapeClass, Value};
+use coda_ir::{Axis, Block, DType, Dim, Inst, PairPerm, ShapeClass, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// Builds the kernels of a partitioned block.
@@ -158,8 +158,7 @@ impl Builder<'_> {
                     (*row_perm, *transposed)
                 }
             };
-            let chosen = match config::for_target(self.target, portable, &shape.cols, wide, b_pairs, b_transposed)
-            {
+            let chosen = match config::for_target(self.target, portable, &shape.cols, wide, b_pairs, b_transposed) {
                 c if c.is_sm90() || !wide => c,
                 _ => TileConfig::Cfg64x64,
             };
@@ -301,9 +300,8 @@ impl Builder<'_> {
         let mut stores = Vec::new();
         let targets: Vec<(Value, DType)> = self.mats.iter().filter(|(_, kk)| **kk == k).map(|(key, _)| *key).collect();
         for (v, dtype) in targets {
-            let node = self.node_of(&mut ctx, v)?;
             let buf = self.scratch_buf(v, dtype);
-            stores.push(Store { node, buf, accumulate: false, col_perm: None });
+            stores.extend(self.stores_of(&mut ctx, v, buf, false, None)?);
         }
         for (i, output) in self.block.outputs.iter().enumerate() {
             if self.plan.output_kernels.get(i) != Some(&k) {
@@ -313,14 +311,42 @@ impl Builder<'_> {
                 Inst::UnpermuteCols { arg, perm } => (*arg, Some(*perm)),
                 _ => (output.value, None),
             };
-            let node = self.node_of(&mut ctx, value)?;
             let buf = self.output_bufs[i];
-            stores.push(Store { node, buf, accumulate: output.accumulate, col_perm });
+            stores.extend(self.stores_of(&mut ctx, value, buf, output.accumulate, col_perm)?);
         }
         let partials = self.partials_of(&mut ctx)?;
         let kind = self.kernel_kind(&ctx, &stores)?;
         let why = self.why_not_epilogue(k);
         Ok(Kernel { name: String::new(), kind, nodes: ctx.nodes, stores, partials, why })
+    }
+
+    /// The stores of `v` into `buf`: one, or for a concatenation of
+    /// register values of this GEMM (`plan::rules`, only ever stored) one
+    /// per part, each at its column offset.
+    fn stores_of(
+        &mut self,
+        ctx: &mut Ctx,
+        v: Value,
+        buf: BufId,
+        accumulate: bool,
+        col_perm: Option<PairPerm>,
+    ) -> Result<Vec<Store>, CodegenError> {
+        let v = self.c(v);
+        let split = matches!(self.plan.kernels[ctx.k], KernelPlan::Gemm { .. })
+            && self.plan.homes[v.index()] == Home::Acc(ctx.k);
+        if let (true, Inst::ConcatCols { parts }) = (split, self.block.inst(v)) {
+            let mut stores = Vec::new();
+            let mut offset = 0;
+            for part in parts.clone() {
+                let node = self.node_of(ctx, part)?;
+                stores.push(Store { node, buf, accumulate, col_perm: None, col_offset: Some(offset) });
+                let width = self.block.ty(part).shape.cols.as_const();
+                offset += width.ok_or_else(|| self.internal("a stored concatenation part of run-time width"))?;
+            }
+            return Ok(stores);
+        }
+        let node = self.node_of(ctx, v)?;
+        Ok(vec![Store { node, buf, accumulate, col_perm, col_offset: None }])
     }
 
     /// Why the values computed by row or column kernel `k` found no GEMM

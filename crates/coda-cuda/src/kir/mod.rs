@@ -260,6 +260,10 @@ pub struct Store {
     /// For a value computed in pair layout: column `c` of the node goes to
     /// column `perm.source(c)` of the buffer.
     pub col_perm: Option<PairPerm>,
+    /// For one part of a concatenation that a GEMM epilogue stores a part
+    /// at a time: column `c` of the node (`c` below the node's width) goes
+    /// to column `offset + c` of the buffer.
+    pub col_offset: Option<i64>,
 }
 
 /// A per-tile reduction a GEMM epilogue writes for later kernels.

@@ -142,6 +142,7 @@ impl Planner<'_> {
     /// Reductions and picks of epilogue values become partials.
     fn try_partial(&mut self, inst: &Inst) -> Option<Home> {
         match inst {
+            _ if inst.operands().iter().any(|o| self.is_stored_concat(*o)) => None,
             Inst::Reduce { op, axis: Axis::Cols, arg } => {
                 let Home::Acc(k) = *self.home(*arg) else { return None };
                 let (kind, reduced) = match op {
@@ -227,6 +228,9 @@ impl Planner<'_> {
         if inst.operands().iter().any(|o| matches!(self.block.inst(self.c(*o)), Inst::UnpermuteCols { .. })) {
             return Err("it reads a pair-layout value put back in column order, which only a store can do".into());
         }
+        if inst.operands().iter().any(|o| self.is_stored_concat(*o)) {
+            return Err("it reads a concatenation of accumulator columns, which only a store can do".into());
+        }
         let maps: Vec<ColMap> = inst.operands().iter().filter_map(reg).collect();
         let first = maps.first().cloned().ok_or("no register operand")?;
         let same = maps.iter().all(|m| *m == first);
@@ -268,9 +272,25 @@ impl Planner<'_> {
             Inst::UnpermuteCols { .. } if first.offset == 0 && first.stride == 1 => Ok(first),
             Inst::Broadcast { .. } => Err("it broadcasts an accumulator value across rows or columns".into()),
             Inst::Transpose { .. } => Err("it transposes an accumulator value".into()),
-            Inst::ConcatCols { .. } => Err("it concatenates accumulator columns".into()),
+            // Only stored, a part at a time (`kir::Store::col_offset`): parts
+            // of one register map and constant widths, all in registers.
+            Inst::ConcatCols { parts } => {
+                let whole = maps.len() == parts.len() && same && first.stride == 1;
+                let constant = parts.iter().all(|p| self.block.ty(*p).shape.cols.as_const().is_some());
+                if whole && constant {
+                    Ok(first)
+                } else {
+                    Err("it concatenates accumulator columns with other values or different columns".into())
+                }
+            }
             _ => Err("this operation needs values of other threads".into()),
         }
+    }
+
+    /// Whether `v` is a concatenation living in an epilogue (stored a part
+    /// at a time, readable by nothing else in that epilogue).
+    pub(super) fn is_stored_concat(&self, v: Value) -> bool {
+        matches!(self.block.inst(self.c(v)), Inst::ConcatCols { .. }) && matches!(self.home(v), Home::Acc(_))
     }
 
     /// `` `x` (%3) `` or `%3`.
