@@ -65,14 +65,17 @@ impl<'f> Builder<'f> {
         Ok(builder)
     }
 
-    /// One saved param per forward matmul: the value's name, or `mm<k>`.
+    /// One saved param per forward matmul (its [`crate::saving::save_point`]):
+    /// the saved value's name, or `mm<k>`.
     fn declare_saved(&mut self) -> Vec<Option<usize>> {
         let mut params = vec![None; self.fwd.insts.len()];
         let mut ordinal = 0;
-        for (v, inst) in self.fwd.insts.iter() {
+        let users = crate::saving::users_of(self.fwd);
+        for (mm, inst) in self.fwd.insts.iter() {
             if !matches!(inst, Inst::MatMul { .. }) {
                 continue;
             }
+            let v = crate::saving::save_point(self.fwd, &users, mm);
             let base = self.fwd.names[v.index()].clone().unwrap_or_else(|| format!("mm{ordinal}"));
             ordinal += 1;
             let name = self.names.fresh(&base);

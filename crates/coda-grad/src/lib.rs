@@ -11,7 +11,9 @@
 //! # Saved-tensor policy
 //!
 //! The forward stores every matmul result the backward reads (in `f32`, the
-//! type of a matmul result), and nothing else; the backward recomputes
+//! type of a matmul result; or, when the result only feeds residual
+//! additions ending in a 16-bit cast, that cast: `saving::save_point`), and
+//! nothing else; the backward recomputes
 //! every other forward value it needs (elementwise work, norms and their
 //! row statistics, activations, rotary tables) from its inputs and the
 //! saved matmul results. Matmuls are the only work too expensive to redo;
@@ -63,7 +65,7 @@ pub struct Saved {
     pub name: String,
     /// The forward value saved.
     pub value: Value,
-    /// Its type (`f32`, the value's shape).
+    /// Its type (`f32` for a matmul result, the 16-bit type of a saved cast).
     pub ty: Ty,
 }
 
@@ -123,6 +125,13 @@ pub fn differentiate(forward: &Block, spec: &GradSpec) -> Result<Gradient, GradE
     let input_grads = spec.wrt.iter().copied().zip(backward.outputs.iter().map(|o| o.tensor.name.clone())).collect();
     let output_grads = spec.outputs.iter().copied().zip(output_names).collect();
     let (backward, origin) = compact::compact(&backward, &origin).map_err(GradError::Internal)?;
+    let recomputes_matmul = backward
+        .insts
+        .iter()
+        .any(|(b, inst)| matches!(inst, coda_ir::Inst::MatMul { .. }) && origin.get(b.index()).is_some_and(Option::is_some));
+    if recomputes_matmul {
+        return Err(GradError::Internal("the backward recomputes a forward matmul instead of reading it saved".into()));
+    }
     coda_ir::verify::verify(&backward).map_err(|e| GradError::Internal(e.to_string()))?;
     let saved: Vec<Saved> = saved.into_iter().filter(|s| backward.param(&s.name).is_some()).collect();
     let recomputed = recomputed_values(forward, &backward, &origin);
