@@ -37,8 +37,9 @@ fn explain_grad_lists_saved_tensors_and_the_backward_ir() {
     for needle in [
         "// backward of block `llama3_layer`: computes dattn, dx0, dw_o",
         "// saved by the forward (3 tensor(s), stored by `llama3_layer_saving`):",
+        "//   x1: bf16[M, 4096] = `bf16(x0 + attn @ w_o.T)`",
         "//   z: f32[M, 28672] = `rmsnorm(x1, g_ffn, 1e-5) @ w_gu.T`",
-        "// recomputed in the backward: x1, y, x_out",
+        "// recomputed in the backward: y, x_out",
         "block llama3_layer_grad {",
         "output dw_qkv =",
     ] {
