@@ -10,7 +10,7 @@
 use crate::names::{grad_name, Names};
 use crate::{GradError, GradSpec, Saved};
 use coda_diagnostics::Span;
-use coda_ir::{Axis, BinaryOp, Block, BlockKind, Dim, Inst, Output, ReduceOp, Shape, Tensor, UnaryOp, Value};
+use coda_ir::{Axis, BinaryOp, Block, BlockKind, Dim, Inst, Output, ReduceOp, Shape, Tensor, Ty, UnaryOp, Value};
 
 /// State of one differentiation.
 pub(crate) struct Builder<'f> {
@@ -65,21 +65,27 @@ impl<'f> Builder<'f> {
         Ok(builder)
     }
 
-    /// One saved param per forward matmul (its [`crate::saving::save_point`]):
-    /// the saved value's name, or `mm<k>`.
+    /// One saved param per forward matmul (its [`crate::saving::save_point`]),
+    /// and one per matmul operand saved in the operand type
+    /// ([`crate::saving::saved_operands`]), in forward order: the saved
+    /// value's name, or `mm<k>`.
     fn declare_saved(&mut self) -> Vec<Option<usize>> {
         let mut params = vec![None; self.fwd.insts.len()];
-        let mut ordinal = 0;
         let users = crate::saving::users_of(self.fwd);
-        for (mm, inst) in self.fwd.insts.iter() {
-            if !matches!(inst, Inst::MatMul { .. }) {
-                continue;
-            }
+        let mut chosen: Vec<(Value, Ty, String)> = Vec::new();
+        for (ordinal, mm) in self.fwd.insts.iter().filter(|(_, i)| matches!(i, Inst::MatMul { .. })).map(|(v, _)| v).enumerate() {
             let v = crate::saving::save_point(self.fwd, &users, mm);
-            let base = self.fwd.names[v.index()].clone().unwrap_or_else(|| format!("mm{ordinal}"));
-            ordinal += 1;
+            chosen.push((v, self.fwd.ty(v).clone(), format!("mm{ordinal}")));
+        }
+        let points: Vec<Value> = chosen.iter().map(|(v, ..)| *v).collect();
+        for (v, dtype) in crate::saving::saved_operands(self.fwd, &users, &points) {
+            let ty = Ty { dtype, shape: self.fwd.ty(v).shape.clone() };
+            chosen.push((v, ty, format!("op{}", v.index())));
+        }
+        chosen.sort_by_key(|(v, ..)| v.index());
+        for (v, ty, fallback) in chosen {
+            let base = self.fwd.names[v.index()].clone().unwrap_or(fallback);
             let name = self.names.fresh(&base);
-            let ty = self.fwd.ty(v).clone();
             self.saved.push(Saved { name: name.clone(), value: v, ty: ty.clone() });
             let span = self.fwd.insts.span(v);
             self.bwd.params.push(Tensor { name, dtype: ty.dtype, shape: ty.shape, rank: 2, span });

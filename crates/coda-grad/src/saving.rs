@@ -3,7 +3,7 @@
 //! is what a training step runs before the backward.
 
 use crate::{GradError, Saved};
-use coda_ir::{BinaryOp, Block, Inst, Output, Tensor, Value};
+use coda_ir::{BinaryOp, Block, DType, Inst, Output, Tensor, Value};
 
 /// The value saved for matmul `mm`: the matmul result itself, or, when the
 /// result's only use is a chain of additions (residuals) ending in a cast to
@@ -27,6 +27,62 @@ pub(crate) fn save_point(fwd: &Block, users: &[Vec<Value>], mm: Value) -> Value 
             _ => return mm,
         }
     }
+}
+
+/// Matmul operands saved in the operand type, beside the matmul results:
+/// an `f32` operand `x` (not a block input) whose every user is a matmul
+/// with the same operand type `D`, and whose recomputation would read saved
+/// matmul results of more bytes than `x` has in `D`. The SwiGLU output
+/// `y = swiglu(z)` of `y @ w_down.T` is the case: the backward needs `y`
+/// only as the weight-gradient GEMM's operand, which rounds it to `D`
+/// anyway, so reading `y` in `D` is exact, and it reads `M × F` 16-bit
+/// values instead of the `M × 2F` `f32` of `z` (the forward already writes
+/// `y` in `D` for its own GEMM). Not a normalized operand (see
+/// [`saved_sources`]). Returns `(x, D)` pairs.
+pub(crate) fn saved_operands(fwd: &Block, users: &[Vec<Value>], points: &[Value]) -> Vec<(Value, DType)> {
+    let mut out: Vec<(Value, DType)> = Vec::new();
+    for (_, inst) in fwd.insts.iter() {
+        let Inst::MatMul { lhs, rhs, operand_dtype, .. } = inst else { continue };
+        for x in [*lhs, *rhs] {
+            let taken = points.contains(&x) || out.iter().any(|(v, _)| *v == x);
+            if taken || matches!(fwd.inst(x), Inst::Param(_)) || fwd.ty(x).dtype != DType::F32 {
+                continue;
+            }
+            let only_matmuls = users[x.index()].iter().all(|u| {
+                matches!(fwd.inst(*u), Inst::MatMul { operand_dtype: d, lhs, rhs, .. }
+                    if d == operand_dtype && (*lhs == x || *rhs == x))
+            });
+            let is_output = fwd.outputs.iter().any(|o| o.value == x);
+            let saved_bytes = |v: Value| fwd.ty(v).shape.cols.as_const().map(|c| c * fwd.ty(v).dtype.size_bytes() as i64);
+            let own = saved_bytes(x).map(|b| b / 4 * operand_dtype.size_bytes() as i64);
+            let read: Option<i64> = saved_sources(fwd, x, points).and_then(|s| s.into_iter().map(saved_bytes).sum());
+            if only_matmuls && !is_output && own.zip(read).is_some_and(|(own, read)| read > own) {
+                out.push((x, *operand_dtype));
+            }
+        }
+    }
+    out
+}
+
+/// The saved matmul results (`f32`, their own save points) that the
+/// recomputation of `x` reads, through everything but matmuls and inputs;
+/// `None` when it goes through a reduction: then `x` is a normalized tile
+/// that the forward does not materialize (a deferred norm applies its row
+/// scale after the matmul), and saving it would cost the forward a kernel.
+fn saved_sources(fwd: &Block, x: Value, points: &[Value]) -> Option<Vec<Value>> {
+    let (mut stack, mut seen, mut found) = (vec![x], std::collections::BTreeSet::new(), Vec::new());
+    while let Some(v) = stack.pop() {
+        if !seen.insert(v) {
+            continue;
+        }
+        match fwd.inst(v) {
+            Inst::MatMul { .. } if points.contains(&v) => found.push(v),
+            Inst::MatMul { .. } | Inst::Param(_) => {}
+            Inst::Reduce { .. } => return None,
+            inst => stack.extend(inst.operands()),
+        }
+    }
+    Some(found)
 }
 
 /// The users of every forward value (each user once).
