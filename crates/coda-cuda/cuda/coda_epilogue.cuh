@@ -750,6 +750,18 @@ __device__ __forceinline__ void store_tile_staged_map(const Frag& f, const TileI
     store_staged_out<T, Frag, kW>(f, t, s, out, ld, origin, out_cols);
 }
 
+// The tile that the staged store just before (store_tile_staged,
+// store_tile_staged_map or staged_put_finish, with the same T and Map)
+// left in the scratch, to a second output: nothing has written the scratch
+// since, and store_staged_out only reads it.  For the Hopper mainloop,
+// whose scratch always holds the tile (the staged store was not a fallback).
+template <class T, class Map, class Frag>
+__device__ __forceinline__ void store_staged_again(const Frag& f, const TileInfo& t, T* out, long long ld,
+                                                   int out_cols, float* smem) {
+    store_staged_out<T, Frag, Map::template width<Frag::BN>()>(f, t, reinterpret_cast<const unsigned char*>(smem),
+                                                               out, ld, Map::origin(t.tile_n0), out_cols);
+}
+
 // ---------------------------------------------------------------------------
 // Staged tile operand: a 16-bit rows x cols matrix (e.g. a residual) read
 // for the CTA's whole BM x BN tile through shared memory, in the padded

@@ -73,18 +73,27 @@ impl<'f> Builder<'f> {
         let mut params = vec![None; self.fwd.insts.len()];
         let users = crate::saving::users_of(self.fwd);
         let mut chosen: Vec<(Value, Ty, String)> = Vec::new();
-        for (ordinal, mm) in self.fwd.insts.iter().filter(|(_, i)| matches!(i, Inst::MatMul { .. })).map(|(v, _)| v).enumerate() {
+        let matmuls: Vec<Value> =
+            self.fwd.insts.iter().filter(|(_, i)| matches!(i, Inst::MatMul { .. })).map(|(v, _)| v).collect();
+        let matmul_name = |mm: Value| {
+            let ordinal = matmuls.iter().position(|m| *m == mm).unwrap_or(0);
+            self.fwd.names[mm.index()].clone().unwrap_or_else(|| format!("mm{ordinal}"))
+        };
+        for &mm in &matmuls {
             let v = crate::saving::save_point(self.fwd, &users, mm);
-            chosen.push((v, self.fwd.ty(v).clone(), format!("mm{ordinal}")));
+            chosen.push((v, self.fwd.ty(v).clone(), matmul_name(mm)));
         }
         let points: Vec<Value> = chosen.iter().map(|(v, ..)| *v).collect();
         for (v, dtype) in crate::saving::saved_operands(self.fwd, &users, &points) {
             let ty = Ty { dtype, shape: self.fwd.ty(v).shape.clone() };
-            chosen.push((v, ty, format!("op{}", v.index())));
+            // Unnamed: after the matmul that reads it (`mm2_in`).
+            let user = users[v.index()].first().copied().unwrap_or(v);
+            chosen.push((v, ty, format!("{}_in", matmul_name(user))));
         }
         chosen.sort_by_key(|(v, ..)| v.index());
         for (v, ty, fallback) in chosen {
-            let base = self.fwd.names[v.index()].clone().unwrap_or(fallback);
+            let named = matches!(self.fwd.inst(v), Inst::MatMul { .. }) || self.fwd.names[v.index()].is_some();
+            let base = if named { self.fwd.names[v.index()].clone().unwrap_or(fallback) } else { fallback };
             let name = self.names.fresh(&base);
             self.saved.push(Saved { name: name.clone(), value: v, ty: ty.clone() });
             let span = self.fwd.insts.span(v);

@@ -125,10 +125,9 @@ pub fn differentiate(forward: &Block, spec: &GradSpec) -> Result<Gradient, GradE
     let input_grads = spec.wrt.iter().copied().zip(backward.outputs.iter().map(|o| o.tensor.name.clone())).collect();
     let output_grads = spec.outputs.iter().copied().zip(output_names).collect();
     let (backward, origin) = compact::compact(&backward, &origin).map_err(GradError::Internal)?;
-    let recomputes_matmul = backward
-        .insts
-        .iter()
-        .any(|(b, inst)| matches!(inst, coda_ir::Inst::MatMul { .. }) && origin.get(b.index()).is_some_and(Option::is_some));
+    let recomputes_matmul = backward.insts.iter().any(|(b, inst)| {
+        matches!(inst, coda_ir::Inst::MatMul { .. }) && origin.get(b.index()).is_some_and(Option::is_some)
+    });
     if recomputes_matmul {
         return Err(GradError::Internal("the backward recomputes a forward matmul instead of reading it saved".into()));
     }

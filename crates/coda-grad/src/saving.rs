@@ -53,7 +53,8 @@ pub(crate) fn saved_operands(fwd: &Block, users: &[Vec<Value>], points: &[Value]
                     if d == operand_dtype && (*lhs == x || *rhs == x))
             });
             let is_output = fwd.outputs.iter().any(|o| o.value == x);
-            let saved_bytes = |v: Value| fwd.ty(v).shape.cols.as_const().map(|c| c * fwd.ty(v).dtype.size_bytes() as i64);
+            let saved_bytes =
+                |v: Value| fwd.ty(v).shape.cols.as_const().map(|c| c * fwd.ty(v).dtype.size_bytes() as i64);
             let own = saved_bytes(x).map(|b| b / 4 * operand_dtype.size_bytes() as i64);
             let read: Option<i64> = saved_sources(fwd, x, points).and_then(|s| s.into_iter().map(saved_bytes).sum());
             if only_matmuls && !is_output && own.zip(read).is_some_and(|(own, read)| read > own) {

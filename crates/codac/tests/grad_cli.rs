@@ -36,10 +36,11 @@ fn explain_grad_lists_saved_tensors_and_the_backward_ir() {
     let stdout = text(&out.stdout);
     for needle in [
         "// backward of block `llama3_layer`: computes dattn, dx0, dw_o",
-        "// saved by the forward (3 tensor(s), stored by `llama3_layer_saving`):",
+        "// saved by the forward (4 tensor(s), stored by `llama3_layer_saving`):",
         "//   x1: bf16[M, 4096] = `bf16(x0 + attn @ w_o.T)`",
         "//   z: f32[M, 28672] = `rmsnorm(x1, g_ffn, 1e-5) @ w_gu.T`",
-        "// recomputed in the backward: y, x_out",
+        "//   y: bf16[M, 14336] = `swiglu(z)`",
+        "// recomputed in the backward: x_out",
         "block llama3_layer_grad {",
         "output dw_qkv =",
     ] {

@@ -63,6 +63,7 @@ pub(crate) fn emit(
         pairs: HashMap::new(),
         inline_pairs: HashMap::new(),
         staged: None,
+        twins: Vec::new(),
         scratch: None,
         staged_load: None,
         col_vecs: Vec::new(),
@@ -70,6 +71,7 @@ pub(crate) fn emit(
         put_staged: false,
     };
     g.staged = staged_store(em, spec);
+    g.twins = g.staged.map_or_else(Vec::new, |(first, how)| twin_stores(em, spec, first, how));
     g.scratch = g.staged.and_then(|(first, _)| scratch_store(em, spec, first));
     em.set_indent(2);
     g.scalars(em)?;
@@ -89,6 +91,12 @@ pub(crate) fn emit(
             staged_call(em, store.buf, how)
         };
         em.stmt(call, em.kernel.nodes[store.node].value);
+        for twin in g.twins.clone() {
+            let s = em.kernel.stores[twin].clone();
+            let (b, t, map) = (em.buf_w(s.buf), super::params::c_type(em.ir.buffers[s.buf].dtype), staging_map(how));
+            let call = format!("coda::store_staged_again<{t}, {map}>(f, t, {b}, {b}_ld, {b}_cols, smem);");
+            em.stmt(call, em.kernel.nodes[s.node].value);
+        }
     }
     g.reductions(em)?;
     let body = em.take_lines().join("\n");
@@ -261,6 +269,10 @@ struct Gemm {
     inline_pairs: HashMap<(NodeId, i64), Vec<String>>,
     /// The store written through shared memory, by index, and how.
     staged: Option<(usize, Staging)>,
+    /// Stores of the same node, staged the same way into another buffer of
+    /// the same type (a saved tensor beside the next GEMM's operand): the
+    /// staged tile is written to them too (`coda::store_staged_again`).
+    twins: Vec<usize>,
     /// A second full-tile store written through the scratch during the
     /// loop (`coda::staged_put` / `staged_put_finish` with `StagedOwnCols`, before
     /// the staged store), by index.
@@ -324,6 +336,26 @@ fn staging(em: &Emitter<'_>, spec: &GemmSpec, s: &crate::kir::Store) -> Option<S
         (2, None) => Some(Staging::Half),
         _ => None,
     }
+}
+
+/// The stores that repeat the staged store `first` (same node, staged the
+/// same way, same element type) into other buffers: Hopper only, where the
+/// scratch always holds a whole tile.
+fn twin_stores(em: &Emitter<'_>, spec: &GemmSpec, first: usize, how: Staging) -> Vec<usize> {
+    let stores = &em.kernel.stores;
+    let Some(staged) = stores.get(first) else { return Vec::new() };
+    let dtype = em.ir.buffers[staged.buf].dtype;
+    let same_way = |s: &crate::kir::Store| {
+        let twin = matches!(
+            (staging(em, spec, s), how),
+            (Some(Staging::Identity), Staging::Identity) | (Some(Staging::Half), Staging::Half)
+        ) || matches!((staging(em, spec, s), how), (Some(Staging::Unpermute(a)), Staging::Unpermute(b)) if a == b);
+        twin && s.node == staged.node && em.ir.buffers[s.buf].dtype == dtype && s.buf != staged.buf
+    };
+    if !spec.config.is_sm90() {
+        return Vec::new();
+    }
+    (0..stores.len()).filter(|i| *i != first && same_way(&stores[*i])).collect()
 }
 
 /// A second store that can go through the scratch during the loop, besides
@@ -502,7 +534,8 @@ impl Gemm {
             self.register(em, *id)?;
         }
         for (idx, store) in em.kernel.stores.clone().into_iter().enumerate() {
-            if self.staged.map(|(i, _)| i) == Some(idx) || em.kernel.nodes[store.node].reg.is_none() {
+            let twin = self.twins.contains(&idx);
+            if self.staged.map(|(i, _)| i) == Some(idx) || twin || em.kernel.nodes[store.node].reg.is_none() {
                 continue;
             }
             if self.scratch == Some(idx) {
