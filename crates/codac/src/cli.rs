@@ -151,7 +151,7 @@ pub(crate) struct RunArgs {
     /// Run only this block (default: every block in the file).
     #[arg(long)]
     pub(crate) block: Option<String>,
-    /// Work on the backward blocks (the `grad` declarations, or every block w.r.t. all float inputs); see docs/backward.md.
+    /// Work on training steps: each saving forward (the forward that also stores the saved tensors) and its backward block (the `grad` declarations, or every block w.r.t. all float inputs), each on its own random inputs; see docs/backward.md.
     #[arg(long)]
     pub(crate) grad: bool,
     #[command(flatten)]

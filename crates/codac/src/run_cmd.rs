@@ -33,7 +33,7 @@ pub(crate) fn run(args: &RunArgs, color: ColorChoice) -> Result<Outcome> {
     if checked.has_errors() {
         return Ok(Outcome::UserError);
     }
-    let checked = crate::grad_cmd::view(checked, args.grad)?;
+    let checked = if args.grad { crate::grad_cmd::training_view(checked)? } else { checked };
     let dims = parse_dims(&args.input.dims)?;
     let device = open_device()?;
     let info = device.info();
