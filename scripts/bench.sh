@@ -7,11 +7,13 @@
 #      (examples/llama3_block.coda) and the 1B one
 #      (bench/llama3_1b_block.coda) at M=$BENCH_M (default 8192): every
 #      kernel, the whole block, the bare GEMMs, compile latency;
+#      and, unless BENCH_NO_GRAD=1, the 8B training step (codac bench
+#      --grad: saving forward plus backward, against their bare GEMMs);
 #   2. bench/compare.py: the same shapes as cuBLAS GEMMs, eager PyTorch and
 #      torch.compile, with the ratios to codac from step 1.
 #
 # Writes under $OUT (default /tmp/codac-bench): codac-8b.json, codac-1b.json
-# (the `codac bench --json` documents), codac-8b.txt, codac-1b.txt (their
+# codac-8b-grad.json (the `codac bench --json` documents), codac-8b.txt, codac-1b.txt, codac-8b-grad.txt (their
 # tables and progress), compare.json, compare.txt, bench.log; prints the
 # codac tables and then the comparison table last. Kernel cache:
 # $CODAC_CACHE_DIR, default a fresh directory under $OUT's parent temp dir.
@@ -52,12 +54,13 @@ if [ ! -x "$BIN" ]; then
 fi
 
 failures=0
-# codac_bench NAME FILE
+# codac_bench NAME FILE [FLAGS...]
 codac_bench() {
     local name=$1 file=$2 t0
+    shift 2
     t0=$(date +%s)
-    echo "== codac bench $file --dims M=$M --iters $ITERS --json" | tee -a "$LOG"
-    if timeout "${BENCH_CODAC_TIMEOUT:-240}" "$BIN" bench "$file" --dims "M=$M" --iters "$ITERS" --json --color never \
+    echo "== codac bench $file --dims M=$M --iters $ITERS --json $*" | tee -a "$LOG"
+    if timeout "${BENCH_CODAC_TIMEOUT:-240}" "$BIN" bench "$file" --dims "M=$M" --iters "$ITERS" --json --color never "$@" \
         >"$OUT/codac-$name.json" 2>"$OUT/codac-$name.txt"; then
         echo "   ok ($(( $(date +%s) - t0 )) s)" | tee -a "$LOG"
     else
@@ -68,6 +71,7 @@ codac_bench() {
 }
 codac_bench 8b examples/llama3_block.coda
 codac_bench 1b bench/llama3_1b_block.coda
+[ "${BENCH_NO_GRAD:-0}" = 1 ] || codac_bench 8b-grad examples/llama3_block.coda --grad
 
 compare_args=(--m "$M" --iters "$ITERS" --json "$OUT/compare.json")
 for name in 8b 1b; do
@@ -85,7 +89,7 @@ else
     echo "   ok ($(( $(date +%s) - t0 )) s)" | tee -a "$LOG"
 fi
 
-for name in 8b 1b; do
+for name in 8b 1b 8b-grad; do
     echo
     grep -v -E '^(compiling|timing) ' "$OUT/codac-$name.txt" 2>/dev/null | tee -a "$LOG"
 done
