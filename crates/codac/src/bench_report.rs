@@ -424,6 +424,27 @@ mod tests {
     }
 
     #[test]
+    fn training_step_adds_both_blocks() {
+        let block = |name: &str, ms: f64, bare: f64| {
+            BlockReport::totals(name.into(), BTreeMap::new(), 1, 1, vec![gemm_kernel(ms, bare)], timing(ms))
+        };
+        let mut r = report();
+        r.blocks = vec![block("f_saving", 2.0, 1.5), block("f_grad", 4.0, 3.5)];
+        let step = StepReport::of(&r.blocks, "f_saving", "f_grad").unwrap_or_else(|| panic!("no step"));
+        assert_eq!((step.time_ms, step.bare_gemms_ms, step.ratio), (6.0, 5.0, 1.2));
+        assert!(StepReport::of(&r.blocks, "f_saving", "missing").is_none());
+        r.steps = vec![step];
+        let text = render_text(&r);
+        assert!(
+            text.contains("training step f_saving + f_grad: 6.000 ms; bare GEMMs 5.000 ms; the step takes 1.20× that"),
+            "{text}"
+        );
+        let json = serde_json::to_value(&r).unwrap_or_default();
+        assert_eq!(json["steps"][0]["ratio"], 1.2);
+        assert!(serde_json::to_value(report()).unwrap_or_default().get("steps").is_none(), "no steps without --grad");
+    }
+
+    #[test]
     fn rates() {
         assert!((tflops(2.0 * 8192.0 * 4096.0 * 4096.0, 0.5) - 549.755_813_888).abs() < 1e-6);
         assert_eq!(gbps(2_000_000, 1.0), 2.0);
