@@ -71,7 +71,7 @@ impl<'f> Builder<'f> {
     /// value's name, or `mm<k>`.
     fn declare_saved(&mut self) -> Vec<Option<usize>> {
         let mut params = vec![None; self.fwd.insts.len()];
-        let users = crate::saving::users_of(self.fwd);
+        let users = self.fwd.users();
         let mut chosen: Vec<(Value, Ty, String)> = Vec::new();
         let matmuls: Vec<Value> =
             self.fwd.insts.iter().filter(|(_, i)| matches!(i, Inst::MatMul { .. })).map(|(v, _)| v).collect();
@@ -92,8 +92,7 @@ impl<'f> Builder<'f> {
         }
         chosen.sort_by_key(|(v, ..)| v.index());
         for (v, ty, fallback) in chosen {
-            let named = matches!(self.fwd.inst(v), Inst::MatMul { .. }) || self.fwd.names[v.index()].is_some();
-            let base = if named { self.fwd.names[v.index()].clone().unwrap_or(fallback) } else { fallback };
+            let base = self.fwd.names[v.index()].clone().unwrap_or(fallback);
             let name = self.names.fresh(&base);
             self.saved.push(Saved { name: name.clone(), value: v, ty: ty.clone() });
             let span = self.fwd.insts.span(v);

@@ -86,19 +86,6 @@ fn saved_sources(fwd: &Block, x: Value, points: &[Value]) -> Option<Vec<Value>> 
     Some(found)
 }
 
-/// The users of every forward value (each user once).
-pub(crate) fn users_of(block: &Block) -> Vec<Vec<Value>> {
-    let mut users = vec![Vec::new(); block.insts.len()];
-    for (v, inst) in block.insts.iter() {
-        for o in inst.operands() {
-            if !users[o.index()].contains(&v) {
-                users[o.index()].push(v);
-            }
-        }
-    }
-    users
-}
-
 /// `forward` plus an `f32` output for each saved tensor, named `<forward>_saving`.
 pub(crate) fn saving_forward(forward: &Block, saved: &[Saved]) -> Result<Block, GradError> {
     let mut block = forward.clone();

@@ -122,6 +122,20 @@ impl Block {
         self.insts.get(value)
     }
 
+    /// The users of every value, by value index: each instruction reading
+    /// it, once, in arena order.
+    pub fn users(&self) -> Vec<Vec<Value>> {
+        let mut users = vec![Vec::new(); self.insts.len()];
+        for (v, inst) in self.insts.iter() {
+            for o in inst.operands() {
+                if !users[o.index()].contains(&v) {
+                    users[o.index()].push(v);
+                }
+            }
+        }
+        users
+    }
+
     /// Names the value (the first name given wins).
     pub fn set_name(&mut self, value: Value, name: &str) {
         if let Some(slot) = self.names.get_mut(value.index()) {

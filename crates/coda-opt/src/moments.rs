@@ -30,7 +30,7 @@ struct Centred {
 /// whose shift `a` depends on a row reduction (a value a producer epilogue
 /// cannot have); returns the block and the number of rewrites.
 pub(crate) fn rewrite(block: &Block) -> Result<(Block, usize), TypeError> {
-    let users = users_of(block);
+    let users = block.users();
     let mut out = Block::new(block.name.clone(), block.kind, block.span);
     out.dims = block.dims.clone();
     out.params = block.params.clone();
@@ -107,17 +107,4 @@ fn from_moments(out: &mut Block, x: Value, a: Value, span: coda_diagnostics::Spa
     let correction = push(Inst::Binary { op: BinaryOp::Mul, lhs: a, rhs: inner })?;
     let centred = push(Inst::Binary { op: BinaryOp::Sub, lhs: sum_sq, rhs: correction })?;
     push(Inst::Binary { op: BinaryOp::Max, lhs: centred, rhs: zero })
-}
-
-/// The users of every value.
-fn users_of(block: &Block) -> Vec<Vec<Value>> {
-    let mut users = vec![Vec::new(); block.insts.len()];
-    for (v, inst) in block.insts.iter() {
-        for o in inst.operands() {
-            if !users[o.index()].contains(&v) {
-                users[o.index()].push(v);
-            }
-        }
-    }
-    users
 }

@@ -43,7 +43,7 @@ pub(crate) fn choose(block: &Block, options: &Options, excluded: &BTreeSet<Value
     if !options.pair_layouts {
         return chosen;
     }
-    let users = users_of(block);
+    let users = block.users();
     for (v, inst) in block.insts.iter() {
         let Inst::MatMul { rhs, rhs_transposed: true, .. } = inst else { continue };
         if excluded.contains(&v) || !matches!(block.inst(*rhs), Inst::Param(_)) {
@@ -88,15 +88,4 @@ fn wanted_perm(block: &Block, users: &[Vec<Value>], v: Value, n: i64) -> Option<
         }
     }
     None
-}
-
-/// The users of every value.
-pub(crate) fn users_of(block: &Block) -> Vec<Vec<Value>> {
-    let mut users = vec![Vec::new(); block.insts.len()];
-    for (v, inst) in block.insts.iter() {
-        for o in inst.operands() {
-            users[o.index()].push(v);
-        }
-    }
-    users
 }

@@ -62,7 +62,7 @@ pub(crate) fn rewrite(old: &Block, options: &Options, plan: &BTreeMap<Value, Cho
         unabsorbed: BTreeSet::new(),
         in_layout_memo: HashMap::new(),
         biased: HashMap::new(),
-        users: pairs::users_of(old),
+        users: old.users(),
     };
     r.run()?;
     let block = compact(&r.new)?;

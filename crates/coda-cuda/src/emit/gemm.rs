@@ -293,7 +293,7 @@ struct Gemm {
 }
 
 /// How a staged store maps accumulator columns to output columns.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 enum Staging {
     /// The accumulator's own columns (`store_tile_staged`).
     Identity,
@@ -346,11 +346,10 @@ fn twin_stores(em: &Emitter<'_>, spec: &GemmSpec, first: usize, how: Staging) ->
     let Some(staged) = stores.get(first) else { return Vec::new() };
     let dtype = em.ir.buffers[staged.buf].dtype;
     let same_way = |s: &crate::kir::Store| {
-        let twin = matches!(
-            (staging(em, spec, s), how),
-            (Some(Staging::Identity), Staging::Identity) | (Some(Staging::Half), Staging::Half)
-        ) || matches!((staging(em, spec, s), how), (Some(Staging::Unpermute(a)), Staging::Unpermute(b)) if a == b);
-        twin && s.node == staged.node && em.ir.buffers[s.buf].dtype == dtype && s.buf != staged.buf
+        staging(em, spec, s) == Some(how)
+            && s.node == staged.node
+            && em.ir.buffers[s.buf].dtype == dtype
+            && s.buf != staged.buf
     };
     if !spec.config.is_sm90() {
         return Vec::new();
@@ -703,8 +702,9 @@ impl Gemm {
             return Ok(vars.clone());
         }
         let node = em.kernel.nodes[op].clone();
-        let vars = match tile_pair_load(em, op, map) {
-            Some((load, buf, at)) => {
+        let vars = match sliced_tile_load(em, op) {
+            Some((load, buf, start)) => {
+                let at = ColMap { offset: map.offset - start, ..map.clone() };
                 let pair = self.pair_load(em, load, buf, &at, "m");
                 vec![format!("{pair}.x"), format!("{pair}.y")]
             }
@@ -1073,8 +1073,7 @@ fn reads_tile_pairs(em: &Emitter<'_>, id: NodeId) -> bool {
     if node.reg.is_some() || node.space != Space::Tile {
         return false;
     }
-    let unit = ColMap { offset: 0, stride: 1, len: coda_ir::Dim::constant(1) };
-    if tile_pair_load(em, id, &unit).is_some() {
+    if sliced_tile_load(em, id).is_some() {
         return true;
     }
     match &node.op {
@@ -1085,20 +1084,19 @@ fn reads_tile_pairs(em: &Emitter<'_>, id: NodeId) -> bool {
     }
 }
 
-/// A tile load read at the pair's columns of `map`, directly or through a
-/// slice with a constant start and step 1: the load, its buffer and the map
-/// of its columns.
-fn tile_pair_load(em: &Emitter<'_>, id: NodeId, map: &ColMap) -> Option<(NodeId, usize, ColMap)> {
+/// A tile load, directly or through slices with a constant start and step
+/// 1: the load, its buffer and the column of the buffer that the value's
+/// column 0 reads.
+fn sliced_tile_load(em: &Emitter<'_>, id: NodeId) -> Option<(NodeId, usize, i64)> {
     let node = em.kernel.nodes.get(id)?;
     if node.reg.is_some() || node.space != Space::Tile {
         return None;
     }
     match &node.op {
-        Op::Load(buf) => Some((id, *buf, map.clone())),
+        Op::Load(buf) => Some((id, *buf, 0)),
         Op::Slice { arg, start, step: 1 } => {
-            let start = start.as_const()?;
-            let (load, buf, at) = tile_pair_load(em, *arg, map)?;
-            Some((load, buf, ColMap { offset: at.offset - start, stride: 1, len: at.len }))
+            let (load, buf, inner) = sliced_tile_load(em, *arg)?;
+            Some((load, buf, inner + start.as_const()?))
         }
         _ => None,
     }
