@@ -54,6 +54,14 @@ __device__ __forceinline__ uint2 ldg_b64_if(const void* q, bool p) {
         : "l"(q), "r"((int)p));
     return v;
 }
+__device__ __forceinline__ uint4 ldg_b128_if(const void* q, bool p) {
+    uint4 v;
+    asm("{\n\t.reg .pred q;\n\tsetp.ne.b32 q, %5, 0;\n\tmov.b32 %0, 0;\n\tmov.b32 %1, 0;\n\t"
+        "mov.b32 %2, 0;\n\tmov.b32 %3, 0;\n\t@q ld.global.nc.v4.b32 {%0, %1, %2, %3}, [%4];\n\t}"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(q), "r"((int)p));
+    return v;
+}
 // Stores: volatile (they have no outputs) but with no memory clobber, so
 // loads of read-only inputs may still move across them.
 __device__ __forceinline__ void stg_b32_if(void* q, unsigned v, bool p) {
@@ -125,6 +133,32 @@ __device__ __forceinline__ float2 load2(const T* p, long long ld, int m, int k, 
             const unsigned a = ldg_b16_if(q, in0 && !pair), b = ldg_b16_if(q + 1, in1 && !pair);
             return coda::unpack_pair<T>(pair ? w : (a | (b << 16)));
         }
+    }
+}
+
+// Elements (m, k) .. (m, k + 3) as a float4: one 16-byte (f32) or 8-byte
+// (16-bit) load when all four are inside, k and ld are multiples of 4 and
+// the base is aligned; else four predicated element loads. A GEMM epilogue
+// reads the even and odd columns of a tensor in pair layout with it (both
+// halves of an accumulator pair, docs/backward.md).
+template <class T>
+__device__ __forceinline__ float4 load4(const T* p, long long ld, int m, int k, int rows, int cols) {
+    static_assert(!coda::is_same<T, int>::value, "load4 reads floats");
+    const bool in0 = inside(m, k, rows, cols), in3 = inside(m, k + 3, rows, cols);
+    const bool quad =
+        in0 && in3 && ((ld | (long long)k) & 3) == 0 && ((unsigned long long)p & (4 * sizeof(T) - 1)) == 0;
+    const T* q = p + (long long)m * ld + k;
+    float e[4];
+#pragma unroll
+    for (int d = 0; d < 4; ++d) e[d] = load_if(q + d, !quad && inside(m, k + d, rows, cols));
+    if constexpr (sizeof(T) == 4) {
+        const uint4 w = ldg_b128_if(q, quad);
+        return make_float4(quad ? __uint_as_float(w.x) : e[0], quad ? __uint_as_float(w.y) : e[1],
+                           quad ? __uint_as_float(w.z) : e[2], quad ? __uint_as_float(w.w) : e[3]);
+    } else {
+        const uint2 w = ldg_b64_if(q, quad);
+        const float2 lo = coda::unpack_pair<T>(w.x), hi = coda::unpack_pair<T>(w.y);
+        return make_float4(quad ? lo.x : e[0], quad ? lo.y : e[1], quad ? hi.x : e[2], quad ? hi.y : e[3]);
     }
 }
 

@@ -8,9 +8,25 @@
 //! param); then the gradient code, in reverse forward order.
 
 use crate::names::{grad_name, Names};
-use crate::{GradError, GradSpec, Saved};
+use crate::{GradError, GradSpec, Saved, SavedLayout};
 use coda_diagnostics::Span;
 use coda_ir::{Axis, BinaryOp, Block, BlockKind, Dim, Inst, Output, ReduceOp, Shape, Tensor, Ty, UnaryOp, Value};
+
+/// The even (`parity` 0) or odd columns of a saved param in pair layout.
+fn paired_slice(bwd: &Block, param: Value, parity: i64) -> Result<Inst, GradError> {
+    let cols = bwd.ty(param).shape.cols.as_const();
+    let half = cols.map(|c| c / 2).ok_or_else(|| GradError::Internal("a paired saved tensor of run-time width".into()))?;
+    Ok(Inst::SliceCols { arg: param, start: Dim::constant(parity), len: Dim::constant(half), step: 2 })
+}
+
+/// `v[:, :F]` or `v[:, F:]` of a value `v` saved in pair layout as `p`
+/// (`paired[v] = p`): `p[:, 0::2]` or `p[:, 1::2]`.
+fn half_of_paired(inst: &Inst, paired: &[Option<Value>]) -> Option<Inst> {
+    let Inst::SliceCols { arg, start, len, step: 1 } = inst else { return None };
+    let param = paired[arg.index()]?;
+    let parity = i64::from(start.as_const()? != 0);
+    Some(Inst::SliceCols { arg: param, start: Dim::constant(parity), len: len.clone(), step: 2 })
+}
 
 /// State of one differentiation.
 pub(crate) struct Builder<'f> {
@@ -28,6 +44,13 @@ pub(crate) struct Builder<'f> {
     /// The gradient param of each differentiated output, in spec order.
     output_grads: Vec<Value>,
     names: Names,
+}
+
+/// The saved param that stands for a forward value, and its layout.
+#[derive(Debug, Clone, Copy)]
+struct SavedParam {
+    index: usize,
+    layout: SavedLayout,
 }
 
 impl<'f> Builder<'f> {
@@ -65,11 +88,12 @@ impl<'f> Builder<'f> {
         Ok(builder)
     }
 
-    /// One saved param per forward matmul (its [`crate::saving::save_point`]),
-    /// and one per matmul operand saved in the operand type
+    /// One saved param per forward matmul (its [`crate::saving::save_point`],
+    /// in pair layout when [`crate::saving::paired_halves`] says so: named
+    /// `<name>_pairs`), and one per matmul operand saved in the operand type
     /// ([`crate::saving::saved_operands`]), in forward order: the saved
     /// value's name, or `mm<k>`.
-    fn declare_saved(&mut self) -> Vec<Option<usize>> {
+    fn declare_saved(&mut self) -> Vec<Option<SavedParam>> {
         let mut params = vec![None; self.fwd.insts.len()];
         let users = self.fwd.users();
         let mut chosen: Vec<(Value, Ty, String)> = Vec::new();
@@ -93,11 +117,13 @@ impl<'f> Builder<'f> {
         chosen.sort_by_key(|(v, ..)| v.index());
         for (v, ty, fallback) in chosen {
             let base = self.fwd.names[v.index()].clone().unwrap_or(fallback);
-            let name = self.names.fresh(&base);
-            self.saved.push(Saved { name: name.clone(), value: v, ty: ty.clone() });
+            let paired = crate::saving::paired_halves(self.fwd, &users, v).is_some();
+            let layout = if paired { SavedLayout::PairedHalves } else { SavedLayout::Plain };
+            let name = self.names.fresh(&if paired { format!("{base}_pairs") } else { base });
+            self.saved.push(Saved { name: name.clone(), value: v, ty: ty.clone(), layout });
             let span = self.fwd.insts.span(v);
             self.bwd.params.push(Tensor { name, dtype: ty.dtype, shape: ty.shape, rank: 2, span });
-            params[v.index()] = Some(self.bwd.params.len() - 1);
+            params[v.index()] = Some(SavedParam { index: self.bwd.params.len() - 1, layout });
         }
         params
     }
@@ -114,14 +140,25 @@ impl<'f> Builder<'f> {
         indices
     }
 
-    /// Copies every forward instruction (a matmul becomes its saved param).
-    fn copy_forward(&mut self, saved_params: &[Option<usize>]) -> Result<(), GradError> {
+    /// Copies every forward instruction (a matmul becomes its saved param;
+    /// a value saved in pair layout, the concatenation of the param's even
+    /// and odd columns, and each of its halves, the even or odd columns).
+    fn copy_forward(&mut self, saved_params: &[Option<SavedParam>]) -> Result<(), GradError> {
+        let mut paired: Vec<Option<Value>> = vec![None; self.fwd.insts.len()];
         for (v, inst) in self.fwd.insts.iter() {
-            let copy = match saved_params[v.index()] {
-                Some(index) => Inst::Param(index),
-                None => inst.map_operands(|o| self.primal[o.index()]),
+            let span = self.fwd.insts.span(v);
+            let b = match saved_params[v.index()] {
+                Some(SavedParam { index, layout: SavedLayout::Plain }) => self.emit(Inst::Param(index), span)?,
+                Some(SavedParam { index, layout: SavedLayout::PairedHalves }) => {
+                    let param = self.emit(Inst::Param(index), span)?;
+                    paired[v.index()] = Some(param);
+                    self.unpair(param, span)?
+                }
+                None => match half_of_paired(inst, &paired) {
+                    Some(slice) => self.emit(slice, span)?,
+                    None => self.emit(inst.map_operands(|o| self.primal[o.index()]), span)?,
+                },
             };
-            let b = self.emit(copy, self.fwd.insts.span(v))?;
             if let Some(name) = &self.fwd.names[v.index()] {
                 self.bwd.set_name(b, name);
             }
@@ -129,6 +166,17 @@ impl<'f> Builder<'f> {
             self.primal.push(b);
         }
         Ok(())
+    }
+
+    /// `[p[:, 0::2] | p[:, 1::2]]` of a saved param `p` in
+    /// [`SavedLayout::PairedHalves`]: the value in its own column order.
+    fn unpair(&mut self, param: Value, span: Span) -> Result<Value, GradError> {
+        let mut parts = Vec::with_capacity(2);
+        for parity in 0..2 {
+            let slice = paired_slice(&self.bwd, param, parity)?;
+            parts.push(self.emit(slice, span)?);
+        }
+        self.emit(Inst::ConcatCols { parts }, span)
     }
 
     /// Seeds each differentiated output's value with its gradient param.

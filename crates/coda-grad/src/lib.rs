@@ -67,6 +67,19 @@ pub struct Saved {
     pub value: Value,
     /// Its type (`f32` for a matmul result, the 16-bit type of a saved cast).
     pub ty: Ty,
+    /// How its columns are ordered.
+    pub layout: SavedLayout,
+}
+
+/// The column order of a saved tensor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SavedLayout {
+    /// The value's own columns.
+    Plain,
+    /// A value of `2F` columns used only through its halves `[:, :F]` and
+    /// `[:, F:]`, saved interleaved: column `2j` holds `value[:, j]` and
+    /// `2j + 1` holds `value[:, F + j]` (`saving::paired_halves`).
+    PairedHalves,
 }
 
 /// The result of [`differentiate`].

@@ -2,8 +2,8 @@
 //! forward: the forward block with one more output per saved tensor, which
 //! is what a training step runs before the backward.
 
-use crate::{GradError, Saved};
-use coda_ir::{BinaryOp, Block, DType, Inst, Output, Tensor, Value};
+use crate::{GradError, Saved, SavedLayout};
+use coda_ir::{BinaryOp, Block, DType, Dim, Inst, Output, Tensor, Value};
 
 /// The value saved for matmul `mm`: the matmul result itself, or, when the
 /// result's only use is a chain of additions (residuals) ending in a cast to
@@ -86,14 +86,57 @@ fn saved_sources(fwd: &Block, x: Value, points: &[Value]) -> Option<Vec<Value>> 
     Some(found)
 }
 
-/// `forward` plus an `f32` output for each saved tensor, named `<forward>_saving`.
+/// `F` when the `f32` value `v` of `2F` columns (a constant) is used only
+/// through its halves `v[:, :F]` and `v[:, F:]` (the `[gate | up]` halves
+/// of a gated activation) and is not an output: then it is saved in
+/// [`SavedLayout::PairedHalves`], `interleave(v[:, :F], v[:, F:])`. Exact
+/// (a permutation of the same `f32` values), and the cheap order on both
+/// sides: the forward computes `v` with its weight rows in pair layout
+/// (`gated-pair-layout`), so the interleave is its accumulator as it is
+/// and the store is an identity store instead of a scattered un-permuting
+/// one; the backward reads the halves as the even and odd columns, the
+/// four values of an accumulator pair being one 16-byte load.
+pub(crate) fn paired_halves(fwd: &Block, users: &[Vec<Value>], v: Value) -> Option<i64> {
+    let ty = fwd.ty(v);
+    let cols = ty.shape.cols.as_const()?;
+    let half = cols / 2;
+    let is_output = fwd.outputs.iter().any(|o| o.value == v);
+    if ty.dtype != DType::F32 || cols % 2 != 0 || half == 0 || is_output || users[v.index()].is_empty() {
+        return None;
+    }
+    let is_half = |u: &Value| {
+        matches!(fwd.inst(*u), Inst::SliceCols { start, len, step: 1, .. }
+            if len.as_const() == Some(half) && matches!(start.as_const(), Some(s) if s == 0 || s == half))
+    };
+    users[v.index()].iter().all(is_half).then_some(half)
+}
+
+/// `forward` plus an output for each saved tensor, named `<forward>_saving`.
 pub(crate) fn saving_forward(forward: &Block, saved: &[Saved]) -> Result<Block, GradError> {
     let mut block = forward.clone();
     block.name = format!("{}_saving", forward.name);
+    let internal = |e: coda_ir::infer::TypeError| GradError::Internal(e.to_string());
     for s in saved {
         let span = forward.insts.span(s.value);
         let tensor = Tensor { name: s.name.clone(), dtype: s.ty.dtype, shape: s.ty.shape.clone(), rank: 2, span };
-        block.outputs.push(Output { tensor, value: s.value, accumulate: false, span });
+        let value = match s.layout {
+            SavedLayout::Plain => s.value,
+            SavedLayout::PairedHalves => {
+                let half = s.ty.shape.cols.as_const().map(|c| c / 2).ok_or_else(|| {
+                    GradError::Internal(format!("saved `{}` in pair layout has run-time columns", s.name))
+                })?;
+                let slice = |start: i64| Inst::SliceCols {
+                    arg: s.value,
+                    start: Dim::constant(start),
+                    len: Dim::constant(half),
+                    step: 1,
+                };
+                let even = block.push(slice(0), span).map_err(internal)?;
+                let odd = block.push(slice(half), span).map_err(internal)?;
+                block.push(Inst::Interleave { even, odd }, span).map_err(internal)?
+            }
+        };
+        block.outputs.push(Output { tensor, value, accumulate: false, span });
     }
     coda_ir::verify::verify(&block).map_err(|e| GradError::Internal(e.to_string()))?;
     Ok(block)

@@ -24,6 +24,12 @@ pub(crate) const RULE_ROPE: &str = "rope-pair-layout";
 /// order by its store: `out[:, P.source(p)] = Y'[:, p]`.
 pub(crate) const RULE_UNPERMUTE_STORE: &str = "unpermute-in-store";
 
+/// `interleave(Y'[:, 0::2], Y'[:, 1::2]) = Y'`: the even and odd halves of
+/// a value put back together. A value saved for the backward in pair layout
+/// (`interleave(z[:, :F], z[:, F:])`) is then the pair-layout accumulator
+/// itself, stored as it is.
+pub(crate) const RULE_INTERLEAVE_HALVES: &str = "interleave-of-halves";
+
 /// A matmul's pair layout and the rule that wants it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Choice {

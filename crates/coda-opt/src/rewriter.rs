@@ -129,6 +129,10 @@ impl Rewriter<'_> {
         if let Some(mapped) = self.merge_bias(v, inst)? {
             return Ok(mapped);
         }
+        if let Some(whole) = self.interleaved_halves(inst) {
+            self.count(pairs::RULE_INTERLEAVE_HALVES);
+            return Ok(Mapped::Plain(whole));
+        }
         if let Some((perm, origin)) = self.paired_operand(inst) {
             if let Some(mapped) = self.absorb(v, inst, perm, origin)? {
                 return Ok(mapped);
@@ -146,6 +150,24 @@ impl Rewriter<'_> {
             return Err(e);
         }
         Ok(Mapped::Plain(self.emit(copy, span)?))
+    }
+
+    /// `y` for `interleave(y[:, 0::2], y[:, 1::2])` of a value `y` of `2L`
+    /// columns (see [`pairs::RULE_INTERLEAVE_HALVES`]).
+    fn interleaved_halves(&self, inst: &Inst) -> Option<Value> {
+        let Inst::Interleave { even, odd } = inst else { return None };
+        let (Mapped::Plain(e), Mapped::Plain(o)) = (self.map[even.index()], self.map[odd.index()]) else {
+            return None;
+        };
+        let half = |x: Value, parity: i64| match self.new.inst(x) {
+            Inst::SliceCols { arg, start, len, step: 2 } if start.as_const() == Some(parity) => {
+                let whole = self.new.ty(*arg).shape.cols.as_const()?;
+                (len.as_const()? * 2 == whole).then_some(*arg)
+            }
+            _ => None,
+        };
+        let (a, b) = (half(e, 0)?, half(o, 1)?);
+        (a == b).then_some(a)
     }
 
     /// Uses of a paired value that keep or consume the pair layout.

@@ -7,7 +7,7 @@
 
 use crate::{Checked, InternalError};
 use coda_diagnostics::Diagnostic;
-use coda_grad::{default_spec, differentiate, GradError, GradSpec, Gradient};
+use coda_grad::{default_spec, differentiate, GradError, GradSpec, Gradient, SavedLayout};
 use coda_ir::{Block, BlockKind, Module};
 use coda_lower::GradRequest;
 
@@ -126,11 +126,12 @@ pub fn grad_header(checked: &Checked, gradient: &Gradient) -> String {
     for s in &gradient.saved {
         let span = forward.insts.span(s.value);
         out.push_str(&format!(
-            "//   {}: {} = `{}` @ {}\n",
+            "//   {}: {} = `{}` @ {}{}\n",
             s.name,
             s.ty,
             checked.source.slice(span),
-            checked.source.location(span)
+            checked.source.location(span),
+            layout_note(s)
         ));
     }
     let (named, unnamed) = recomputed_names(forward, gradient);
@@ -140,6 +141,17 @@ pub fn grad_header(checked: &Checked, gradient: &Gradient) -> String {
         unnamed
     ));
     out
+}
+
+/// How a saved tensor's columns differ from its value's, if they do.
+fn layout_note(s: &coda_grad::Saved) -> String {
+    match (s.layout, s.ty.shape.cols.as_const()) {
+        (SavedLayout::Plain, _) => String::new(),
+        (SavedLayout::PairedHalves, Some(cols)) => {
+            format!(", halves interleaved: column 2j holds [:, j], 2j+1 holds [:, {}+j]", cols / 2)
+        }
+        (SavedLayout::PairedHalves, None) => ", halves interleaved".to_string(),
+    }
 }
 
 /// The `let` names of the recomputed values, and how many have none.
@@ -167,6 +179,7 @@ pub(crate) fn header_json(checked: &Checked, gradient: &Gradient) -> serde_json:
                 "name": s.name,
                 "dtype": s.ty.dtype.name(),
                 "shape": [s.ty.shape.rows.to_string(), s.ty.shape.cols.to_string()],
+                "layout": match s.layout { SavedLayout::Plain => "plain", SavedLayout::PairedHalves => "paired_halves" },
                 "source": checked.source.slice(forward.insts.span(s.value)),
                 "location": checked.source.location(forward.insts.span(s.value)),
             })

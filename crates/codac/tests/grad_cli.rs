@@ -38,7 +38,7 @@ fn explain_grad_lists_saved_tensors_and_the_backward_ir() {
         "// backward of block `llama3_layer`: computes dattn, dx0, dw_o",
         "// saved by the forward (4 tensor(s), stored by `llama3_layer_saving`):",
         "//   x1: bf16[M, 4096] = `bf16(x0 + attn @ w_o.T)`",
-        "//   z: f32[M, 28672] = `rmsnorm(x1, g_ffn, 1e-5) @ w_gu.T`",
+        "//   z_pairs: f32[M, 28672] = `rmsnorm(x1, g_ffn, 1e-5) @ w_gu.T` @ examples/llama3_block.coda:28:13, halves interleaved",
         "//   y: bf16[M, 14336] = `swiglu(z)`",
         "// recomputed in the backward: x_out",
         "block llama3_layer_grad {",

@@ -61,6 +61,7 @@ pub(crate) fn emit(
         cols: HashMap::new(),
         rows: Vec::new(),
         pairs: HashMap::new(),
+        quads: HashMap::new(),
         inline_pairs: HashMap::new(),
         staged: None,
         twins: Vec::new(),
@@ -264,6 +265,9 @@ struct Gemm {
     rows: Vec<(NodeId, String)>,
     /// Pair loads in the current body, by (node, map offset).
     pairs: HashMap<(NodeId, i64), String>,
+    /// Quad loads (the even and odd columns of a pair) in the current body,
+    /// by (load node, map offset, first buffer column of the pair's quad).
+    quads: HashMap<(NodeId, i64, i64), String>,
     /// Element-wise tile expressions evaluated for both slots at once in
     /// the current body, by (node, map offset).
     inline_pairs: HashMap<(NodeId, i64), Vec<String>>,
@@ -525,6 +529,7 @@ impl Gemm {
         self.regs.clear();
         self.cols.clear();
         self.pairs.clear();
+        self.quads.clear();
         self.inline_pairs.clear();
         for (id, array) in self.rows.clone() {
             em.bind(id, "m", "0", format!("{array}[i]"));
@@ -703,12 +708,20 @@ impl Gemm {
         }
         let node = em.kernel.nodes[op].clone();
         let vars = match sliced_tile_load(em, op) {
-            Some((load, buf, start)) => {
+            Some(TileCols { load, buf, start, step: 1 }) => {
                 let at = ColMap { offset: map.offset - start, ..map.clone() };
                 let pair = self.pair_load(em, load, buf, &at, "m");
                 vec![format!("{pair}.x"), format!("{pair}.y")]
             }
-            None => {
+            Some(TileCols { load, buf, start, step: 2 }) if start >= 0 => {
+                // Buffer columns `start + 2c` and `start + 2c + 2`: two
+                // elements of the quad at `start - parity + 2c`.
+                let parity = start & 1;
+                let quad = self.quad_load(em, load, buf, map, start - parity);
+                let lane = |slot: i64| ["x", "y", "z", "w"][(parity + 2 * slot) as usize];
+                vec![format!("{quad}.{}", lane(0)), format!("{quad}.{}", lane(1))]
+            }
+            _ => {
                 let name = em.local_for(node.value);
                 let mut vars = Vec::new();
                 for slot in 0..2 {
@@ -754,6 +767,23 @@ impl Gemm {
         };
         em.stmt(format!("const float2 {name} = {load};"), value);
         self.pairs.insert(key, name.clone());
+        name
+    }
+
+    /// Buffer columns `base + 2c .. base + 2c + 4` of a tile load, where `c`
+    /// is the pair's first column in `map`, as one `float4`.
+    fn quad_load(&mut self, em: &mut Emitter<'_>, op: NodeId, buf: usize, map: &ColMap, base: i64) -> String {
+        let key = (op, map.offset, base);
+        if let Some(v) = self.quads.get(&key) {
+            return v.clone();
+        }
+        let value = em.kernel.nodes[op].value;
+        let name = em.local_for(value);
+        let c0 = self.col(em, map, 0);
+        let k = if base == 0 { format!("2 * {c0}") } else { format!("{base} + 2 * {c0}") };
+        let access = em.access(buf, "m", &k, false);
+        em.stmt(format!("const float4 {name} = cg::load4({access});"), value);
+        self.quads.insert(key, name.clone());
         name
     }
 
@@ -1084,22 +1114,34 @@ fn reads_tile_pairs(em: &Emitter<'_>, id: NodeId) -> bool {
     }
 }
 
-/// A tile load, directly or through slices with a constant start and step
-/// 1: the load, its buffer and the column of the buffer that the value's
-/// column 0 reads.
-fn sliced_tile_load(em: &Emitter<'_>, id: NodeId) -> Option<(NodeId, usize, i64)> {
+/// Where a tile value reads a buffer: column `c` of the value is column
+/// `start + step * c` of `buf`, loaded by node `load`.
+#[derive(Debug, Clone, Copy)]
+struct TileCols {
+    load: NodeId,
+    buf: usize,
+    start: i64,
+    step: i64,
+}
+
+/// A tile load, directly or through slices with constant starts, whose
+/// composed step is 1 (a column range) or 2 (the even or odd columns of a
+/// tensor in pair layout).
+fn sliced_tile_load(em: &Emitter<'_>, id: NodeId) -> Option<TileCols> {
     let node = em.kernel.nodes.get(id)?;
     if node.reg.is_some() || node.space != Space::Tile {
         return None;
     }
-    match &node.op {
-        Op::Load(buf) => Some((id, *buf, 0)),
-        Op::Slice { arg, start, step: 1 } => {
-            let (load, buf, inner) = sliced_tile_load(em, *arg)?;
-            Some((load, buf, inner + start.as_const()?))
+    let cols = match &node.op {
+        Op::Load(buf) => TileCols { load: id, buf: *buf, start: 0, step: 1 },
+        Op::Slice { arg, start, step } => {
+            let inner = sliced_tile_load(em, *arg)?;
+            let start = inner.start + inner.step * start.as_const()?;
+            TileCols { start, step: inner.step * step, ..inner }
         }
-        _ => None,
-    }
+        _ => return None,
+    };
+    matches!(cols.step, 1 | 2).then_some(cols)
 }
 
 pub(crate) fn uses(text: &str, word: &str) -> bool {
