@@ -54,13 +54,56 @@ __device__ __forceinline__ uint2 ldg_b64_if(const void* q, bool p) {
         : "l"(q), "r"((int)p));
     return v;
 }
-__device__ __forceinline__ uint4 ldg_b128_if(const void* q, bool p) {
+// Four consecutive 32-bit words at q: one 16-byte load if `quad`, else
+// word d if bit d of `each` is set (0 elsewhere). One asm statement, so all
+// loads write the same four registers: a quad load costs four registers in
+// flight, not eight (the epilogue's loads in flight are bounded by the
+// registers left beside the accumulators).
+__device__ __forceinline__ uint4 ldg_w4_if(const void* q, bool quad, unsigned each) {
     uint4 v;
-    asm("{\n\t.reg .pred q;\n\tsetp.ne.b32 q, %5, 0;\n\tmov.b32 %0, 0;\n\tmov.b32 %1, 0;\n\t"
-        "mov.b32 %2, 0;\n\tmov.b32 %3, 0;\n\t@q ld.global.nc.v4.b32 {%0, %1, %2, %3}, [%4];\n\t}"
+    asm("{\n\t.reg .pred q, e0, e1, e2, e3;\n\t.reg .b32 t;\n\t"
+        "setp.ne.b32 q, %5, 0;\n\t"
+        "and.b32 t, %6, 1;\n\tsetp.ne.b32 e0, t, 0;\n\t"
+        "and.b32 t, %6, 2;\n\tsetp.ne.b32 e1, t, 0;\n\t"
+        "and.b32 t, %6, 4;\n\tsetp.ne.b32 e2, t, 0;\n\t"
+        "and.b32 t, %6, 8;\n\tsetp.ne.b32 e3, t, 0;\n\t"
+        "mov.b32 %0, 0;\n\tmov.b32 %1, 0;\n\tmov.b32 %2, 0;\n\tmov.b32 %3, 0;\n\t"
+        "@q ld.global.nc.v4.b32 {%0, %1, %2, %3}, [%4];\n\t"
+        "@e0 ld.global.nc.b32 %0, [%4];\n\t"
+        "@e1 ld.global.nc.b32 %1, [%4+4];\n\t"
+        "@e2 ld.global.nc.b32 %2, [%4+8];\n\t"
+        "@e3 ld.global.nc.b32 %3, [%4+12];\n\t}"
         : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(q), "r"((int)p));
+        : "l"(q), "r"((int)quad), "r"(each));
     return v;
+}
+// The same for four consecutive 16-bit elements: two 32-bit words, each
+// holding a pair.
+__device__ __forceinline__ uint2 ldg_h4_if(const void* q, bool quad, unsigned each) {
+    uint2 v;
+    asm("{\n\t.reg .pred q, e0, e1, e2, e3;\n\t.reg .b32 t;\n\t.reg .b16 h0, h1, h2, h3;\n\t"
+        "setp.ne.b32 q, %3, 0;\n\t"
+        "and.b32 t, %4, 1;\n\tsetp.ne.b32 e0, t, 0;\n\t"
+        "and.b32 t, %4, 2;\n\tsetp.ne.b32 e1, t, 0;\n\t"
+        "and.b32 t, %4, 4;\n\tsetp.ne.b32 e2, t, 0;\n\t"
+        "and.b32 t, %4, 8;\n\tsetp.ne.b32 e3, t, 0;\n\t"
+        "mov.b16 h0, 0;\n\tmov.b16 h1, 0;\n\tmov.b16 h2, 0;\n\tmov.b16 h3, 0;\n\t"
+        "@e0 ld.global.nc.b16 h0, [%2];\n\t"
+        "@e1 ld.global.nc.b16 h1, [%2+2];\n\t"
+        "@e2 ld.global.nc.b16 h2, [%2+4];\n\t"
+        "@e3 ld.global.nc.b16 h3, [%2+6];\n\t"
+        "mov.b32 %0, {h0, h1};\n\tmov.b32 %1, {h2, h3};\n\t"
+        "@q ld.global.nc.v2.b32 {%0, %1}, [%2];\n\t}"
+        : "=r"(v.x), "=r"(v.y)
+        : "l"(q), "r"((int)quad), "r"(each));
+    return v;
+}
+// A hint: the line holding element (m, k) is fetched into L2 if inside.
+template <class T>
+__device__ __forceinline__ void prefetch_l2(const T* p, long long ld, int m, int k, int rows, int cols) {
+    const T* q = p + (long long)m * ld + k;
+    asm volatile("{\n\t.reg .pred q;\n\tsetp.ne.b32 q, %1, 0;\n\t@q prefetch.global.L2 [%0];\n\t}" ::"l"(q),
+                 "r"((int)inside(m, k, rows, cols)));
 }
 // Stores: volatile (they have no outputs) but with no memory clobber, so
 // loads of read-only inputs may still move across them.
@@ -147,18 +190,17 @@ __device__ __forceinline__ float4 load4(const T* p, long long ld, int m, int k, 
     const bool in0 = inside(m, k, rows, cols), in3 = inside(m, k + 3, rows, cols);
     const bool quad =
         in0 && in3 && ((ld | (long long)k) & 3) == 0 && ((unsigned long long)p & (4 * sizeof(T) - 1)) == 0;
-    const T* q = p + (long long)m * ld + k;
-    float e[4];
+    unsigned each = 0;
 #pragma unroll
-    for (int d = 0; d < 4; ++d) e[d] = load_if(q + d, !quad && inside(m, k + d, rows, cols));
+    for (int d = 0; d < 4; ++d) each |= (!quad && inside(m, k + d, rows, cols)) ? 1u << d : 0u;
+    const T* q = p + (long long)m * ld + k;
     if constexpr (sizeof(T) == 4) {
-        const uint4 w = ldg_b128_if(q, quad);
-        return make_float4(quad ? __uint_as_float(w.x) : e[0], quad ? __uint_as_float(w.y) : e[1],
-                           quad ? __uint_as_float(w.z) : e[2], quad ? __uint_as_float(w.w) : e[3]);
+        const uint4 w = ldg_w4_if(q, quad, each);
+        return make_float4(__uint_as_float(w.x), __uint_as_float(w.y), __uint_as_float(w.z), __uint_as_float(w.w));
     } else {
-        const uint2 w = ldg_b64_if(q, quad);
+        const uint2 w = ldg_h4_if(q, quad, each);
         const float2 lo = coda::unpack_pair<T>(w.x), hi = coda::unpack_pair<T>(w.y);
-        return make_float4(quad ? lo.x : e[0], quad ? lo.y : e[1], quad ? hi.x : e[2], quad ? hi.y : e[3]);
+        return make_float4(lo.x, lo.y, hi.x, hi.y);
     }
 }
 

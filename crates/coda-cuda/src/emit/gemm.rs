@@ -62,6 +62,7 @@ pub(crate) fn emit(
         rows: Vec::new(),
         pairs: HashMap::new(),
         quads: HashMap::new(),
+        prefetched: Vec::new(),
         inline_pairs: HashMap::new(),
         staged: None,
         twins: Vec::new(),
@@ -268,6 +269,9 @@ struct Gemm {
     /// Quad loads (the even and odd columns of a pair) in the current body,
     /// by (load node, map offset, first buffer column of the pair's quad).
     quads: HashMap<(NodeId, i64, i64), String>,
+    /// The `(buffer, column expression in n)` of every quad load, for the
+    /// L2 prefetch ahead of the pair loop (`prefetch_lines`).
+    prefetched: Vec<(usize, String)>,
     /// Element-wise tile expressions evaluated for both slots at once in
     /// the current body, by (node, map offset).
     inline_pairs: HashMap<(NodeId, i64), Vec<String>>,
@@ -530,6 +534,7 @@ impl Gemm {
         self.cols.clear();
         self.pairs.clear();
         self.quads.clear();
+        self.prefetched.clear();
         self.inline_pairs.clear();
         for (id, array) in self.rows.clone() {
             em.bind(id, "m", "0", format!("{array}[i]"));
@@ -586,8 +591,11 @@ impl Gemm {
             lines.push(format!("{}cg::stage_cols_finish(f);", pad(2)));
             lines.push(format!("{}const char* colv = cg::col_area(t, smem);", pad(2)));
         }
+        let (before, ahead) = self.prefetch_lines(em);
+        lines.extend(before.into_iter().map(|l| format!("{}{l}", pad(2))));
         lines.push(format!("{}#pragma unroll", pad(2)));
         lines.push(format!("{}for (int j = 0; j < Frag::CJ; ++j) {{", pad(2)));
+        lines.extend(ahead.into_iter().map(|l| format!("{}{l}", pad(3))));
         if uses(&text, "n") {
             lines.push(format!("{}const int n = f.col(j);", pad(3)));
         }
@@ -620,6 +628,33 @@ impl Gemm {
         }
         em.set_indent(2);
         Ok(())
+    }
+
+    /// L2 prefetches of the quad loads' rows, [`PREFETCH_AHEAD`] column
+    /// pairs ahead of the pair loop: the lines before the loop (the first
+    /// pairs) and at the top of its body (pair `j + PREFETCH_AHEAD`). The
+    /// pair loop issues one load per pair and waits for it (the registers
+    /// beside the accumulators allow no more in flight); a prefetch needs no
+    /// register, so the loads find their lines in L2.
+    fn prefetch_lines(&self, em: &mut Emitter<'_>) -> (Vec<String>, Vec<String>) {
+        if self.prefetched.is_empty() {
+            return (Vec::new(), Vec::new());
+        }
+        let mut calls = Vec::new();
+        for (buf, k) in &self.prefetched {
+            let access = em.access(*buf, "f.row(i)", k, false);
+            calls.push(format!("    for (int i = 0; i < Frag::RI; ++i) cg::prefetch_l2({access});"));
+        }
+        let block = |j: &str| {
+            let mut lines = vec![format!("if ({j} < Frag::CJ) {{"), format!("    const int n = f.col({j});")];
+            lines.extend(calls.iter().cloned());
+            lines.push("}".to_string());
+            lines
+        };
+        let mut before = vec!["#pragma unroll".to_string(), format!("for (int jp = 0; jp < {PREFETCH_AHEAD}; ++jp) {{")];
+        before.extend(block("jp").into_iter().map(|l| format!("    {l}")));
+        before.push("}".to_string());
+        (before, block(&format!("j + {PREFETCH_AHEAD}")))
     }
 
     /// The local holding the own column of `map` at `slot`.
@@ -783,6 +818,12 @@ impl Gemm {
         let k = if base == 0 { format!("2 * {c0}") } else { format!("{base} + 2 * {c0}") };
         let access = em.access(buf, "m", &k, false);
         em.stmt(format!("const float4 {name} = cg::load4({access});"), value);
+        let o = map.offset;
+        let in_n = if o == 0 { "2 * n".to_string() } else { format!("2 * (n - {o})") };
+        let in_n = if base == 0 { in_n } else { format!("{base} + {in_n}") };
+        if !self.prefetched.iter().any(|(b, k)| *b == buf && *k == in_n) {
+            self.prefetched.push((buf, in_n));
+        }
         self.quads.insert(key, name.clone());
         name
     }
@@ -1113,6 +1154,10 @@ fn reads_tile_pairs(em: &Emitter<'_>, id: NodeId) -> bool {
         _ => false,
     }
 }
+
+/// How many column pairs ahead of the pair loop the quad loads' rows are
+/// prefetched into L2 (`Gemm::prefetch_lines`).
+const PREFETCH_AHEAD: usize = 8;
 
 /// Where a tile value reads a buffer: column `c` of the value is column
 /// `start + step * c` of `buf`, loaded by node `load`.
