@@ -124,6 +124,9 @@ run examples/gpt2_block.coda 333 200 --grad
 run examples/lm_head_ce.coda 333 300 --grad
 run examples/gemma_mlp.coda 333 200 --grad
 run examples/parallel_block.coda 333 200 --grad
+# Saved tensors in pair layout and the quad streams that read them.
+run tests/cuda-cases/paired_saving.coda 333 60 --grad
+run tests/cuda-cases/paired_saving.coda 1000 60 --grad
 
 {
     printf 'example\tM\toutput / kernel\tmax rel\trel-L2\ttime (us)\tstatus\n'

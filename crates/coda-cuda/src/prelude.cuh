@@ -25,6 +25,17 @@ namespace cg {
 __device__ __forceinline__ bool inside(int m, int k, int rows, int cols) {
     return m >= 0 && m < rows && k >= 0 && k < cols;
 }
+// Whether a pair loop's access of W elements per pair can go unchecked on
+// this tile (kChecked = false): the buffer has the tile's rows (up to
+// m_end), columns first..last of the tile's accesses are inside it, and its
+// base and row stride are aligned to the W-element vector (the emitter only
+// asks when every column of the access is a multiple of W).
+template <int W, class T>
+__device__ __forceinline__ bool covers(const T* p, long long ld, int rows, int cols, int m_end, long long first,
+                                       long long last) {
+    return m_end <= rows && first >= 0 && last < cols && ld % W == 0 &&
+           ((unsigned long long)p & (W * sizeof(T) - 1)) == 0;
+}
 // Predicated accesses: one instruction under a predicate instead of a
 // branch around it. A GEMM epilogue's pair loop is unrolled; with a branch
 // around every bounded load, each load began its own basic block and its
@@ -105,6 +116,31 @@ __device__ __forceinline__ void prefetch_l2(const T* p, long long ld, int m, int
     asm volatile("{\n\t.reg .pred q;\n\tsetp.ne.b32 q, %1, 0;\n\t@q prefetch.global.L2 [%0];\n\t}" ::"l"(q),
                  "r"((int)inside(m, k, rows, cols)));
 }
+// Unchecked vector accesses of interior tiles (kChecked = false), in asm
+// like the predicated ones: the compiler keeps them in program order with
+// the stores instead of hoisting every load of the unrolled loop, which
+// spilled registers.
+__device__ __forceinline__ unsigned ldg_b32(const void* q) {
+    unsigned v;
+    asm volatile("ld.global.nc.b32 %0, [%1];" : "=r"(v) : "l"(q));
+    return v;
+}
+__device__ __forceinline__ uint2 ldg_b64(const void* q) {
+    uint2 v;
+    asm volatile("ld.global.nc.v2.b32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(q));
+    return v;
+}
+__device__ __forceinline__ uint4 ldg_b128(const void* q) {
+    uint4 v;
+    asm volatile("ld.global.nc.v4.b32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(q));
+    return v;
+}
+__device__ __forceinline__ void stg_b32(void* q, unsigned v) {
+    asm volatile("st.global.b32 [%0], %1;" ::"l"(q), "r"(v));
+}
+__device__ __forceinline__ void stg_b64(void* q, unsigned a, unsigned b) {
+    asm volatile("st.global.v2.b32 [%0], {%1, %2};" ::"l"(q), "r"(a), "r"(b));
+}
 // Stores: volatile (they have no outputs) but with no memory clobber, so
 // loads of read-only inputs may still move across them.
 __device__ __forceinline__ void stg_b32_if(void* q, unsigned v, bool p) {
@@ -158,9 +194,19 @@ __device__ __forceinline__ float load_cg(const int* p, long long ld, int m, int 
 // both are inside, k and ld are even and the base is aligned.
 // All three loads are predicated (see ldg_b32_if): the pair load, or the
 // element loads when the pair is not whole or not aligned.
-template <class T>
+// kChecked = false (an interior tile of a buffer that covers it, aligned:
+// cg::covers) reads the pair with one unchecked vector load.
+template <bool kChecked = true, class T>
 __device__ __forceinline__ float2 load2(const T* p, long long ld, int m, int k, int rows, int cols) {
-    if constexpr (coda::is_same<T, int>::value) {
+    if constexpr (!kChecked && !coda::is_same<T, int>::value) {
+        const T* q = p + (long long)m * ld + k;
+        if constexpr (sizeof(T) == 4) {
+            const uint2 w = ldg_b64(q);
+            return make_float2(__uint_as_float(w.x), __uint_as_float(w.y));
+        } else {
+            return coda::unpack_pair<T>(ldg_b32(q));
+        }
+    } else if constexpr (coda::is_same<T, int>::value) {
         return make_float2(load(p, ld, m, k, rows, cols), load(p, ld, m, k + 1, rows, cols));
     } else {
         const bool in0 = inside(m, k, rows, cols), in1 = inside(m, k + 1, rows, cols);
@@ -184,9 +230,20 @@ __device__ __forceinline__ float2 load2(const T* p, long long ld, int m, int k, 
 // the base is aligned; else four predicated element loads. A GEMM epilogue
 // reads the even and odd columns of a tensor in pair layout with it (both
 // halves of an accumulator pair, docs/backward.md).
-template <class T>
+template <bool kChecked = true, class T>
 __device__ __forceinline__ float4 load4(const T* p, long long ld, int m, int k, int rows, int cols) {
     static_assert(!coda::is_same<T, int>::value, "load4 reads floats");
+    if constexpr (!kChecked) {
+        const T* q = p + (long long)m * ld + k;
+        if constexpr (sizeof(T) == 4) {
+            const uint4 w = ldg_b128(q);
+            return make_float4(__uint_as_float(w.x), __uint_as_float(w.y), __uint_as_float(w.z), __uint_as_float(w.w));
+        } else {
+            const uint2 w = ldg_b64(q);
+            const float2 lo = coda::unpack_pair<T>(w.x), hi = coda::unpack_pair<T>(w.y);
+            return make_float4(lo.x, lo.y, hi.x, hi.y);
+        }
+    }
     const bool in0 = inside(m, k, rows, cols), in3 = inside(m, k + 3, rows, cols);
     const bool quad =
         in0 && in3 && ((ld | (long long)k) & 3) == 0 && ((unsigned long long)p & (4 * sizeof(T) - 1)) == 0;
@@ -243,9 +300,13 @@ __device__ __forceinline__ void st_acc(T* p, long long ld, int m, int k, int row
 // Elements (m, k) and (m, k + 1): one 4- or 8-byte store when both are
 // inside, k and ld are even and the base is aligned; else element stores.
 // All predicated, like load2.
-template <class T>
+template <bool kChecked = true, class T>
 __device__ __forceinline__ void st2(T* p, long long ld, int m, int k, int rows, int cols, float v0, float v1) {
-    if constexpr (coda::is_same<T, int>::value) {
+    if constexpr (!kChecked && !coda::is_same<T, int>::value) {
+        T* q = p + (long long)m * ld + k;
+        if constexpr (sizeof(T) == 4) stg_b64(q, __float_as_uint(v0), __float_as_uint(v1));
+        else stg_b32(q, coda::pack_pair<T>(v0, v1));
+    } else if constexpr (coda::is_same<T, int>::value) {
         st(p, ld, m, k, rows, cols, v0);
         st(p, ld, m, k + 1, rows, cols, v1);
     } else {
@@ -613,6 +674,130 @@ __device__ __forceinline__ float grid_max(const float* part, int G, float* red) 
     float s = coda::neg_inf();
     for (int b = (int)threadIdx.x; b < G; b += T) s = maximum(s, __ldcg(part + b));
     return block_max<T>(s, red);
+}
+
+
+// ---------------------------------------------------------------------------
+// Quad streams (Hopper epilogues without a staged store): the quad loads of
+// the pair loop (cg::load4's four elements at column k of row m, the even
+// and odd columns of a tensor in pair layout) copied ahead into shared
+// memory by cp.async, kSlots - 1 column pairs ahead of the loop. A load in
+// the loop waited for its data (the registers beside the accumulators allow
+// one load in flight), which made such epilogues latency-bound; a cp.async
+// needs no register. Each thread copies only what it reads itself, so the
+// stream needs no barrier: cp.async.wait_group makes a thread's copies
+// visible to it. Slot (stream s, slot q, row i) of a thread: 16 bytes at
+// float offset ((s * kSlots + q) * RI + i) * kThreads * 4 + thread * 4 of
+// the epilogue scratch, which nothing else uses during the loop (the
+// emitter streams only when no store is staged through it).
+// ---------------------------------------------------------------------------
+// Slots per stream: as many as the staged-store scratch (BM * (BN + 8) * 2
+// bytes) holds, at most 8.
+template <class Frag>
+__host__ __device__ constexpr int stream_slots(int streams) {
+    return Frag::BM * (Frag::BN + 8) * 2 / (streams * Frag::RI * 16 * Frag::kThreads) < 8
+               ? Frag::BM * (Frag::BN + 8) * 2 / (streams * Frag::RI * 16 * Frag::kThreads)
+               : 8;
+}
+template <class Frag, int kSlots>
+__device__ __forceinline__ unsigned stream_slot(const Frag& f, float* smem, int s, int q, int i) {
+    const float* at = smem + (((s * kSlots + q) * Frag::RI + i) * Frag::kThreads + f.thread_index()) * 4;
+    return static_cast<unsigned>(__cvta_generic_to_shared(at));
+}
+// Whether the four elements at (m, k) are one aligned vector inside the buffer.
+template <class T>
+__device__ __forceinline__ bool whole_quad(const T* p, long long ld, int m, int k, int rows, int cols) {
+    return inside(m, k, rows, cols) && inside(m, k + 3, rows, cols) && ((ld | (long long)k) & 3) == 0 &&
+           ((unsigned long long)p & (4 * sizeof(T) - 1)) == 0;
+}
+// Copies the quad at (m, k) into slot (s, q, i), or zeros when it is not
+// whole (stream_quad then reads it element by element).
+template <class Frag, int kSlots, bool kChecked = true, class T>
+__device__ __forceinline__ void stream_issue(const Frag& f, float* smem, int s, int q, int i, const T* p, long long ld,
+                                             int m, int k, int rows, int cols) {
+    const bool whole = !kChecked || whole_quad(p, ld, m, k, rows, cols);
+    const T* src = whole ? p + (long long)m * ld + k : p;
+    const unsigned dst = stream_slot<Frag, kSlots>(f, smem, s, q, i);
+    if constexpr (sizeof(T) == 4) {
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(whole ? 16 : 0)
+                     : "memory");
+    } else {
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src), "r"(whole ? 8 : 0)
+                     : "memory");
+    }
+}
+__device__ __forceinline__ void stream_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void stream_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+// The quad at (m, k) from slot (s, q, i) (after stream_wait), or, when it
+// is not whole, its elements inside the buffer from global memory (loads
+// predicated off otherwise; one asm statement, four registers).
+template <class Frag, int kSlots, bool kChecked = true, class T>
+__device__ __forceinline__ float4 stream_quad(const Frag& f, float* smem, int s, int q, int i, const T* p, long long ld,
+                                              int m, int k, int rows, int cols) {
+    if constexpr (!kChecked) {
+        const unsigned at = stream_slot<Frag, kSlots>(f, smem, s, q, i);
+        if constexpr (sizeof(T) == 4) {
+            float4 v;
+            asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                         : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                         : "r"(at));
+            return v;
+        } else {
+            uint2 w;
+            asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n" : "=r"(w.x), "=r"(w.y) : "r"(at));
+            const float2 lo = coda::unpack_pair<T>(w.x), hi = coda::unpack_pair<T>(w.y);
+            return make_float4(lo.x, lo.y, hi.x, hi.y);
+        }
+    }
+    const bool whole = whole_quad(p, ld, m, k, rows, cols);
+    unsigned each = 0;
+#pragma unroll
+    for (int d = 0; d < 4; ++d) each |= (!whole && inside(m, k + d, rows, cols)) ? 1u << d : 0u;
+    const T* g = p + (long long)m * ld + k;
+    const unsigned at = stream_slot<Frag, kSlots>(f, smem, s, q, i);
+    if constexpr (sizeof(T) == 4) {
+        uint4 v;
+        asm volatile(
+            "{\n\t.reg .pred e0, e1, e2, e3;\n\t.reg .b32 t;\n\t"
+            "and.b32 t, %6, 1;\n\tsetp.ne.b32 e0, t, 0;\n\t"
+            "and.b32 t, %6, 2;\n\tsetp.ne.b32 e1, t, 0;\n\t"
+            "and.b32 t, %6, 4;\n\tsetp.ne.b32 e2, t, 0;\n\t"
+            "and.b32 t, %6, 8;\n\tsetp.ne.b32 e3, t, 0;\n\t"
+            "ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n\t"
+            "@e0 ld.global.nc.b32 %0, [%5];\n\t"
+            "@e1 ld.global.nc.b32 %1, [%5+4];\n\t"
+            "@e2 ld.global.nc.b32 %2, [%5+8];\n\t"
+            "@e3 ld.global.nc.b32 %3, [%5+12];\n\t}"
+            : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+            : "r"(at), "l"(g), "r"(each)
+            : "memory");
+        return make_float4(__uint_as_float(v.x), __uint_as_float(v.y), __uint_as_float(v.z), __uint_as_float(v.w));
+    } else {
+        uint2 v;
+        asm volatile(
+            "{\n\t.reg .pred e0, e1, e2, e3, nw;\n\t.reg .b32 t;\n\t.reg .b16 h0, h1, h2, h3;\n\t"
+            "setp.eq.b32 nw, %5, 0;\n\t"
+            "and.b32 t, %4, 1;\n\tsetp.ne.b32 e0, t, 0;\n\t"
+            "and.b32 t, %4, 2;\n\tsetp.ne.b32 e1, t, 0;\n\t"
+            "and.b32 t, %4, 4;\n\tsetp.ne.b32 e2, t, 0;\n\t"
+            "and.b32 t, %4, 8;\n\tsetp.ne.b32 e3, t, 0;\n\t"
+            "mov.b16 h0, 0;\n\tmov.b16 h1, 0;\n\tmov.b16 h2, 0;\n\tmov.b16 h3, 0;\n\t"
+            "ld.shared.v2.b32 {%0, %1}, [%2];\n\t"
+            "@e0 ld.global.nc.b16 h0, [%3];\n\t"
+            "@e1 ld.global.nc.b16 h1, [%3+2];\n\t"
+            "@e2 ld.global.nc.b16 h2, [%3+4];\n\t"
+            "@e3 ld.global.nc.b16 h3, [%3+6];\n\t"
+            "@nw mov.b32 %0, {h0, h1};\n\t"
+            "@nw mov.b32 %1, {h2, h3};\n\t}"
+            : "=r"(v.x), "=r"(v.y)
+            : "r"(at), "l"(g), "r"(each), "r"((int)whole)
+            : "memory");
+        const float2 lo = coda::unpack_pair<T>(v.x), hi = coda::unpack_pair<T>(v.y);
+        return make_float4(lo.x, lo.y, hi.x, hi.y);
+    }
 }
 
 }  // namespace cg
