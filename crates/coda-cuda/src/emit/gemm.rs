@@ -66,6 +66,7 @@ pub(crate) fn emit(
         prefetched: Vec::new(),
         may_stream: false,
         fast: Vec::new(),
+        fast_load: false,
         inline_pairs: HashMap::new(),
         staged: None,
         twins: Vec::new(),
@@ -286,6 +287,8 @@ struct Gemm {
     /// The tile-uniform conditions under which the pair loop's accesses
     /// marked `kEdge` need no bounds or alignment checks (`unchecked`).
     fast: Vec<String>,
+    /// Whether one of those accesses is a load.
+    fast_load: bool,
     /// Element-wise tile expressions evaluated for both slots at once in
     /// the current body, by (node, map offset).
     inline_pairs: HashMap<(NodeId, i64), Vec<String>>,
@@ -551,6 +554,7 @@ impl Gemm {
         self.streams.clear();
         self.prefetched.clear();
         self.fast.clear();
+        self.fast_load = false;
         self.inline_pairs.clear();
         for (id, array) in self.rows.clone() {
             em.bind(id, "m", "0", format!("{array}[i]"));
@@ -656,11 +660,21 @@ impl Gemm {
     /// longer (8500 against 3400 SASS instructions for the dSwiGLU
     /// epilogue), and warps of such loops stalled half of the time on
     /// instruction fetch (Nsight Compute: `no_instruction`).
+    ///
+    /// Only when a load goes unchecked: a checked store is a few predicated
+    /// instructions, a checked load also its element fallback; splitting
+    /// for stores alone measured no faster on the H100 and made ptxas spill
+    /// (the `y @ w_down.T` GEMM of the Llama-3 saving forward: 192 bytes,
+    /// 3% slower).
     fn interior_split(&self, lines: Vec<String>) -> Vec<String> {
+        let pad = "    ".repeat(2);
         if self.fast.is_empty() {
             return lines;
         }
-        let pad = "    ".repeat(2);
+        if !self.fast_load {
+            let edge = format!("{pad}constexpr bool kEdge = true;  // no unchecked load: one checked loop");
+            return [vec![edge], lines].concat();
+        }
         let conditions = self.fast.join(&format!("\n{pad}    && "));
         let mut out = vec![format!("{pad}const bool interior = {conditions};")];
         for (head, edge) in [("if (interior) {", "false"), ("} else {", "true")] {
@@ -695,6 +709,7 @@ impl Gemm {
         if !self.fast.contains(&cond) {
             self.fast.push(cond);
         }
+        self.fast_load |= !write;
         "kEdge"
     }
 
