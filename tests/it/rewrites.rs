@@ -143,3 +143,21 @@ fn folded_gains_agree_with_the_original() {
         assert_eq!(count("weight_prep"), weight_preps, "{file}: {kernels:?}");
     }
 }
+
+/// The saving forwards of the gated examples (the forward plus the tensors
+/// it saves for the backward, `docs/backward.md` §3) agree with their
+/// originals after rewriting, and store the pre-activation saved in pair
+/// layout as the pair-layout accumulator itself (`interleave-of-halves`).
+#[test]
+fn rewrites_of_saving_forwards_agree_with_the_original() {
+    for file in ["llama3_block.coda", "gemma_mlp.coda"] {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples").join(file);
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        let checked = coda::check(file, &text).unwrap_or_else(|e| panic!("{e}"));
+        let view = coda::grad_view(&checked).unwrap_or_else(|e| panic!("{file}: {e}"));
+        let saving = &view.grads.first().unwrap_or_else(|| panic!("{file}: no grad")).saving_forward;
+        let applied = check_block(saving, &format!("{file} / {}", saving.name), &[3], &[1]);
+        assert_eq!(applied.get("interleave-of-halves"), Some(&1), "{file}: {applied:?}");
+        assert_eq!(applied.get("gated-pair-layout"), Some(&1), "{file}: {applied:?}");
+    }
+}

@@ -15,7 +15,8 @@ use coda_ir::{Axis, BinaryOp, Block, BlockKind, Dim, Inst, Output, ReduceOp, Sha
 /// The even (`parity` 0) or odd columns of a saved param in pair layout.
 fn paired_slice(bwd: &Block, param: Value, parity: i64) -> Result<Inst, GradError> {
     let cols = bwd.ty(param).shape.cols.as_const();
-    let half = cols.map(|c| c / 2).ok_or_else(|| GradError::Internal("a paired saved tensor of run-time width".into()))?;
+    let half =
+        cols.map(|c| c / 2).ok_or_else(|| GradError::Internal("a paired saved tensor of run-time width".into()))?;
     Ok(Inst::SliceCols { arg: param, start: Dim::constant(parity), len: Dim::constant(half), step: 2 })
 }
 
