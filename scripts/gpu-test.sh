@@ -100,6 +100,9 @@ for f in tests/cuda-cases/*.coda; do
     run "$f" 333 60
     run "$f" 1000 60
 done
+# Saved tensors in pair layout and the quad streams that read them.
+run tests/cuda-cases/paired_saving.coda 333 60 --grad
+run tests/cuda-cases/paired_saving.coda 1000 60 --grad
 run examples/out_proj_kernel.coda 333
 run examples/out_proj_kernel.coda 1000
 run examples/out_proj_kernel.coda 4096
@@ -124,9 +127,6 @@ run examples/gpt2_block.coda 333 200 --grad
 run examples/lm_head_ce.coda 333 300 --grad
 run examples/gemma_mlp.coda 333 200 --grad
 run examples/parallel_block.coda 333 200 --grad
-# Saved tensors in pair layout and the quad streams that read them.
-run tests/cuda-cases/paired_saving.coda 333 60 --grad
-run tests/cuda-cases/paired_saving.coda 1000 60 --grad
 
 {
     printf 'example\tM\toutput / kernel\tmax rel\trel-L2\ttime (us)\tstatus\n'
