@@ -50,6 +50,17 @@ fn explain_grad_lists_saved_tensors_and_the_backward_ir() {
 }
 
 #[test]
+fn explain_grad_json_gives_the_saved_layout() {
+    let out = codac(&["explain", "examples/llama3_block.coda", "--grad", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}"));
+    let saved = json["blocks"][0]["grad"]["saved"].as_array().cloned().unwrap_or_default();
+    let layout_of = |name: &str| saved.iter().find(|s| s["name"] == name).map(|s| s["layout"].clone());
+    assert_eq!(layout_of("z_pairs"), Some(serde_json::json!("paired_halves")), "{saved:?}");
+    assert_eq!(layout_of("x1"), Some(serde_json::json!("plain")), "{saved:?}");
+}
+
+#[test]
 fn explain_grad_json_describes_each_backward_block() {
     let out = codac(&["explain", "examples/lm_head_ce.coda", "--grad", "--json"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
@@ -60,6 +71,7 @@ fn explain_grad_json_describes_each_backward_block() {
     assert_eq!(grad["forward"], "lm_head_ce");
     assert_eq!(grad["saved"][0]["name"], "logits");
     assert_eq!(grad["saved"][0]["dtype"], "f32");
+    assert_eq!(grad["saved"][0]["layout"], "plain");
     assert_eq!(grad["given"][0]["output"], "loss");
     assert_eq!(grad["gradients"][2]["output"], "dw_lm");
     // The one-hot scatter of the cross-entropy gradient lowers to CUDA: the
