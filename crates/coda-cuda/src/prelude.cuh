@@ -68,6 +68,14 @@ __device__ __forceinline__ uint2 ldg_b64_if(const void* q, bool p) {
         : "l"(q), "r"((int)p));
     return v;
 }
+// PTX setting predicates e0..e3 from bits 0..3 of the asm operand `mask`
+// (its "%N" text), with a .b32 scratch register t declared by the caller:
+// the element-fallback predicates of the quad loads below.
+#define CG_ELEMENT_PREDICATES(mask)                          \
+    "and.b32 t, " mask ", 1;\n\tsetp.ne.b32 e0, t, 0;\n\t" \
+    "and.b32 t, " mask ", 2;\n\tsetp.ne.b32 e1, t, 0;\n\t" \
+    "and.b32 t, " mask ", 4;\n\tsetp.ne.b32 e2, t, 0;\n\t" \
+    "and.b32 t, " mask ", 8;\n\tsetp.ne.b32 e3, t, 0;\n\t"
 // Four consecutive 32-bit words at q: one 16-byte load if `quad`, else
 // word d if bit d of `each` is set (0 elsewhere). One asm statement, so all
 // loads write the same four registers: a quad load costs four registers in
@@ -77,10 +85,7 @@ __device__ __forceinline__ uint4 ldg_w4_if(const void* q, bool quad, unsigned ea
     uint4 v;
     asm("{\n\t.reg .pred q, e0, e1, e2, e3;\n\t.reg .b32 t;\n\t"
         "setp.ne.b32 q, %5, 0;\n\t"
-        "and.b32 t, %6, 1;\n\tsetp.ne.b32 e0, t, 0;\n\t"
-        "and.b32 t, %6, 2;\n\tsetp.ne.b32 e1, t, 0;\n\t"
-        "and.b32 t, %6, 4;\n\tsetp.ne.b32 e2, t, 0;\n\t"
-        "and.b32 t, %6, 8;\n\tsetp.ne.b32 e3, t, 0;\n\t"
+        CG_ELEMENT_PREDICATES("%6")
         "mov.b32 %0, 0;\n\tmov.b32 %1, 0;\n\tmov.b32 %2, 0;\n\tmov.b32 %3, 0;\n\t"
         "@q ld.global.nc.v4.b32 {%0, %1, %2, %3}, [%4];\n\t"
         "@e0 ld.global.nc.b32 %0, [%4];\n\t"
@@ -97,10 +102,7 @@ __device__ __forceinline__ uint2 ldg_h4_if(const void* q, bool quad, unsigned ea
     uint2 v;
     asm("{\n\t.reg .pred q, e0, e1, e2, e3;\n\t.reg .b32 t;\n\t.reg .b16 h0, h1, h2, h3;\n\t"
         "setp.ne.b32 q, %3, 0;\n\t"
-        "and.b32 t, %4, 1;\n\tsetp.ne.b32 e0, t, 0;\n\t"
-        "and.b32 t, %4, 2;\n\tsetp.ne.b32 e1, t, 0;\n\t"
-        "and.b32 t, %4, 4;\n\tsetp.ne.b32 e2, t, 0;\n\t"
-        "and.b32 t, %4, 8;\n\tsetp.ne.b32 e3, t, 0;\n\t"
+        CG_ELEMENT_PREDICATES("%4")
         "mov.b16 h0, 0;\n\tmov.b16 h1, 0;\n\tmov.b16 h2, 0;\n\tmov.b16 h3, 0;\n\t"
         "@e0 ld.global.nc.b16 h0, [%2];\n\t"
         "@e1 ld.global.nc.b16 h1, [%2+2];\n\t"
@@ -228,6 +230,22 @@ __device__ __forceinline__ float2 load2(const T* p, long long ld, int m, int k, 
     }
 }
 
+// Whether the four elements at (m, k) are one aligned vector inside the buffer.
+template <class T>
+__device__ __forceinline__ bool whole_quad(const T* p, long long ld, int m, int k, int rows, int cols) {
+    return inside(m, k, rows, cols) && inside(m, k + 3, rows, cols) && ((ld | (long long)k) & 3) == 0 &&
+           ((unsigned long long)p & (4 * sizeof(T) - 1)) == 0;
+}
+// A quad's four floats from the words a load gave: four f32 words, or two
+// words of 16-bit pairs.
+__device__ __forceinline__ float4 quad_floats(uint4 w) {
+    return make_float4(__uint_as_float(w.x), __uint_as_float(w.y), __uint_as_float(w.z), __uint_as_float(w.w));
+}
+template <class T>
+__device__ __forceinline__ float4 quad_floats(uint2 w) {
+    const float2 lo = coda::unpack_pair<T>(w.x), hi = coda::unpack_pair<T>(w.y);
+    return make_float4(lo.x, lo.y, hi.x, hi.y);
+}
 // Elements (m, k) .. (m, k + 3) as a float4: one 16-byte (f32) or 8-byte
 // (16-bit) load when all four are inside, k and ld are multiples of 4 and
 // the base is aligned; else four predicated element loads. A GEMM epilogue
@@ -238,14 +256,8 @@ __device__ __forceinline__ float4 load4(const T* p, long long ld, int m, int k, 
     static_assert(!coda::is_same<T, int>::value, "load4 reads floats");
     if constexpr (!kChecked) {
         const T* q = p + (long long)m * ld + k;
-        if constexpr (sizeof(T) == 4) {
-            const uint4 w = ldg_b128(q);
-            return make_float4(__uint_as_float(w.x), __uint_as_float(w.y), __uint_as_float(w.z), __uint_as_float(w.w));
-        } else {
-            const uint2 w = ldg_b64(q);
-            const float2 lo = coda::unpack_pair<T>(w.x), hi = coda::unpack_pair<T>(w.y);
-            return make_float4(lo.x, lo.y, hi.x, hi.y);
-        }
+        if constexpr (sizeof(T) == 4) return quad_floats(ldg_b128(q));
+        else return quad_floats<T>(ldg_b64(q));
     }
     const bool in0 = inside(m, k, rows, cols), in3 = inside(m, k + 3, rows, cols);
     const bool quad =
@@ -254,14 +266,8 @@ __device__ __forceinline__ float4 load4(const T* p, long long ld, int m, int k, 
 #pragma unroll
     for (int d = 0; d < 4; ++d) each |= (!quad && inside(m, k + d, rows, cols)) ? 1u << d : 0u;
     const T* q = p + (long long)m * ld + k;
-    if constexpr (sizeof(T) == 4) {
-        const uint4 w = ldg_w4_if(q, quad, each);
-        return make_float4(__uint_as_float(w.x), __uint_as_float(w.y), __uint_as_float(w.z), __uint_as_float(w.w));
-    } else {
-        const uint2 w = ldg_h4_if(q, quad, each);
-        const float2 lo = coda::unpack_pair<T>(w.x), hi = coda::unpack_pair<T>(w.y);
-        return make_float4(lo.x, lo.y, hi.x, hi.y);
-    }
+    if constexpr (sizeof(T) == 4) return quad_floats(ldg_w4_if(q, quad, each));
+    else return quad_floats<T>(ldg_h4_if(q, quad, each));
 }
 
 // ---------------------------------------------------------------------------
@@ -707,12 +713,6 @@ __device__ __forceinline__ unsigned stream_slot(const Frag& f, float* smem, int 
     const float* at = smem + (((s * kSlots + q) * Frag::RI + i) * Frag::kThreads + f.thread_index()) * 4;
     return static_cast<unsigned>(__cvta_generic_to_shared(at));
 }
-// Whether the four elements at (m, k) are one aligned vector inside the buffer.
-template <class T>
-__device__ __forceinline__ bool whole_quad(const T* p, long long ld, int m, int k, int rows, int cols) {
-    return inside(m, k, rows, cols) && inside(m, k + 3, rows, cols) && ((ld | (long long)k) & 3) == 0 &&
-           ((unsigned long long)p & (4 * sizeof(T) - 1)) == 0;
-}
 // Copies the quad at (m, k) into slot (s, q, i), or zeros when it is not
 // whole (stream_quad then reads it element by element).
 template <class Frag, int kSlots, bool kChecked = true, class T>
@@ -751,8 +751,7 @@ __device__ __forceinline__ float4 stream_quad(const Frag& f, float* smem, int s,
         } else {
             uint2 w;
             asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n" : "=r"(w.x), "=r"(w.y) : "r"(at));
-            const float2 lo = coda::unpack_pair<T>(w.x), hi = coda::unpack_pair<T>(w.y);
-            return make_float4(lo.x, lo.y, hi.x, hi.y);
+            return quad_floats<T>(w);
         }
     }
     const bool whole = whole_quad(p, ld, m, k, rows, cols);
@@ -765,10 +764,7 @@ __device__ __forceinline__ float4 stream_quad(const Frag& f, float* smem, int s,
         uint4 v;
         asm volatile(
             "{\n\t.reg .pred e0, e1, e2, e3;\n\t.reg .b32 t;\n\t"
-            "and.b32 t, %6, 1;\n\tsetp.ne.b32 e0, t, 0;\n\t"
-            "and.b32 t, %6, 2;\n\tsetp.ne.b32 e1, t, 0;\n\t"
-            "and.b32 t, %6, 4;\n\tsetp.ne.b32 e2, t, 0;\n\t"
-            "and.b32 t, %6, 8;\n\tsetp.ne.b32 e3, t, 0;\n\t"
+            CG_ELEMENT_PREDICATES("%6")
             "ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n\t"
             "@e0 ld.global.nc.b32 %0, [%5];\n\t"
             "@e1 ld.global.nc.b32 %1, [%5+4];\n\t"
@@ -777,16 +773,13 @@ __device__ __forceinline__ float4 stream_quad(const Frag& f, float* smem, int s,
             : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
             : "r"(at), "l"(g), "r"(each)
             : "memory");
-        return make_float4(__uint_as_float(v.x), __uint_as_float(v.y), __uint_as_float(v.z), __uint_as_float(v.w));
+        return quad_floats(v);
     } else {
         uint2 v;
         asm volatile(
             "{\n\t.reg .pred e0, e1, e2, e3, nw;\n\t.reg .b32 t;\n\t.reg .b16 h0, h1, h2, h3;\n\t"
             "setp.eq.b32 nw, %5, 0;\n\t"
-            "and.b32 t, %4, 1;\n\tsetp.ne.b32 e0, t, 0;\n\t"
-            "and.b32 t, %4, 2;\n\tsetp.ne.b32 e1, t, 0;\n\t"
-            "and.b32 t, %4, 4;\n\tsetp.ne.b32 e2, t, 0;\n\t"
-            "and.b32 t, %4, 8;\n\tsetp.ne.b32 e3, t, 0;\n\t"
+            CG_ELEMENT_PREDICATES("%4")
             "mov.b16 h0, 0;\n\tmov.b16 h1, 0;\n\tmov.b16 h2, 0;\n\tmov.b16 h3, 0;\n\t"
             "ld.shared.v2.b32 {%0, %1}, [%2];\n\t"
             "@e0 ld.global.nc.b16 h0, [%3];\n\t"
@@ -798,8 +791,7 @@ __device__ __forceinline__ float4 stream_quad(const Frag& f, float* smem, int s,
             : "=r"(v.x), "=r"(v.y)
             : "r"(at), "l"(g), "r"(each), "r"((int)whole)
             : "memory");
-        const float2 lo = coda::unpack_pair<T>(v.x), hi = coda::unpack_pair<T>(v.y);
-        return make_float4(lo.x, lo.y, hi.x, hi.y);
+        return quad_floats<T>(v);
     }
 }
 

@@ -12,12 +12,10 @@ use crate::{GradError, GradSpec, Saved, SavedLayout};
 use coda_diagnostics::Span;
 use coda_ir::{Axis, BinaryOp, Block, BlockKind, Dim, Inst, Output, ReduceOp, Shape, Tensor, Ty, UnaryOp, Value};
 
-/// The even (`parity` 0) or odd columns of a saved param in pair layout.
-fn paired_slice(bwd: &Block, param: Value, parity: i64) -> Result<Inst, GradError> {
-    let cols = bwd.ty(param).shape.cols.as_const();
-    let half =
-        cols.map(|c| c / 2).ok_or_else(|| GradError::Internal("a paired saved tensor of run-time width".into()))?;
-    Ok(Inst::SliceCols { arg: param, start: Dim::constant(parity), len: Dim::constant(half), step: 2 })
+/// The even (`parity` 0) or odd columns of a saved param in pair layout,
+/// `half` of them.
+fn paired_slice(param: Value, parity: i64, half: Dim) -> Inst {
+    Inst::SliceCols { arg: param, start: Dim::constant(parity), len: half, step: 2 }
 }
 
 /// `v[:, :F]` or `v[:, F:]` of a value `v` saved in pair layout as `p`
@@ -26,7 +24,7 @@ fn half_of_paired(inst: &Inst, paired: &[Option<Value>]) -> Option<Inst> {
     let Inst::SliceCols { arg, start, len, step: 1 } = inst else { return None };
     let param = paired[arg.index()]?;
     let parity = i64::from(start.as_const()? != 0);
-    Some(Inst::SliceCols { arg: param, start: Dim::constant(parity), len: len.clone(), step: 2 })
+    Some(paired_slice(param, parity, len.clone()))
 }
 
 /// State of one differentiation.
@@ -172,10 +170,11 @@ impl<'f> Builder<'f> {
     /// `[p[:, 0::2] | p[:, 1::2]]` of a saved param `p` in
     /// [`SavedLayout::PairedHalves`]: the value in its own column order.
     fn unpair(&mut self, param: Value, span: Span) -> Result<Value, GradError> {
+        let cols = self.bwd.ty(param).shape.cols.as_const();
+        let half = cols.ok_or_else(|| GradError::Internal("a paired saved tensor of run-time width".into()))? / 2;
         let mut parts = Vec::with_capacity(2);
         for parity in 0..2 {
-            let slice = paired_slice(&self.bwd, param, parity)?;
-            parts.push(self.emit(slice, span)?);
+            parts.push(self.emit(paired_slice(param, parity, Dim::constant(half)), span)?);
         }
         self.emit(Inst::ConcatCols { parts }, span)
     }

@@ -76,9 +76,7 @@ impl Gemm {
         let cond = format!(
             "cg::covers<{width}>({name}, {name}_ld, {name}_rows, {cols}, t.tile_m0 + Frag::BM, {first}, {last})"
         );
-        if !self.fast.contains(&cond) {
-            self.fast.push(cond);
-        }
+        position_or_push(&mut self.fast, cond);
         self.fast_load |= !write;
         "kEdge"
     }
@@ -92,12 +90,8 @@ impl Gemm {
     /// accumulators allow no more in flight); neither a copy nor a
     /// prefetch holds a register.
     pub(super) fn ahead_lines(&self, em: &mut Emitter<'_>) -> (Vec<String>, Vec<String>) {
-        let streaming = !self.streams.is_empty();
-        let (list, ahead) = if streaming {
-            (&self.streams, "kStreamSlots - 1".to_string())
-        } else {
-            (&self.prefetched, PREFETCH_AHEAD.to_string())
-        };
+        let (list, streaming) = (&self.ahead, self.streaming);
+        let ahead = if streaming { "kStreamSlots - 1".to_string() } else { PREFETCH_AHEAD.to_string() };
         if list.is_empty() {
             return (Vec::new(), Vec::new());
         }
@@ -163,11 +157,13 @@ impl Gemm {
         let in_n = if o == 0 { "2 * n".to_string() } else { format!("2 * (n - {o})") };
         let in_n = if base == 0 { in_n } else { format!("{base} + {in_n}") };
         let check = self.unchecked(em, Access { buf, a: 2, b: base - 2 * o, width: 4, write: false }, None);
-        let load = if self.may_stream && self.staged_load.is_none() {
-            let s = position_or_push(&mut self.streams, (buf, in_n, check));
+        // Decided by the first quad: a stream keeps operands from being
+        // staged (`can_stage`), and a staged operand keeps quads from streaming.
+        self.streaming = self.may_stream && self.staged_load.is_none();
+        let s = position_or_push(&mut self.ahead, (buf, in_n, check));
+        let load = if self.streaming {
             format!("cg::stream_quad<Frag, kStreamSlots, {check}>(f, smem, {s}, j % kStreamSlots, i, {access})")
         } else {
-            position_or_push(&mut self.prefetched, (buf, in_n, check));
             format!("cg::load4<{check}>({access})")
         };
         em.stmt(format!("const float4 {name} = {load};"), value);

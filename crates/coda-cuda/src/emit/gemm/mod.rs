@@ -66,8 +66,8 @@ pub(crate) fn emit(
         rows: Vec::new(),
         pairs: HashMap::new(),
         quads: HashMap::new(),
-        streams: Vec::new(),
-        prefetched: Vec::new(),
+        ahead: Vec::new(),
+        streaming: false,
         may_stream: false,
         fast: Vec::new(),
         fast_load: false,
@@ -278,13 +278,13 @@ struct Gemm {
     /// Quad loads (the even and odd columns of a pair) in the current body,
     /// by (load node, map offset, first buffer column of the pair's quad).
     quads: HashMap<(NodeId, i64, i64), String>,
-    /// The `(buffer, column expression in n)` of every quad load, by how
-    /// they are fetched ahead of the pair loop (`ahead_lines`): copied into
-    /// the scratch (`cg::stream_quad`, when `may_stream`) or prefetched
-    /// into L2.
-    /// With each, whether its accesses are checked (`Gemm::unchecked`).
-    streams: Vec<(usize, String, &'static str)>,
-    prefetched: Vec<(usize, String, &'static str)>,
+    /// The `(buffer, column expression in n, check flag)` of every quad
+    /// load in the current body, fetched ahead of the pair loop
+    /// (`ahead_lines`; the flag is `Gemm::unchecked`'s).
+    ahead: Vec<(usize, String, &'static str)>,
+    /// Whether `ahead` is copied into the scratch (`cg::stream_quad`, when
+    /// `may_stream` and no operand is staged there) or prefetched into L2.
+    streaming: bool,
     /// Whether quad loads may be streamed through the scratch: the Hopper
     /// mainloop, and no store staged through the scratch.
     may_stream: bool,
@@ -555,8 +555,8 @@ impl Gemm {
         self.cols.clear();
         self.pairs.clear();
         self.quads.clear();
-        self.streams.clear();
-        self.prefetched.clear();
+        self.ahead.clear();
+        self.streaming = false;
         self.fast.clear();
         self.fast_load = false;
         self.inline_pairs.clear();
@@ -833,7 +833,7 @@ impl Gemm {
     fn can_stage(&self, em: &Emitter<'_>, buf: usize, map: &ColMap) -> bool {
         let half = em.ir.buffers[buf].dtype.is_half();
         let own = map.offset == 0 && map.stride == 1;
-        half && own && self.streams.is_empty() && self.staged_load.as_ref().is_none_or(|(b, _)| *b == buf)
+        half && own && !self.streaming && self.staged_load.as_ref().is_none_or(|(b, _)| *b == buf)
     }
 
     fn slot_expr(
