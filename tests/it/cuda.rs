@@ -284,3 +284,42 @@ fn emulated_kernels_match_the_interpreter() {
         }
     }
 }
+
+/// `CompileOptions::tiles` (what `codac bench --autotune` files): a tuned
+/// configuration replaces the rules' choice only when it is among that
+/// choice's alternatives, and the ping-pong kernels it gives compile with
+/// NVRTC (when NVRTC is here) without warnings.
+#[test]
+fn tuned_tile_configurations_replace_only_alternatives() {
+    use coda::cuda::config::TileConfig;
+    let path = workspace().join("examples/llama3_block.coda");
+    let text = std::fs::read_to_string(&path).expect("llama3_block.coda");
+    let checked = coda::check("llama3_block.coda", &text).expect("check");
+    let tuned = std::collections::BTreeMap::from([
+        (0, TileConfig::Sm90Cfg128x128pp),
+        (1, TileConfig::Sm90Cfg128x128),
+        (2, TileConfig::Cfg64x64), // not an alternative of Sm90Cfg128x256: ignored
+    ]);
+    let options = coda::CompileOptions {
+        tiles: std::collections::BTreeMap::from([("llama3_layer".to_string(), tuned)]),
+        ..Default::default()
+    };
+    let compiled = coda::compile(&checked, &options).expect("compile");
+    let block = &compiled.manifest.blocks[0];
+    let configs: Vec<_> = block.kernels.iter().filter(|k| k.kind == "gemm").map(|k| k.config.clone()).collect();
+    let expected = ["Sm90Cfg128x128pp", "Sm90Cfg128x128", "Sm90Cfg128x256", "Sm90Cfg128x256"];
+    assert_eq!(configs, expected.map(|c| Some(c.to_string())));
+    let pp =
+        block.kernels.iter().find(|k| k.config.as_deref() == Some("Sm90Cfg128x128pp")).expect("a ping-pong kernel");
+    assert_eq!(pp.smem_bytes, TileConfig::Sm90Cfg128x128pp.smem_bytes_with(1), "{}: one column vector staged", pp.name);
+    let source = compiled.source(&pp.file).expect("source");
+    assert!(source.contains("coda::Sm90Cfg128x128pp"), "{}", pp.file);
+    let Ok(compiler) = Compiler::global() else {
+        assert!(std::env::var("CODAC_REQUIRE_NVRTC").as_deref() != Ok("1"), "CODAC_REQUIRE_NVRTC=1 but no NVRTC");
+        println!("skipped the NVRTC part: no NVRTC");
+        return;
+    };
+    let options = CompileOptions::new(Arch::SM_90A).file_name(&pp.file);
+    let out = compiler.compile(source, &options).expect("NVRTC compiles the ping-pong kernel");
+    assert!(!out.has_warnings(), "{}", out.log);
+}

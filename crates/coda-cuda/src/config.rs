@@ -68,6 +68,9 @@ pub enum TileConfig {
     Sm90Cfg128x256,
     /// Hopper: 128×128×64, two cooperative consumer warpgroups, 5 stages.
     Sm90Cfg128x128,
+    /// Hopper: 128×128×64, ping-pong (each consumer warpgroup owns whole
+    /// tiles, one's epilogue overlapping the other's K loop), 4 stages.
+    Sm90Cfg128x128pp,
 }
 
 impl TileConfig {
@@ -80,12 +83,60 @@ impl TileConfig {
             TileConfig::Cfg128x256 => "Cfg128x256",
             TileConfig::Sm90Cfg128x256 => "Sm90Cfg128x256",
             TileConfig::Sm90Cfg128x128 => "Sm90Cfg128x128",
+            TileConfig::Sm90Cfg128x128pp => "Sm90Cfg128x128pp",
         }
     }
 
     /// Runs on the Hopper mainloop (`gemm_sm90`).
     pub fn is_sm90(self) -> bool {
-        matches!(self, TileConfig::Sm90Cfg128x256 | TileConfig::Sm90Cfg128x128)
+        matches!(self, TileConfig::Sm90Cfg128x256 | TileConfig::Sm90Cfg128x128 | TileConfig::Sm90Cfg128x128pp)
+    }
+
+    /// Every configuration, for lookups by name.
+    pub const ALL: [TileConfig; 7] = [
+        TileConfig::Cfg64x64,
+        TileConfig::Cfg128x128,
+        TileConfig::Cfg128x128w4,
+        TileConfig::Cfg128x256,
+        TileConfig::Sm90Cfg128x256,
+        TileConfig::Sm90Cfg128x128,
+        TileConfig::Sm90Cfg128x128pp,
+    ];
+
+    /// The configuration of a C++ type name ([`TileConfig::name`]).
+    pub fn from_name(name: &str) -> Option<TileConfig> {
+        TileConfig::ALL.into_iter().find(|c| c.name() == name)
+    }
+
+    /// The configurations a GEMM given this one by [`for_target`] may run
+    /// with instead, itself first: what `codac bench --autotune` times.
+    /// Only Hopper configurations have alternatives, all with the same
+    /// accumulators per thread (128), so an epilogue that fits one fits the
+    /// others: `Sm90Cfg128x256` may become `Sm90Cfg128x128` or the ping-pong
+    /// `Sm90Cfg128x128pp`; `Sm90Cfg128x128` (chosen for a wide epilogue or a
+    /// narrow `N`) may become `Sm90Cfg128x128pp`.
+    pub fn alternatives(self) -> Vec<TileConfig> {
+        match self {
+            TileConfig::Sm90Cfg128x256 => {
+                vec![TileConfig::Sm90Cfg128x256, TileConfig::Sm90Cfg128x128, TileConfig::Sm90Cfg128x128pp]
+            }
+            TileConfig::Sm90Cfg128x128 => vec![TileConfig::Sm90Cfg128x128, TileConfig::Sm90Cfg128x128pp],
+            other => vec![other],
+        }
+    }
+
+    /// The ping-pong Hopper mainloop (two tiles in flight).
+    pub fn is_ping_pong(self) -> bool {
+        self == TileConfig::Sm90Cfg128x128pp
+    }
+
+    /// Tiles a CTA works on at once (each with its own epilogue scratch).
+    pub fn tiles_in_flight(self) -> i64 {
+        if self.is_ping_pong() {
+            2
+        } else {
+            1
+        }
     }
 
     /// `(BM, BN, BK)`.
@@ -94,7 +145,7 @@ impl TileConfig {
             TileConfig::Cfg64x64 => (64, 64, 32),
             TileConfig::Cfg128x128 | TileConfig::Cfg128x128w4 => (128, 128, 32),
             TileConfig::Cfg128x256 | TileConfig::Sm90Cfg128x256 => (128, 256, 64),
-            TileConfig::Sm90Cfg128x128 => (128, 128, 64),
+            TileConfig::Sm90Cfg128x128 | TileConfig::Sm90Cfg128x128pp => (128, 128, 64),
         }
     }
 
@@ -103,7 +154,7 @@ impl TileConfig {
         match self {
             TileConfig::Cfg64x64 | TileConfig::Cfg128x128w4 => 128,
             TileConfig::Cfg128x128 | TileConfig::Cfg128x256 => 256,
-            TileConfig::Sm90Cfg128x256 | TileConfig::Sm90Cfg128x128 => 384,
+            TileConfig::Sm90Cfg128x256 | TileConfig::Sm90Cfg128x128 | TileConfig::Sm90Cfg128x128pp => 384,
         }
     }
 
@@ -111,7 +162,7 @@ impl TileConfig {
     pub fn stages(self) -> i64 {
         match self {
             TileConfig::Cfg64x64 | TileConfig::Cfg128x256 | TileConfig::Sm90Cfg128x256 => 3,
-            TileConfig::Cfg128x128 | TileConfig::Cfg128x128w4 => 4,
+            TileConfig::Cfg128x128 | TileConfig::Cfg128x128w4 | TileConfig::Sm90Cfg128x128pp => 4,
             TileConfig::Sm90Cfg128x128 => 5,
         }
     }
@@ -134,10 +185,10 @@ impl TileConfig {
         let (bm, bn, bk) = self.tile();
         let ring = self.stages() * (bm + bn) * bk * 2;
         let bytes = if self.is_sm90() {
-            // Both Hopper configurations are cooperative: one tile in flight.
+            // One scratch per tile in flight: two for ping-pong.
             let vecs = i64::try_from(col_vecs).unwrap_or(i64::MAX / 4096);
             let scratch = (bm * (bn + 8) * 2 + 127) / 128 * 128 + vecs * bn * 4;
-            1024 + ring + scratch + 16 * self.stages() + 16
+            1024 + ring + self.tiles_in_flight() * scratch + 16 * self.stages() + 16
         } else {
             ring
         };
@@ -208,6 +259,22 @@ mod tests {
         assert_eq!(TileConfig::Cfg128x256.smem_bytes_with(3), 147_456);
         // Four vectors (the emitter's limit) still fit the 227 KiB of a CTA.
         assert!(TileConfig::Sm90Cfg128x256.smem_bytes_with(4) <= 232_448);
+    }
+
+    #[test]
+    fn names_and_alternatives() {
+        for c in TileConfig::ALL {
+            assert_eq!(TileConfig::from_name(c.name()), Some(c));
+            let alternatives = c.alternatives();
+            assert_eq!(alternatives[0], c, "a configuration is its own first alternative");
+            assert!(alternatives.iter().all(|a| a.is_sm90() == c.is_sm90()), "{c:?}: the mainloop family is kept");
+        }
+        assert_eq!(TileConfig::from_name("Sm90Cfg64x64"), None);
+        assert_eq!(TileConfig::Sm90Cfg128x256.alternatives().len(), 3);
+        assert_eq!(TileConfig::Cfg128x256.alternatives(), vec![TileConfig::Cfg128x256]);
+        assert_eq!(TileConfig::Sm90Cfg128x128pp.tiles_in_flight(), 2);
+        // Two scratches of 128 x 136 bf16, a 4-stage ring: the header's formula.
+        assert_eq!(TileConfig::Sm90Cfg128x128pp.smem_bytes(), 1024 + 4 * 256 * 64 * 2 + 2 * 34_816 + 16 * 4 + 16);
     }
 
     #[test]

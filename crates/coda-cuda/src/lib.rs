@@ -29,6 +29,7 @@ pub use manifest::{BlockManifest, Manifest};
 
 use coda_diagnostics::SourceFile;
 use coda_ir::{Block, BlockKind, Module};
+use std::collections::BTreeMap;
 
 /// One generated `.cu` file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,11 +61,17 @@ pub struct CodegenOptions {
     /// the GEMM computes each row block's rows before its first tile of
     /// that row block needs them. On by default; off gives the two kernels.
     pub row_preludes: bool,
+    /// Tile configurations chosen by measurement (`codac bench --autotune`)
+    /// instead of the rules of [`config`]: block name → (the GEMM's ordinal
+    /// among the block's GEMMs in launch order → configuration). One that
+    /// is not among the rules' choice's [`config::TileConfig::alternatives`]
+    /// is ignored.
+    pub tiles: BTreeMap<String, BTreeMap<usize, config::TileConfig>>,
 }
 
 impl Default for CodegenOptions {
     fn default() -> Self {
-        CodegenOptions { arch: "sm_90a".into(), a_prologue: false, row_preludes: true }
+        CodegenOptions { arch: "sm_90a".into(), a_prologue: false, row_preludes: true, tiles: BTreeMap::new() }
     }
 }
 
@@ -89,7 +96,9 @@ pub fn compile_block(
     if block.kind == BlockKind::Kernel {
         check_kernel_form(block, &plan, source)?;
     }
-    let ir = kir::build::build(block, &plan, config::Target::from_arch(&options.arch), options.row_preludes)?;
+    let no_tiles = BTreeMap::new();
+    let tiles = options.tiles.get(&block.name).unwrap_or(&no_tiles);
+    let ir = kir::build::build(block, &plan, config::Target::from_arch(&options.arch), options.row_preludes, tiles)?;
     let (kernels, manifest) = emit::emit_block(&ir, block, source)?;
     Ok(CompiledBlock { kernels, manifest, ir })
 }

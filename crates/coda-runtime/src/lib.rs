@@ -43,6 +43,7 @@ mod tensor;
 pub mod timing;
 mod tma;
 pub mod toolkit;
+mod tuning;
 
 pub use arch::{Arch, ArchSuffix};
 pub use cache::{CacheKey, CacheStats, KernelCache};
@@ -59,6 +60,7 @@ pub use timing::{
 };
 pub use tma::TiledMap;
 pub use toolkit::Toolkit;
+pub use tuning::{TuningKey, TuningStore, TUNING_FILE};
 
 #[cfg(test)]
 mod tests {

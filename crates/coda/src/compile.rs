@@ -2,7 +2,9 @@
 //! no CUDA needed (see `docs/codegen.md`).
 
 use crate::Checked;
+use coda_cuda::config::TileConfig;
 use coda_cuda::{CodegenError, CodegenOptions, KernelSource, Manifest};
+use std::collections::BTreeMap;
 
 /// Options of [`compile()`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,12 +21,20 @@ pub struct CompileOptions {
     /// Row kernels fused into the Hopper GEMM after them (see
     /// [`coda_cuda::CodegenOptions::row_preludes`]).
     pub row_preludes: bool,
+    /// Tile configurations chosen by measurement (see
+    /// [`coda_cuda::CodegenOptions::tiles`]).
+    pub tiles: BTreeMap<String, BTreeMap<usize, TileConfig>>,
 }
 
 impl CompileOptions {
     /// The code generator's options.
     pub fn codegen(&self) -> CodegenOptions {
-        CodegenOptions { arch: self.arch.clone(), a_prologue: self.a_prologue, row_preludes: self.row_preludes }
+        CodegenOptions {
+            arch: self.arch.clone(),
+            a_prologue: self.a_prologue,
+            row_preludes: self.row_preludes,
+            tiles: self.tiles.clone(),
+        }
     }
 }
 
@@ -36,6 +46,7 @@ impl Default for CompileOptions {
             rewrite: coda_opt::Options::default(),
             a_prologue: false,
             row_preludes: true,
+            tiles: BTreeMap::new(),
         }
     }
 }

@@ -27,12 +27,13 @@ use crate::bench_report::{
 use crate::bench_rig::{Rig, RigSpec};
 use crate::cli::KernelFlags;
 use crate::commands::{check_dims_known, load, parse_dims, Outcome};
+use crate::tune;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use coda::cuda::manifest::BlockManifest;
 use coda::cuda::KernelSource;
 use coda::{ColorChoice, DimBindings, GemmProfile, KernelProfile};
-use coda_runtime::{compile_latency, CompileOptions, Compiler, Device, RuntimeError};
+use coda_runtime::{compile_latency, CompileOptions, Compiler, Device, RuntimeError, TuningStore};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -64,6 +65,12 @@ pub(crate) struct BenchArgs {
     /// Print the results as JSON on standard output (the table goes to standard error).
     #[arg(long)]
     pub(crate) json: bool,
+    /// First time every GEMM kernel with each alternative tile configuration
+    /// (interleaved with the rules' choice) and file the fastest next to the
+    /// kernel cache, where `codac run` and `codac bench` find it for this
+    /// device, program and dimensions; then benchmark with the winners.
+    #[arg(long)]
+    pub(crate) autotune: bool,
     #[command(flatten)]
     pub(crate) kernels: KernelFlags,
 }
@@ -88,7 +95,11 @@ pub(crate) fn bench(args: &BenchArgs, color: ColorChoice) -> Result<Outcome> {
         row_preludes: !args.kernels.no_row_prelude,
         ..Default::default()
     };
-    let compiled = coda::compile(&checked, &options)?;
+    let mut store = TuningStore::from_env();
+    if args.autotune {
+        autotune(args, &checked, &options, &device, &dims, &mut store)?;
+    }
+    let (options, compiled) = tune::compile_tuned(&checked, &options, &device, &store, &dims)?;
     let profiles = coda::profile(&checked, &options, &dims)?;
     warm_up_nvrtc(compiler, &device)?;
     let (major, minor) = compiler.nvrtc_version();
@@ -131,6 +142,41 @@ pub(crate) fn bench(args: &BenchArgs, color: ColorChoice) -> Result<Outcome> {
         print!("{text}");
     }
     Ok(Outcome::Success)
+}
+
+/// `--autotune`: tunes every block of the file (compiled with the rules'
+/// configurations) and saves the winners (a store that cannot be written
+/// only loses them for later runs).
+fn autotune(
+    args: &BenchArgs,
+    checked: &coda::Checked,
+    options: &coda::CompileOptions,
+    device: &Device,
+    dims: &DimBindings,
+    store: &mut TuningStore,
+) -> Result<()> {
+    let compiled = coda::compile(checked, options)?;
+    let profiles = coda::profile(checked, options, dims)?;
+    let (warmup, iters) = (args.warmup as usize, args.iters as usize);
+    let tuner = tune::Autotune { device, checked, options, dims, warmup, iters };
+    for manifest in &compiled.manifest.blocks {
+        let Some(block) = checked.module.block(&manifest.block) else { continue };
+        check_dims_known(block, dims)?;
+        let inputs = coda::random_inputs(block, dims, args.seed)?;
+        let profile = profiles.iter().find(|p| p.block == manifest.block);
+        let kernel_bytes = profile.iter().flat_map(|p| &p.kernels).map(|k| (k.name.clone(), k.bytes_moved)).collect();
+        let block = tune::TuneBlock { manifest, inputs: &inputs, kernel_bytes: &kernel_bytes };
+        tuner.block(&compiled, &block, store)?;
+    }
+    match store.save() {
+        Ok(()) => eprintln!(
+            "autotune: {} entries in {}",
+            store.len(),
+            store.path().map_or("memory".into(), |p| p.display().to_string())
+        ),
+        Err(e) => eprintln!("warning: the tuning results were not saved: {e}"),
+    }
+    Ok(())
 }
 
 /// Opens device 0; every way of finding no usable GPU is a "no GPU" error.

@@ -14,6 +14,7 @@ mod compile_cmd;
 mod grad_cmd;
 mod npy;
 mod run_cmd;
+mod tune;
 
 use clap::Parser;
 

@@ -45,7 +45,12 @@ pub(crate) fn run(args: &RunArgs, color: ColorChoice) -> Result<Outcome> {
         row_preludes: !args.kernels.no_row_prelude,
         ..Default::default()
     };
-    let compiled = coda::compile(&checked, &options)?;
+    let store = coda_runtime::TuningStore::from_env();
+    let (tuned, compiled) = crate::tune::compile_tuned(&checked, &options, &device, &store, &dims)?;
+    if tuned.tiles != options.tiles {
+        let path = store.path().map_or(String::new(), |p| format!(" ({})", p.display()));
+        println!("tile configurations tuned by `codac bench --autotune`{path}");
+    }
     let mut all_ok = true;
     for manifest in &compiled.manifest.blocks {
         let Some(block) = checked.module.block(&manifest.block) else { continue };

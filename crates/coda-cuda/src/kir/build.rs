@@ -25,11 +25,13 @@ pub(crate) fn build(
     plan: &Plan,
     target: config::Target,
     row_preludes: bool,
+    tiles: &BTreeMap<usize, TileConfig>,
 ) -> Result<BlockIr, CodegenError> {
     let mut b = Builder {
         block,
         plan,
         target,
+        tiles,
         buffers: Vec::new(),
         param_bufs: Vec::new(),
         output_bufs: Vec::new(),
@@ -72,6 +74,8 @@ struct Builder<'a> {
     block: &'a Block,
     plan: &'a Plan,
     target: config::Target,
+    /// Tuned configurations by GEMM ordinal (`CodegenOptions::tiles`).
+    tiles: &'a BTreeMap<usize, TileConfig>,
     buffers: Vec<Buffer>,
     param_bufs: Vec<BufId>,
     output_bufs: Vec<BufId>,
@@ -131,11 +135,14 @@ impl Builder<'_> {
     }
 
     /// The tile configuration of every GEMM: the portable choice, then the
-    /// target's ([`config::for_target`]), before anything (partial buffer
-    /// widths) depends on the tile shape.
+    /// target's ([`config::for_target`]), then a tuned one from `tiles` (by
+    /// the GEMM's ordinal) when it is among that choice's
+    /// [`TileConfig::alternatives`]; before anything (partial buffer widths)
+    /// depends on the tile shape.
     fn choose_configs(&mut self) {
+        let mut ordinal = 0;
         for (k, kp) in self.plan.kernels.iter().enumerate() {
-            let KernelPlan::Gemm { matmul, b, .. } = kp else { continue };
+            let KernelPlan::Gemm { matmul, b, a_scale, .. } = kp else { continue };
             let mut regs = 0;
             let mut heavy = false;
             for (v, home) in self.plan.homes.iter().enumerate() {
@@ -162,6 +169,16 @@ impl Builder<'_> {
                 c if c.is_sm90() || !wide => c,
                 _ => TileConfig::Cfg64x64,
             };
+            let chosen = match self.tiles.get(&ordinal) {
+                // The ping-pong mainloop has no A prologue.
+                Some(&tuned)
+                    if chosen.alternatives().contains(&tuned) && (a_scale.is_none() || !tuned.is_ping_pong()) =>
+                {
+                    tuned
+                }
+                _ => chosen,
+            };
+            ordinal += 1;
             self.configs.insert(k, chosen);
         }
     }

@@ -69,7 +69,12 @@ fn fusable(row: &Kernel, gemm: &Kernel, buffers: &[Buffer]) -> bool {
     let (KernelKind::Row { rows, grid: None, .. }, KernelKind::Gemm(spec)) = (&row.kind, &gemm.kind) else {
         return false;
     };
-    if !spec.config.is_sm90() || spec.prologue.is_some() || spec.prelude.is_some() || *rows != spec.m {
+    if !spec.config.is_sm90()
+        || spec.config.is_ping_pong()
+        || spec.prologue.is_some()
+        || spec.prelude.is_some()
+        || *rows != spec.m
+    {
         return false;
     }
     let row_stores_rows =

@@ -1,0 +1,175 @@
+//! Tuned tile configurations. `codac bench --autotune` times every GEMM
+//! kernel of a block with each alternative of its configuration
+//! ([`TileConfig::alternatives`]), interleaved with the kernel as the rules
+//! chose it, and files the fastest in the tuning store next to the kernel
+//! cache ([`TuningStore`]); `codac run` and `codac bench` then compile with
+//! the store's winners for their device and dimensions ([`compile_tuned`]).
+//!
+//! A kernel is filed under its device, its architecture, its source as the
+//! rules configure it and the block's run-time dimensions, so an entry is
+//! found again only for the same program, compiler and shape. An
+//! alternative must beat the rules' choice by [`MARGIN`] to be kept, so
+//! that run-to-run noise does not flip configurations.
+
+use crate::bench_rig::{Rig, RigSpec};
+use anyhow::{Context, Result};
+use coda::cuda::config::TileConfig;
+use coda::cuda::manifest::{BlockManifest, KernelSpec};
+use coda::{Checked, CompileOptions, Compiled, DimBindings, HostTensor};
+use coda_runtime::{Device, TuningKey, TuningStore};
+use std::collections::BTreeMap;
+
+/// How much faster (time ratio) an alternative must run to replace the
+/// rules' configuration.
+pub(crate) const MARGIN: f32 = 0.98;
+
+/// The GEMM kernels of a block with their ordinals among its GEMMs
+/// (launch order): what [`coda::CompileOptions::tiles`] is keyed by.
+fn gemm_kernels(manifest: &BlockManifest) -> impl Iterator<Item = (usize, &KernelSpec)> {
+    manifest.kernels.iter().filter(|k| k.kind == "gemm").enumerate()
+}
+
+/// The block's run-time dimensions as text, `M=8192`.
+fn dims_text(manifest: &BlockManifest, dims: &DimBindings) -> String {
+    let mut parts: Vec<String> = manifest.dims.iter().filter_map(|d| dims.get(d).map(|v| format!("{d}={v}"))).collect();
+    parts.sort();
+    parts.join(",")
+}
+
+/// What the result for one kernel is filed under.
+fn key(device: &Device, source: &str, dims: &str) -> TuningKey {
+    let arch = device.arch().to_string();
+    TuningKey::from_parts(&[device.info().name.as_bytes(), arch.as_bytes(), source.as_bytes(), dims.as_bytes()])
+}
+
+fn source_of<'a>(compiled: &'a Compiled, spec: &KernelSpec) -> Result<&'a str> {
+    compiled.source(&spec.file).with_context(|| format!("no source {}", spec.file))
+}
+
+/// Compiles with the tuned configurations of `store` (those filed for this
+/// device, program and `dims`): the options used and the result.
+pub(crate) fn compile_tuned(
+    checked: &Checked,
+    options: &CompileOptions,
+    device: &Device,
+    store: &TuningStore,
+    dims: &DimBindings,
+) -> Result<(CompileOptions, Compiled)> {
+    let compiled = coda::compile(checked, options)?;
+    let mut tiles: BTreeMap<String, BTreeMap<usize, TileConfig>> = BTreeMap::new();
+    for manifest in &compiled.manifest.blocks {
+        let dims = dims_text(manifest, dims);
+        for (ordinal, spec) in gemm_kernels(manifest) {
+            let tuned = store.get(&key(device, source_of(&compiled, spec)?, &dims));
+            if let Some(config) =
+                tuned.and_then(TileConfig::from_name).filter(|c| Some(c.name()) != spec.config.as_deref())
+            {
+                tiles.entry(manifest.block.clone()).or_default().insert(ordinal, config);
+            }
+        }
+    }
+    if tiles.is_empty() {
+        return Ok((options.clone(), compiled));
+    }
+    let tuned = CompileOptions { tiles, ..options.clone() };
+    let compiled = coda::compile(checked, &tuned)?;
+    Ok((tuned, compiled))
+}
+
+/// One block's data for the autotuner.
+pub(crate) struct TuneBlock<'a> {
+    pub(crate) manifest: &'a BlockManifest,
+    pub(crate) inputs: &'a BTreeMap<String, HostTensor>,
+    pub(crate) kernel_bytes: &'a BTreeMap<String, u64>,
+}
+
+/// The autotuner's settings.
+pub(crate) struct Autotune<'a> {
+    pub(crate) device: &'a Device,
+    pub(crate) checked: &'a Checked,
+    /// The options without tuned configurations.
+    pub(crate) options: &'a CompileOptions,
+    pub(crate) dims: &'a DimBindings,
+    pub(crate) warmup: usize,
+    pub(crate) iters: usize,
+}
+
+impl Autotune<'_> {
+    /// Times every GEMM kernel of `block` (compiled with the rules'
+    /// configurations in `compiled`) against its alternatives and files the
+    /// winners in `store` (in memory: the caller saves it).
+    pub(crate) fn block(&self, compiled: &Compiled, block: &TuneBlock<'_>, store: &mut TuningStore) -> Result<()> {
+        let manifest = block.manifest;
+        let spec = RigSpec {
+            manifest,
+            sources: &compiled.kernels,
+            dims: self.dims,
+            inputs: block.inputs,
+            kernel_bytes: block.kernel_bytes,
+        };
+        let rig = Rig::new(self.device, &spec)?;
+        rig.fill_and_spin(self.device, 300.0)?;
+        let dims = dims_text(manifest, self.dims);
+        for (ordinal, kernel) in gemm_kernels(manifest) {
+            let Some(chosen) = kernel.config.as_deref().and_then(TileConfig::from_name) else { continue };
+            if chosen.alternatives().len() < 2 {
+                continue;
+            }
+            let mut best = (chosen, 1.0f32);
+            let mut line = format!("autotune {} {} ({})", manifest.block, kernel.name, chosen.name());
+            for alternative in chosen.alternatives().into_iter().skip(1) {
+                match self.against(&rig, block, ordinal, kernel, alternative)? {
+                    Some((ours, theirs)) => {
+                        line += &format!(", {ours:.3} ms against {} {theirs:.3} ms", alternative.name());
+                        let ratio = theirs / ours;
+                        if ratio < MARGIN && ratio < best.1 {
+                            best = (alternative, ratio);
+                        }
+                    }
+                    None => line += &format!(", {} skipped (it changes the kernel list)", alternative.name()),
+                }
+            }
+            let verb = if best.0 == chosen { "keeps" } else { "takes" };
+            eprintln!("{line}: {verb} {}", best.0.name());
+            store.set(&key(self.device, source_of(compiled, kernel)?, &dims), best.0.name());
+        }
+        Ok(())
+    }
+
+    /// Medians of `kernel` and of the same GEMM with `alternative`, timed
+    /// interleaved; `None` when the alternative changes the block's kernel
+    /// list (a row kernel no longer fused, say), which a kernel's time
+    /// alone would not show.
+    fn against(
+        &self,
+        rig: &Rig,
+        block: &TuneBlock<'_>,
+        ordinal: usize,
+        kernel: &KernelSpec,
+        alternative: TileConfig,
+    ) -> Result<Option<(f32, f32)>> {
+        let name = &block.manifest.block;
+        let tiles = BTreeMap::from([(name.clone(), BTreeMap::from([(ordinal, alternative)]))]);
+        let options = CompileOptions { block: Some(name.clone()), tiles, ..self.options.clone() };
+        let compiled = coda::compile(self.checked, &options)?;
+        let manifest =
+            compiled.manifest.blocks.first().with_context(|| format!("block `{name}` compiled to nothing"))?;
+        let same_list = manifest.kernels.len() == block.manifest.kernels.len();
+        let Some((_, spec)) = gemm_kernels(manifest).nth(ordinal).filter(|_| same_list) else { return Ok(None) };
+        if spec.config.as_deref() != Some(alternative.name()) {
+            return Ok(None);
+        }
+        let rig_spec = RigSpec {
+            manifest,
+            sources: &compiled.kernels,
+            dims: self.dims,
+            inputs: block.inputs,
+            kernel_bytes: block.kernel_bytes,
+        };
+        let other = Rig::new(self.device, &rig_spec)?;
+        other.fill_and_spin(self.device, 0.0)?;
+        let (ours, theirs) =
+            rig.time_against(self.device, &kernel.name, (&other, &spec.name), self.warmup, self.iters)?;
+        Ok(Some((ours.median_ms, theirs.median_ms)))
+    }
+}
