@@ -25,6 +25,12 @@
 //! (`coda::col_keep`), so they keep `CJ / 4` registers, not `2 × CJ`. A B operand read in pair order stays on the portable
 //! mainloop unless its permuted range and groups are multiples of 64 rows
 //! (what one TMA box of the pair-order view covers).
+//!
+//! These rules know `N` but not the run-time `M`; `codac bench --autotune`
+//! measures a Hopper choice's [`TileConfig::alternatives`] (among them the
+//! ping-pong `Sm90Cfg128x128pp`, never chosen by the rules: its GEMMs run
+//! about 10% slower on the H100) for one `M` and files the winner, which
+//! `CodegenOptions::tiles` then applies.
 
 use coda_ir::Dim;
 
