@@ -114,21 +114,21 @@ impl TileConfig {
         TileConfig::ALL.into_iter().find(|c| c.name() == name)
     }
 
-    /// The configurations a GEMM given this one by [`for_target`] may run
-    /// with instead, itself first: what `codac bench --autotune` times.
-    /// Only Hopper configurations have alternatives, all with the same
-    /// accumulators per thread (128), so an epilogue that fits one fits the
-    /// others: `Sm90Cfg128x256` may become `Sm90Cfg128x128` or the ping-pong
-    /// `Sm90Cfg128x128pp`; `Sm90Cfg128x128` (chosen for a wide epilogue or a
-    /// narrow `N`) may become `Sm90Cfg128x128pp`.
+    /// The configurations a GEMM given this one by the rules may run with
+    /// instead, itself first: what `codac bench --autotune` times. A Hopper
+    /// configuration has the other Hopper ones (same mainloop family, same
+    /// epilogue code, so any of them is correct); one with more
+    /// accumulators per thread (`Sm90Cfg128x256` and the ping-pong
+    /// `Sm90Cfg128x128pp`: 128, against 64 for `Sm90Cfg128x128`) may spill
+    /// registers where the rules avoided it (a wide epilogue), which the
+    /// measurement then shows. Portable configurations have none.
     pub fn alternatives(self) -> Vec<TileConfig> {
-        match self {
-            TileConfig::Sm90Cfg128x256 => {
-                vec![TileConfig::Sm90Cfg128x256, TileConfig::Sm90Cfg128x128, TileConfig::Sm90Cfg128x128pp]
-            }
-            TileConfig::Sm90Cfg128x128 => vec![TileConfig::Sm90Cfg128x128, TileConfig::Sm90Cfg128x128pp],
-            other => vec![other],
+        const HOPPER: [TileConfig; 3] =
+            [TileConfig::Sm90Cfg128x256, TileConfig::Sm90Cfg128x128, TileConfig::Sm90Cfg128x128pp];
+        if !self.is_sm90() {
+            return vec![self];
         }
+        std::iter::once(self).chain(HOPPER.into_iter().filter(|c| *c != self)).collect()
     }
 
     /// The ping-pong Hopper mainloop (two tiles in flight).
@@ -216,6 +216,49 @@ pub fn choose(m: &Dim, n: &Dim, heavy: bool) -> TileConfig {
     }
 }
 
+/// What is known at compile time about where the kernels will run, when the
+/// caller knows it (`codac run` and `codac bench` do): the run-time
+/// dimensions and the GPU's multiprocessor count. Only the choice of tile
+/// configuration uses it ([`for_shape`]); the code stays correct for any
+/// shape.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaunchHint {
+    /// Run-time dimensions by name (`M`).
+    pub dims: std::collections::BTreeMap<String, i64>,
+    /// Streaming multiprocessors of the GPU (132 on an H100 SXM).
+    pub multiprocessors: u32,
+}
+
+/// Throughput of `Sm90Cfg128x128` per output element relative to
+/// `Sm90Cfg128x256`'s, when both fill the GPU: 0.90–0.94 in session 10's
+/// interleaved timings of the 8B block's four GEMMs (`docs/benchmarks.md`).
+pub const SM90_128X128_EFFICIENCY: f64 = 0.92;
+
+/// The tile-count model: the persistent grid runs `ceil(tiles / SMs)` waves
+/// of tiles, each as long as its tile's work over the configuration's
+/// efficiency. Whether `Sm90Cfg128x128` tiles are then predicted faster
+/// than `Sm90Cfg128x256` ones for an `m × n` product: with few row tiles
+/// (a small `m`) the big tiles leave SMs idle (1000 × 768 with 128×256
+/// tiles is 24 tiles on 132 SMs).
+pub fn smaller_tiles_pay(m: i64, n: i64, multiprocessors: u32) -> bool {
+    let sms = i64::from(multiprocessors.max(1));
+    let waves = |bm: i64, bn: i64| ((m + bm - 1) / bm * ((n + bn - 1) / bn) + sms - 1) / sms;
+    let big = waves(128, 256) as f64 * (128.0 * 256.0);
+    let small = waves(128, 128) as f64 * (128.0 * 128.0) / SM90_128X128_EFFICIENCY;
+    m > 0 && n > 0 && small < big
+}
+
+/// [`for_target`]'s choice at a known shape: `Sm90Cfg128x256` becomes
+/// `Sm90Cfg128x128` where [`smaller_tiles_pay`].
+pub fn for_shape(chosen: TileConfig, m: Option<i64>, n: Option<i64>, multiprocessors: u32) -> TileConfig {
+    match (chosen, m, n) {
+        (TileConfig::Sm90Cfg128x256, Some(m), Some(n)) if smaller_tiles_pay(m, n, multiprocessors) => {
+            TileConfig::Sm90Cfg128x128
+        }
+        _ => chosen,
+    }
+}
+
 /// The configuration of a GEMM on `target` (see the module docs):
 /// `portable` is [`choose`]'s answer, `wide` whether the epilogue reads
 /// per-column vectors beside per-row values (`wide_epilogue`), `b_pairs` the B operand's pair order if
@@ -277,10 +320,28 @@ mod tests {
         }
         assert_eq!(TileConfig::from_name("Sm90Cfg64x64"), None);
         assert_eq!(TileConfig::Sm90Cfg128x256.alternatives().len(), 3);
+        assert_eq!(TileConfig::Sm90Cfg128x128.alternatives()[1], TileConfig::Sm90Cfg128x256);
         assert_eq!(TileConfig::Cfg128x256.alternatives(), vec![TileConfig::Cfg128x256]);
         assert_eq!(TileConfig::Sm90Cfg128x128pp.tiles_in_flight(), 2);
         // Two scratches of 128 x 136 bf16, a 4-stage ring: the header's formula.
         assert_eq!(TileConfig::Sm90Cfg128x128pp.smem_bytes(), 1024 + 4 * 256 * 64 * 2 + 2 * 34_816 + 16 * 4 + 16);
+    }
+
+    #[test]
+    fn the_tile_count_model_prefers_small_tiles_only_when_big_ones_idle_sms() {
+        // Measured winners (docs/benchmarks.md, session 10, 132 SMs).
+        assert!(smaller_tiles_pay(1000, 768, 132)); // gpt2 k13: 0.026 against 0.055 ms
+        assert!(smaller_tiles_pay(1000, 6144, 132)); // llama3 k8 at M = 1000: 0.084 against 0.101 ms
+        assert!(!smaller_tiles_pay(1000, 4096, 132)); // llama3 k5 at M = 1000: 0.060 against 0.057 ms
+        assert!(!smaller_tiles_pay(1000, 28672, 132)); // llama3 k6 at M = 1000: 0.359 against 0.344 ms
+        for n in [4096, 6144, 14336, 28672] {
+            assert!(!smaller_tiles_pay(8192, n, 132), "N = {n}: the 8B shapes keep 128x256");
+        }
+        assert!(!smaller_tiles_pay(0, 4096, 132));
+        let t = TileConfig::Sm90Cfg128x256;
+        assert_eq!(for_shape(t, Some(1000), Some(768), 132), TileConfig::Sm90Cfg128x128);
+        assert_eq!(for_shape(t, None, Some(768), 132), t);
+        assert_eq!(for_shape(TileConfig::Cfg128x256, Some(1000), Some(768), 132), TileConfig::Cfg128x256);
     }
 
     #[test]

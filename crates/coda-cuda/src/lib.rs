@@ -67,11 +67,21 @@ pub struct CodegenOptions {
     /// is not among the rules' choice's [`config::TileConfig::alternatives`]
     /// is ignored.
     pub tiles: BTreeMap<String, BTreeMap<usize, config::TileConfig>>,
+    /// The run-time dimensions and GPU, when known: a GEMM whose shape they
+    /// fix gets the configuration of the tile-count model
+    /// ([`config::for_shape`]) instead of the rules' shape-blind one.
+    pub launch: Option<config::LaunchHint>,
 }
 
 impl Default for CodegenOptions {
     fn default() -> Self {
-        CodegenOptions { arch: "sm_90a".into(), a_prologue: false, row_preludes: true, tiles: BTreeMap::new() }
+        CodegenOptions {
+            arch: "sm_90a".into(),
+            a_prologue: false,
+            row_preludes: true,
+            tiles: BTreeMap::new(),
+            launch: None,
+        }
     }
 }
 
@@ -96,9 +106,7 @@ pub fn compile_block(
     if block.kind == BlockKind::Kernel {
         check_kernel_form(block, &plan, source)?;
     }
-    let no_tiles = BTreeMap::new();
-    let tiles = options.tiles.get(&block.name).unwrap_or(&no_tiles);
-    let ir = kir::build::build(block, &plan, config::Target::from_arch(&options.arch), options.row_preludes, tiles)?;
+    let ir = kir::build::build(block, &plan, options)?;
     let (kernels, manifest) = emit::emit_block(&ir, block, source)?;
     Ok(CompiledBlock { kernels, manifest, ir })
 }

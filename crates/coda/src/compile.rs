@@ -2,7 +2,7 @@
 //! no CUDA needed (see `docs/codegen.md`).
 
 use crate::Checked;
-use coda_cuda::config::TileConfig;
+use coda_cuda::config::{LaunchHint, TileConfig};
 use coda_cuda::{CodegenError, CodegenOptions, KernelSource, Manifest};
 use std::collections::BTreeMap;
 
@@ -24,6 +24,9 @@ pub struct CompileOptions {
     /// Tile configurations chosen by measurement (see
     /// [`coda_cuda::CodegenOptions::tiles`]).
     pub tiles: BTreeMap<String, BTreeMap<usize, TileConfig>>,
+    /// The run-time dimensions and GPU, when known (see
+    /// [`coda_cuda::CodegenOptions::launch`]).
+    pub launch: Option<LaunchHint>,
 }
 
 impl CompileOptions {
@@ -34,6 +37,7 @@ impl CompileOptions {
             a_prologue: self.a_prologue,
             row_preludes: self.row_preludes,
             tiles: self.tiles.clone(),
+            launch: self.launch.clone(),
         }
     }
 }
@@ -47,6 +51,7 @@ impl Default for CompileOptions {
             a_prologue: false,
             row_preludes: true,
             tiles: BTreeMap::new(),
+            launch: None,
         }
     }
 }

@@ -93,6 +93,7 @@ pub(crate) fn bench(args: &BenchArgs, color: ColorChoice) -> Result<Outcome> {
         block: args.block.clone(),
         a_prologue: args.kernels.a_prologue,
         row_preludes: !args.kernels.no_row_prelude,
+        launch: Some(launch_hint(&device, &dims)),
         ..Default::default()
     };
     let mut store = TuningStore::from_env();
@@ -177,6 +178,12 @@ fn autotune(
         Err(e) => eprintln!("warning: the tuning results were not saved: {e}"),
     }
     Ok(())
+}
+
+/// The run-time dimensions and this device's multiprocessors, for the
+/// choice of tile configurations.
+pub(crate) fn launch_hint(device: &Device, dims: &DimBindings) -> coda::cuda::config::LaunchHint {
+    coda::cuda::config::LaunchHint { dims: dims.clone(), multiprocessors: device.info().multiprocessors }
 }
 
 /// Opens device 0; every way of finding no usable GPU is a "no GPU" error.
@@ -296,7 +303,11 @@ impl Bench<'_> {
         if checked.has_errors() {
             bail!("the bare GEMM of {} does not check (a bug):\n{}", g.shape(), checked.render_diagnostics());
         }
-        let options = coda::CompileOptions { arch: self.device.arch().to_string(), ..Default::default() };
+        let options = coda::CompileOptions {
+            arch: self.device.arch().to_string(),
+            launch: Some(launch_hint(self.device, &bare.dims)),
+            ..Default::default()
+        };
         let compiled = coda::compile(&checked, &options)?;
         let profiles = coda::profile(&checked, &options, &bare.dims)?;
         let (Some(manifest), Some(profile), Some(block)) =

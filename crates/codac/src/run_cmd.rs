@@ -43,6 +43,7 @@ pub(crate) fn run(args: &RunArgs, color: ColorChoice) -> Result<Outcome> {
         block: args.block.clone(),
         a_prologue: args.kernels.a_prologue,
         row_preludes: !args.kernels.no_row_prelude,
+        launch: Some(crate::bench_cmd::launch_hint(&device, &dims)),
         ..Default::default()
     };
     let store = coda_runtime::TuningStore::from_env();

@@ -16,22 +16,19 @@ use crate::config::{self, TileConfig};
 use crate::error::CodegenError;
 use crate::plan::{Home, KernelPlan, OperandPlan, Plan};
 use crate::symexpr::SymExpr;
+use crate::CodegenOptions;
 use coda_ir::{Axis, Block, DType, Dim, Inst, PairPerm, ShapeClass, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// Builds the kernels of a partitioned block.
-pub(crate) fn build(
-    block: &Block,
-    plan: &Plan,
-    target: config::Target,
-    row_preludes: bool,
-    tiles: &BTreeMap<usize, TileConfig>,
-) -> Result<BlockIr, CodegenError> {
+pub(crate) fn build(block: &Block, plan: &Plan, options: &CodegenOptions) -> Result<BlockIr, CodegenError> {
+    let no_tiles = BTreeMap::new();
     let mut b = Builder {
         block,
         plan,
-        target,
-        tiles,
+        target: config::Target::from_arch(&options.arch),
+        tiles: options.tiles.get(&block.name).unwrap_or(&no_tiles),
+        launch: options.launch.as_ref(),
         buffers: Vec::new(),
         param_bufs: Vec::new(),
         output_bufs: Vec::new(),
@@ -51,7 +48,7 @@ pub(crate) fn build(
     }
     let mut kernels: Vec<Kernel> = b.copy_kernels();
     kernels.extend(built.into_iter().flatten().filter(|k| !k.stores.is_empty() || !k.partials.is_empty()));
-    if row_preludes {
+    if options.row_preludes {
         let dims = crate::traffic::default_dims(block);
         kernels = super::prelude::fuse_row_preludes(kernels, &mut b.buffers, &dims);
     }
@@ -76,6 +73,8 @@ struct Builder<'a> {
     target: config::Target,
     /// Tuned configurations by GEMM ordinal (`CodegenOptions::tiles`).
     tiles: &'a BTreeMap<usize, TileConfig>,
+    /// The run-time dimensions and GPU, when known.
+    launch: Option<&'a config::LaunchHint>,
     buffers: Vec<Buffer>,
     param_bufs: Vec<BufId>,
     output_bufs: Vec<BufId>,
@@ -168,6 +167,13 @@ impl Builder<'_> {
             let chosen = match config::for_target(self.target, portable, &shape.cols, wide, b_pairs, b_transposed) {
                 c if c.is_sm90() || !wide => c,
                 _ => TileConfig::Cfg64x64,
+            };
+            let chosen = match self.launch {
+                Some(hint) => {
+                    let known = |d: &Dim| d.eval(&|name| hint.dims.get(name).copied()).ok();
+                    config::for_shape(chosen, known(&shape.rows), known(&shape.cols), hint.multiprocessors)
+                }
+                None => chosen,
             };
             let chosen = match self.tiles.get(&ordinal) {
                 // The ping-pong mainloop has no A prologue.

@@ -82,7 +82,7 @@ pub(crate) fn emit(
     };
     g.staged = staged_store(em, spec);
     g.twins = g.staged.map_or_else(Vec::new, |(first, how)| twin_stores(em, spec, first, how));
-    g.scratch = g.staged.and_then(|(first, _)| scratch_store(em, spec, first));
+    g.scratch = g.staged.and_then(|(first, _)| scratch_store(em, spec, first, &g.twins));
     g.may_stream = spec.config.is_sm90() && g.staged.is_none() && g.scratch.is_none();
     em.set_indent(2);
     g.scalars(em)?;
@@ -387,11 +387,14 @@ fn twin_stores(em: &Emitter<'_>, spec: &GemmSpec, first: usize, how: Staging) ->
 }
 
 /// A second store that can go through the scratch during the loop, besides
-/// the staged store `first`: one on the accumulator's own columns. The
-/// scratch holds at most the staged operand then, read before each pair is
-/// written (see `coda::staged_put`), so no pair loop reads what it writes.
-fn scratch_store(em: &Emitter<'_>, spec: &GemmSpec, first: usize) -> Option<usize> {
-    let own = |i: usize, s: &crate::kir::Store| i != first && matches!(staging(em, spec, s), Some(Staging::Identity));
+/// the staged store `first` and its `twins` (which repeat it from the
+/// scratch after it): one on the accumulator's own columns. The scratch
+/// holds at most the staged operand then, read before each pair is written
+/// (see `coda::staged_put`), so no pair loop reads what it writes.
+fn scratch_store(em: &Emitter<'_>, spec: &GemmSpec, first: usize, twins: &[usize]) -> Option<usize> {
+    let own = |i: usize, s: &crate::kir::Store| {
+        i != first && !twins.contains(&i) && matches!(staging(em, spec, s), Some(Staging::Identity))
+    };
     em.kernel.stores.iter().enumerate().find_map(|(i, s)| own(i, s).then_some(i))
 }
 
