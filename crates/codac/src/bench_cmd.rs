@@ -22,7 +22,7 @@
 
 use crate::bench_report::{
     gbps, render_text, tflops, BareReport, BlockReport, CompileReport, DeviceReport, GemmReport, KernelReport, Report,
-    StepReport, Timing, SCHEMA,
+    StepReport, Timing, TuneReport, SCHEMA,
 };
 use crate::bench_rig::{Rig, RigSpec};
 use crate::cli::KernelFlags;
@@ -97,9 +97,8 @@ pub(crate) fn bench(args: &BenchArgs, color: ColorChoice) -> Result<Outcome> {
         ..Default::default()
     };
     let mut store = TuningStore::from_env();
-    if args.autotune {
-        autotune(args, &checked, &options, &device, &dims, &mut store)?;
-    }
+    let tuned =
+        if args.autotune { autotune(args, &checked, &options, &device, &dims, &mut store)? } else { Vec::new() };
     let (options, compiled) = tune::compile_tuned(&checked, &options, &device, &store, &dims)?;
     let profiles = coda::profile(&checked, &options, &dims)?;
     warm_up_nvrtc(compiler, &device)?;
@@ -122,6 +121,7 @@ pub(crate) fn bench(args: &BenchArgs, color: ColorChoice) -> Result<Outcome> {
         iters: args.iters as usize,
         blocks: Vec::new(),
         steps: Vec::new(),
+        autotune: tuned,
     };
     let bench = Bench { device: &device, compiler, warmup: args.warmup as usize, iters: args.iters as usize };
     for manifest in &compiled.manifest.blocks {
@@ -155,11 +155,12 @@ fn autotune(
     device: &Device,
     dims: &DimBindings,
     store: &mut TuningStore,
-) -> Result<()> {
+) -> Result<Vec<TuneReport>> {
     let compiled = coda::compile(checked, options)?;
     let profiles = coda::profile(checked, options, dims)?;
     let (warmup, iters) = (args.warmup as usize, args.iters as usize);
     let tuner = tune::Autotune { device, checked, options, dims, warmup, iters };
+    let mut reports = Vec::new();
     for manifest in &compiled.manifest.blocks {
         let Some(block) = checked.module.block(&manifest.block) else { continue };
         check_dims_known(block, dims)?;
@@ -167,7 +168,7 @@ fn autotune(
         let profile = profiles.iter().find(|p| p.block == manifest.block);
         let kernel_bytes = profile.iter().flat_map(|p| &p.kernels).map(|k| (k.name.clone(), k.bytes_moved)).collect();
         let block = tune::TuneBlock { manifest, inputs: &inputs, kernel_bytes: &kernel_bytes };
-        tuner.block(&compiled, &block, store)?;
+        reports.extend(tuner.block(&compiled, &block, store)?);
     }
     match store.save() {
         Ok(()) => eprintln!(
@@ -177,7 +178,7 @@ fn autotune(
         ),
         Err(e) => eprintln!("warning: the tuning results were not saved: {e}"),
     }
-    Ok(())
+    Ok(reports)
 }
 
 /// The run-time dimensions and this device's multiprocessors, for the

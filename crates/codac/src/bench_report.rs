@@ -26,6 +26,47 @@ pub(crate) struct Report {
     /// With `--grad`: each training step (saving forward plus backward).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub(crate) steps: Vec<StepReport>,
+    /// With `--autotune`: what was timed for each GEMM kernel and kept.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) autotune: Vec<TuneReport>,
+}
+
+/// The autotuner's measurements for one GEMM kernel (`--autotune`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub(crate) struct TuneReport {
+    pub(crate) block: String,
+    pub(crate) kernel: String,
+    /// The configuration the rules gave it.
+    pub(crate) rules: String,
+    /// Each alternative, timed interleaved with the rules' configuration.
+    pub(crate) trials: Vec<TuneTrial>,
+    /// Alternatives not timed because they change the block's kernel list.
+    pub(crate) skipped: Vec<String>,
+    /// The configuration filed for it.
+    pub(crate) chosen: String,
+}
+
+/// One alternative against the rules' configuration: both medians (ms).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub(crate) struct TuneTrial {
+    pub(crate) config: String,
+    pub(crate) median_ms: f32,
+    pub(crate) rules_median_ms: f32,
+}
+
+impl TuneReport {
+    /// The progress line printed on standard error.
+    pub(crate) fn line(&self) -> String {
+        let mut line = format!("autotune {} {} ({})", self.block, self.kernel, self.rules);
+        for t in &self.trials {
+            line += &format!(", {:.3} ms against {} {:.3} ms", t.rules_median_ms, t.config, t.median_ms);
+        }
+        for s in &self.skipped {
+            line += &format!(", {s} skipped (it changes the kernel list)");
+        }
+        let verb = if self.chosen == self.rules { "keeps" } else { "takes" };
+        line + &format!(": {verb} {}", self.chosen)
+    }
 }
 
 /// A training step: the saving forward block then the backward block, as
@@ -420,7 +461,42 @@ mod tests {
             iters: 200,
             blocks: vec![block],
             steps: Vec::new(),
+            autotune: Vec::new(),
         }
+    }
+
+    #[test]
+    fn autotune_reports_read_as_their_progress_lines_and_json() {
+        let trial = |config: &str, ms: f32| TuneTrial { config: config.into(), median_ms: ms, rules_median_ms: 0.101 };
+        let tuned = TuneReport {
+            block: "llama3_layer".into(),
+            kernel: "k8".into(),
+            rules: "Sm90Cfg128x256".into(),
+            trials: vec![trial("Sm90Cfg128x128", 0.084), trial("Sm90Cfg128x128pp", 0.089)],
+            skipped: Vec::new(),
+            chosen: "Sm90Cfg128x128".into(),
+        };
+        assert_eq!(
+            tuned.line(),
+            "autotune llama3_layer k8 (Sm90Cfg128x256), 0.101 ms against Sm90Cfg128x128 0.084 ms, \
+             0.101 ms against Sm90Cfg128x128pp 0.089 ms: takes Sm90Cfg128x128"
+        );
+        let kept = TuneReport {
+            trials: Vec::new(),
+            skipped: vec!["Sm90Cfg128x128pp".into()],
+            chosen: "Sm90Cfg128x256".into(),
+            ..tuned.clone()
+        };
+        assert!(kept.line().ends_with("Sm90Cfg128x128pp skipped (it changes the kernel list): keeps Sm90Cfg128x256"));
+        let mut r = report();
+        assert!(
+            serde_json::to_value(&r).unwrap_or_default().get("autotune").is_none(),
+            "no autotune without --autotune"
+        );
+        r.autotune = vec![tuned];
+        let json = serde_json::to_value(&r).unwrap_or_default();
+        assert_eq!(json["autotune"][0]["chosen"], "Sm90Cfg128x128");
+        assert_eq!(json["autotune"][0]["trials"][1]["config"], "Sm90Cfg128x128pp");
     }
 
     #[test]

@@ -11,6 +11,7 @@
 //! alternative must beat the rules' choice by [`MARGIN`] to be kept, so
 //! that run-to-run noise does not flip configurations.
 
+use crate::bench_report::{TuneReport, TuneTrial};
 use crate::bench_rig::{Rig, RigSpec};
 use anyhow::{Context, Result};
 use coda::cuda::config::TileConfig;
@@ -98,7 +99,12 @@ impl Autotune<'_> {
     /// Times every GEMM kernel of `block` (compiled with the rules'
     /// configurations in `compiled`) against its alternatives and files the
     /// winners in `store` (in memory: the caller saves it).
-    pub(crate) fn block(&self, compiled: &Compiled, block: &TuneBlock<'_>, store: &mut TuningStore) -> Result<()> {
+    pub(crate) fn block(
+        &self,
+        compiled: &Compiled,
+        block: &TuneBlock<'_>,
+        store: &mut TuningStore,
+    ) -> Result<Vec<TuneReport>> {
         let manifest = block.manifest;
         let spec = RigSpec {
             manifest,
@@ -110,30 +116,38 @@ impl Autotune<'_> {
         let rig = Rig::new(self.device, &spec)?;
         rig.fill_and_spin(self.device, 300.0)?;
         let dims = dims_text(manifest, self.dims);
+        let mut reports = Vec::new();
         for (ordinal, kernel) in gemm_kernels(manifest) {
-            let Some(chosen) = kernel.config.as_deref().and_then(TileConfig::from_name) else { continue };
-            if chosen.alternatives().len() < 2 {
+            let Some(rules) = kernel.config.as_deref().and_then(TileConfig::from_name) else { continue };
+            if rules.alternatives().len() < 2 {
                 continue;
             }
-            let mut best = (chosen, 1.0f32);
-            let mut line = format!("autotune {} {} ({})", manifest.block, kernel.name, chosen.name());
-            for alternative in chosen.alternatives().into_iter().skip(1) {
-                match self.against(&rig, block, ordinal, kernel, alternative)? {
-                    Some((ours, theirs)) => {
-                        line += &format!(", {ours:.3} ms against {} {theirs:.3} ms", alternative.name());
-                        let ratio = theirs / ours;
-                        if ratio < MARGIN && ratio < best.1 {
-                            best = (alternative, ratio);
-                        }
-                    }
-                    None => line += &format!(", {} skipped (it changes the kernel list)", alternative.name()),
+            let (mut trials, mut skipped) = (Vec::new(), Vec::new());
+            let mut best = (rules, 1.0f32);
+            for alternative in rules.alternatives().into_iter().skip(1) {
+                let Some((ours, theirs)) = self.against(&rig, block, ordinal, kernel, alternative)? else {
+                    skipped.push(alternative.name().to_string());
+                    continue;
+                };
+                trials.push(TuneTrial { config: alternative.name().into(), median_ms: theirs, rules_median_ms: ours });
+                let ratio = theirs / ours;
+                if ratio < MARGIN && ratio < best.1 {
+                    best = (alternative, ratio);
                 }
             }
-            let verb = if best.0 == chosen { "keeps" } else { "takes" };
-            eprintln!("{line}: {verb} {}", best.0.name());
+            let report = TuneReport {
+                block: manifest.block.clone(),
+                kernel: kernel.name.clone(),
+                rules: rules.name().into(),
+                trials,
+                skipped,
+                chosen: best.0.name().into(),
+            };
+            eprintln!("{}", report.line());
             store.set(&key(self.device, source_of(compiled, kernel)?, &dims), best.0.name());
+            reports.push(report);
         }
-        Ok(())
+        Ok(reports)
     }
 
     /// Medians of `kernel` and of the same GEMM with `alternative`, timed
