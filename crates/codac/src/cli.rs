@@ -128,6 +128,15 @@ pub(crate) struct CompileArgs {
     /// Work on the backward blocks (the `grad` declarations, or every block w.r.t. all float inputs); see docs/backward.md.
     #[arg(long)]
     pub(crate) grad: bool,
+    /// Run-time dimensions the kernels will mostly run at, e.g. `M=1000`:
+    /// tile configurations are then chosen for them as `codac run` would
+    /// (the kernels stay correct for any value).
+    #[arg(long, value_delimiter = ',')]
+    pub(crate) dims: Vec<String>,
+    /// Streaming multiprocessors of the GPU the kernels are for, with
+    /// `--dims` (132: an H100 SXM).
+    #[arg(long, default_value_t = 132, value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) multiprocessors: u32,
     #[command(flatten)]
     pub(crate) kernels: KernelFlags,
 }

@@ -2,8 +2,9 @@
 //! and, through NVRTC (no GPU needed), `.ptx` and `.cubin` files.
 
 use crate::cli::CompileArgs;
-use crate::commands::{load, Outcome};
+use crate::commands::{check_dims_known, load, parse_dims, Outcome};
 use anyhow::{bail, Context, Result};
+use coda::cuda::config::LaunchHint;
 use coda::ColorChoice;
 use coda_runtime::{Arch, CompileOptions as NvrtcOptions, Compiler, RuntimeError};
 use std::path::Path;
@@ -17,11 +18,13 @@ pub(crate) fn compile(args: &CompileArgs, color: ColorChoice) -> Result<Outcome>
     let checked = crate::grad_cmd::view(checked, args.grad)?;
     let arch: Arch = args.arch.parse()?;
     let (cu, ptx, cubin) = parse_emit(&args.emit)?;
+    let launch = launch_hint(args, &checked)?;
     let options = coda::CompileOptions {
         arch: arch.to_string(),
         block: args.block.clone(),
         a_prologue: args.kernels.a_prologue,
         row_preludes: !args.kernels.no_row_prelude,
+        launch,
         ..Default::default()
     };
     let compiled = coda::compile(&checked, &options)?;
@@ -54,6 +57,21 @@ pub(crate) fn compile(args: &CompileArgs, color: ColorChoice) -> Result<Outcome>
     write(&args.out.join("manifest.json"), compiled.manifest.to_json().as_bytes())?;
     print_kernels(&compiled.manifest);
     Ok(Outcome::Success)
+}
+
+/// `--dims` and `--multiprocessors`, checked against the blocks compiled
+/// (each must bind exactly their run-time dims); none without `--dims`.
+fn launch_hint(args: &CompileArgs, checked: &coda::Checked) -> Result<Option<LaunchHint>> {
+    if args.dims.is_empty() {
+        return Ok(None);
+    }
+    let dims = parse_dims(&args.dims)?;
+    for block in &checked.module.blocks {
+        if args.block.as_ref().is_none_or(|b| *b == block.name) {
+            check_dims_known(block, &dims)?;
+        }
+    }
+    Ok(Some(LaunchHint { dims, multiprocessors: args.multiprocessors }))
 }
 
 /// `(cu, ptx, cubin)` from `--emit`.

@@ -160,3 +160,28 @@ fn bench_help_has_an_example_and_refuses_few_runs() {
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("--iters"), "{}", text(&out.stderr));
 }
+
+#[test]
+fn compile_with_dims_chooses_tiles_for_them() {
+    let config_of = |manifest: &Path, kernel: &str| -> String {
+        let json: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(manifest).unwrap_or_default()).unwrap_or_default();
+        let kernels = json["blocks"][0]["kernels"].as_array().cloned().unwrap_or_default();
+        let k = kernels.iter().find(|k| k["name"] == kernel).cloned().unwrap_or_default();
+        k["config"].as_str().unwrap_or("").to_string()
+    };
+    let dir = temp_dir("compile-dims");
+    let (blind, small) = (dir.join("blind"), dir.join("small"));
+    let out = codac(&["compile", "examples/llama3_block.coda", "-o", &blind.display().to_string()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let args = ["compile", "examples/llama3_block.coda", "-o", &small.display().to_string(), "--dims", "M=1000"];
+    let out = codac(&args);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    // The QKV GEMM: 128x256 tiles would leave SMs idle at 1000 tokens.
+    assert_eq!(config_of(&blind.join("manifest.json"), "k8"), "Sm90Cfg128x256");
+    assert_eq!(config_of(&small.join("manifest.json"), "k8"), "Sm90Cfg128x128");
+    assert_eq!(config_of(&small.join("manifest.json"), "k5"), "Sm90Cfg128x256");
+    let out = codac(&["compile", "examples/llama3_block.coda", "-o", &small.display().to_string(), "--dims", "Q=4"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("not a run-time dimension"), "{}", text(&out.stderr));
+}
