@@ -93,13 +93,17 @@ pub(crate) fn bench(args: &BenchArgs, color: ColorChoice) -> Result<Outcome> {
         block: args.block.clone(),
         a_prologue: args.kernels.a_prologue,
         row_preludes: !args.kernels.no_row_prelude,
-        launch: Some(launch_hint(&device, &dims)),
+        launch: Some(tune::launch_hint(&device, &dims)),
         ..Default::default()
     };
+    let compiled = coda::compile(&checked, &options)?;
     let mut store = TuningStore::from_env();
-    let tuned =
-        if args.autotune { autotune(args, &checked, &options, &device, &dims, &mut store)? } else { Vec::new() };
-    let (options, compiled) = tune::compile_tuned(&checked, &options, &device, &store, &dims)?;
+    let tuned = if args.autotune {
+        autotune(args, &checked, &options, &compiled, &device, &dims, &mut store)?
+    } else {
+        Vec::new()
+    };
+    let (options, compiled) = tune::with_tuning(&checked, &options, compiled, &device, &store, &dims)?;
     let profiles = coda::profile(&checked, &options, &dims)?;
     warm_up_nvrtc(compiler, &device)?;
     let (major, minor) = compiler.nvrtc_version();
@@ -145,18 +149,18 @@ pub(crate) fn bench(args: &BenchArgs, color: ColorChoice) -> Result<Outcome> {
     Ok(Outcome::Success)
 }
 
-/// `--autotune`: tunes every block of the file (compiled with the rules'
-/// configurations) and saves the winners (a store that cannot be written
-/// only loses them for later runs).
+/// `--autotune`: tunes every block of the file (`compiled` with the rules'
+/// configurations, from `options`) and saves the winners (a store that
+/// cannot be written only loses them for later runs).
 fn autotune(
     args: &BenchArgs,
     checked: &coda::Checked,
     options: &coda::CompileOptions,
+    compiled: &coda::Compiled,
     device: &Device,
     dims: &DimBindings,
     store: &mut TuningStore,
 ) -> Result<Vec<TuneReport>> {
-    let compiled = coda::compile(checked, options)?;
     let profiles = coda::profile(checked, options, dims)?;
     let (warmup, iters) = (args.warmup as usize, args.iters as usize);
     let tuner = tune::Autotune { device, checked, options, dims, warmup, iters };
@@ -168,7 +172,7 @@ fn autotune(
         let profile = profiles.iter().find(|p| p.block == manifest.block);
         let kernel_bytes = profile.iter().flat_map(|p| &p.kernels).map(|k| (k.name.clone(), k.bytes_moved)).collect();
         let block = tune::TuneBlock { manifest, inputs: &inputs, kernel_bytes: &kernel_bytes };
-        reports.extend(tuner.block(&compiled, &block, store)?);
+        reports.extend(tuner.block(compiled, &block, store)?);
     }
     match store.save() {
         Ok(()) => eprintln!(
@@ -179,12 +183,6 @@ fn autotune(
         Err(e) => eprintln!("warning: the tuning results were not saved: {e}"),
     }
     Ok(reports)
-}
-
-/// The run-time dimensions and this device's multiprocessors, for the
-/// choice of tile configurations.
-pub(crate) fn launch_hint(device: &Device, dims: &DimBindings) -> coda::cuda::config::LaunchHint {
-    coda::cuda::config::LaunchHint { dims: dims.clone(), multiprocessors: device.info().multiprocessors }
 }
 
 /// Opens device 0; every way of finding no usable GPU is a "no GPU" error.
@@ -306,7 +304,7 @@ impl Bench<'_> {
         }
         let options = coda::CompileOptions {
             arch: self.device.arch().to_string(),
-            launch: Some(launch_hint(self.device, &bare.dims)),
+            launch: Some(tune::launch_hint(self.device, &bare.dims)),
             ..Default::default()
         };
         let compiled = coda::compile(&checked, &options)?;

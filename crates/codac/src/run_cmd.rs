@@ -43,11 +43,12 @@ pub(crate) fn run(args: &RunArgs, color: ColorChoice) -> Result<Outcome> {
         block: args.block.clone(),
         a_prologue: args.kernels.a_prologue,
         row_preludes: !args.kernels.no_row_prelude,
-        launch: Some(crate::bench_cmd::launch_hint(&device, &dims)),
+        launch: Some(crate::tune::launch_hint(&device, &dims)),
         ..Default::default()
     };
     let store = coda_runtime::TuningStore::from_env();
-    let (tuned, compiled) = crate::tune::compile_tuned(&checked, &options, &device, &store, &dims)?;
+    let compiled = coda::compile(&checked, &options)?;
+    let (tuned, compiled) = crate::tune::with_tuning(&checked, &options, compiled, &device, &store, &dims)?;
     if tuned.tiles != options.tiles {
         let path = store.path().map_or(String::new(), |p| format!(" ({})", p.display()));
         println!("tile configurations tuned by `codac bench --autotune`{path}");

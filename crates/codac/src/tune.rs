@@ -3,7 +3,7 @@
 //! ([`TileConfig::alternatives`]), interleaved with the kernel as the rules
 //! chose it, and files the fastest in the tuning store next to the kernel
 //! cache ([`TuningStore`]); `codac run` and `codac bench` then compile with
-//! the store's winners for their device and dimensions ([`compile_tuned`]).
+//! the store's winners for their device and dimensions ([`with_tuning`]).
 //!
 //! A kernel is filed under its device, its architecture, its source as the
 //! rules configure it and the block's run-time dimensions, so an entry is
@@ -14,7 +14,7 @@
 use crate::bench_report::{TuneReport, TuneTrial};
 use crate::bench_rig::{Rig, RigSpec};
 use anyhow::{Context, Result};
-use coda::cuda::config::TileConfig;
+use coda::cuda::config::{LaunchHint, TileConfig};
 use coda::cuda::manifest::{BlockManifest, KernelSpec};
 use coda::{Checked, CompileOptions, Compiled, DimBindings, HostTensor};
 use coda_runtime::{Device, TuningKey, TuningStore};
@@ -47,16 +47,23 @@ fn source_of<'a>(compiled: &'a Compiled, spec: &KernelSpec) -> Result<&'a str> {
     compiled.source(&spec.file).with_context(|| format!("no source {}", spec.file))
 }
 
-/// Compiles with the tuned configurations of `store` (those filed for this
-/// device, program and `dims`): the options used and the result.
-pub(crate) fn compile_tuned(
+/// The run-time dimensions and this device's multiprocessors, for the
+/// choice of tile configurations (`CompileOptions::launch`).
+pub(crate) fn launch_hint(device: &Device, dims: &DimBindings) -> LaunchHint {
+    LaunchHint { dims: dims.clone(), multiprocessors: device.info().multiprocessors }
+}
+
+/// `compiled` (compiled with `options`, the rules' configurations) again
+/// with the tuned configurations of `store` (those filed for this device,
+/// program and `dims`), when there are any: the options used and the result.
+pub(crate) fn with_tuning(
     checked: &Checked,
     options: &CompileOptions,
+    compiled: Compiled,
     device: &Device,
     store: &TuningStore,
     dims: &DimBindings,
 ) -> Result<(CompileOptions, Compiled)> {
-    let compiled = coda::compile(checked, options)?;
     let mut tiles: BTreeMap<String, BTreeMap<usize, TileConfig>> = BTreeMap::new();
     for manifest in &compiled.manifest.blocks {
         let dims = dims_text(manifest, dims);
@@ -106,25 +113,19 @@ impl Autotune<'_> {
         store: &mut TuningStore,
     ) -> Result<Vec<TuneReport>> {
         let manifest = block.manifest;
-        let spec = RigSpec {
-            manifest,
-            sources: &compiled.kernels,
-            dims: self.dims,
-            inputs: block.inputs,
-            kernel_bytes: block.kernel_bytes,
-        };
-        let rig = Rig::new(self.device, &spec)?;
+        let rig = self.rig(manifest, compiled, block)?;
         rig.fill_and_spin(self.device, 300.0)?;
         let dims = dims_text(manifest, self.dims);
         let mut reports = Vec::new();
         for (ordinal, kernel) in gemm_kernels(manifest) {
             let Some(rules) = kernel.config.as_deref().and_then(TileConfig::from_name) else { continue };
-            if rules.alternatives().len() < 2 {
+            let alternatives = rules.alternatives();
+            if alternatives.len() < 2 {
                 continue;
             }
             let (mut trials, mut skipped) = (Vec::new(), Vec::new());
             let mut best = (rules, 1.0f32);
-            for alternative in rules.alternatives().into_iter().skip(1) {
+            for alternative in alternatives.into_iter().skip(1) {
                 let Some((ours, theirs)) = self.against(&rig, block, ordinal, kernel, alternative)? else {
                     skipped.push(alternative.name().to_string());
                     continue;
@@ -150,6 +151,18 @@ impl Autotune<'_> {
         Ok(reports)
     }
 
+    /// The block's data (`block`'s inputs) for the kernels of `manifest`.
+    fn rig(&self, manifest: &BlockManifest, compiled: &Compiled, block: &TuneBlock<'_>) -> Result<Rig> {
+        let spec = RigSpec {
+            manifest,
+            sources: &compiled.kernels,
+            dims: self.dims,
+            inputs: block.inputs,
+            kernel_bytes: block.kernel_bytes,
+        };
+        Rig::new(self.device, &spec)
+    }
+
     /// Medians of `kernel` and of the same GEMM with `alternative`, timed
     /// interleaved; `None` when the alternative changes the block's kernel
     /// list (a row kernel no longer fused, say), which a kernel's time
@@ -173,14 +186,7 @@ impl Autotune<'_> {
         if spec.config.as_deref() != Some(alternative.name()) {
             return Ok(None);
         }
-        let rig_spec = RigSpec {
-            manifest,
-            sources: &compiled.kernels,
-            dims: self.dims,
-            inputs: block.inputs,
-            kernel_bytes: block.kernel_bytes,
-        };
-        let other = Rig::new(self.device, &rig_spec)?;
+        let other = self.rig(manifest, &compiled, block)?;
         other.fill_and_spin(self.device, 0.0)?;
         let (ours, theirs) =
             rig.time_against(self.device, &kernel.name, (&other, &spec.name), self.warmup, self.iters)?;
