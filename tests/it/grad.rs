@@ -155,7 +155,7 @@ fn check_file(checked: &coda::Checked) {
 }
 
 /// An example with its constant dims made small.
-fn small_example(path: &std::path::Path) -> coda::Checked {
+pub(crate) fn small_example(path: &std::path::Path) -> coda::Checked {
     let file = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let text = shrink_dims(&std::fs::read_to_string(path).unwrap_or_default(), example_dims(&file));
     let checked = coda::check(&format!("examples/{file}"), &text).unwrap_or_else(|e| panic!("{file}: {e}"));

@@ -144,8 +144,10 @@ pub fn differentiate(forward: &Block, spec: &GradSpec) -> Result<Gradient, GradE
     if recomputes_matmul {
         return Err(GradError::Internal("the backward recomputes a forward matmul instead of reading it saved".into()));
     }
-    coda_ir::verify::verify(&backward).map_err(|e| GradError::Internal(e.to_string()))?;
     let saved: Vec<Saved> = saved.into_iter().filter(|s| backward.param(&s.name).is_some()).collect();
+    let mut backward = backward;
+    backward.saved_products = saving::saved_products(forward, &backward, &origin, &saved);
+    coda_ir::verify::verify(&backward).map_err(|e| GradError::Internal(e.to_string()))?;
     let recomputed = recomputed_values(forward, &backward, &origin);
     let saving_forward = saving::saving_forward(forward, &saved)?;
     Ok(Gradient {

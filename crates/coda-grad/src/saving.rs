@@ -141,3 +141,49 @@ pub(crate) fn saving_forward(forward: &Block, saved: &[Saved]) -> Result<Block, 
     coda_ir::verify::verify(&block).map_err(|e| GradError::Internal(e.to_string()))?;
     Ok(block)
 }
+
+/// The saved products of the backward block ([`coda_ir::SavedProduct`]):
+/// every saved matmul result `op(P) @ op(W)` with `P` untransposed, `W` a
+/// parameter the backward reads, and `P` and every column part of the
+/// saved tensor recomputed by the backward (`origin` maps backward values
+/// to the forward values they recompute).
+pub(crate) fn saved_products(
+    forward: &Block,
+    backward: &Block,
+    origin: &[Option<Value>],
+    saved: &[Saved],
+) -> Vec<coda_ir::SavedProduct> {
+    saved.iter().filter_map(|s| saved_product(forward, backward, origin, s)).collect()
+}
+
+fn saved_product(forward: &Block, backward: &Block, origin: &[Option<Value>], s: &Saved) -> Option<coda_ir::SavedProduct> {
+    let Inst::MatMul { lhs, rhs, lhs_transposed: false, rhs_transposed, operand_dtype } = forward.inst(s.value) else {
+        return None;
+    };
+    let Inst::Param(w) = forward.inst(*rhs) else { return None };
+    let param = |name: &str| {
+        let (index, _) = backward.param(name)?;
+        backward.insts.iter().find(|(_, i)| matches!(i, Inst::Param(p) if *p == index)).map(|(v, _)| v)
+    };
+    let recomputed = |f: Value| backward.insts.iter().map(|(v, _)| v).find(|v| origin.get(v.index()) == Some(&Some(f)));
+    let parts = match s.layout {
+        SavedLayout::Plain => vec![param(&s.name)?],
+        SavedLayout::PairedHalves => {
+            let half = s.ty.shape.cols.as_const()? / 2;
+            let halves = forward.users()[s.value.index()].clone();
+            let at = |start: i64| {
+                halves.iter().copied().find(|u| {
+                    matches!(forward.inst(*u), Inst::SliceCols { start: s, .. } if s.as_const() == Some(start))
+                })
+            };
+            vec![recomputed(at(0)?)?, recomputed(at(half)?)?]
+        }
+    };
+    Some(coda_ir::SavedProduct {
+        parts,
+        lhs: recomputed(*lhs)?,
+        rhs: param(&forward.params[*w].name)?,
+        rhs_transposed: *rhs_transposed,
+        operand_dtype: *operand_dtype,
+    })
+}

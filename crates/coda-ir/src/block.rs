@@ -83,8 +83,37 @@ pub struct Block {
     pub names: Vec<Option<String>>,
     /// Outputs in declaration order.
     pub outputs: Vec<Output>,
+    /// What the differentiator knows about inputs made by the saving
+    /// forward (empty for a block as written; see [`SavedProduct`]).
+    pub saved_products: Vec<SavedProduct>,
     /// The whole block in the source.
     pub span: Span,
+}
+
+/// A relation between inputs of a backward block that the saving forward
+/// guarantees: the columns of `parts`, concatenated in order, are the
+/// product `lhs @ op(rhs)` as the forward computed it (`rhs` transposed when
+/// `rhs_transposed`, operands rounded to `operand_dtype`, `f32`
+/// accumulation; a rule of the forward may have applied a per-row scale
+/// after the product instead of before it). `parts` are values that read
+/// the saved tensor (the tensor itself, or its halves when it was saved in
+/// pair layout); `lhs` is the backward's recomputation of the forward's
+/// left operand and `rhs` a parameter. It holds only for inputs the saving
+/// forward made, which is how a training step calls the backward; rules
+/// that use it (the reparameterizer's `zdz` rule) trade the recomputation
+/// of a row dot product for a read of the saved product.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SavedProduct {
+    /// The saved product's columns, in order.
+    pub parts: Vec<Value>,
+    /// The forward's left operand, `[rows, K]`.
+    pub lhs: Value,
+    /// The forward's right operand (a parameter).
+    pub rhs: Value,
+    /// Whether the forward read `rhs` transposed.
+    pub rhs_transposed: bool,
+    /// The 16-bit type the forward read both operands in.
+    pub operand_dtype: DType,
 }
 
 impl Block {
@@ -99,6 +128,7 @@ impl Block {
             types: Vec::new(),
             names: Vec::new(),
             outputs: Vec::new(),
+            saved_products: Vec::new(),
             span,
         }
     }

@@ -61,6 +61,18 @@ pub fn print_block(block: &Block, source: Option<&SourceFile>) -> String {
         let op = if output.accumulate { "+=" } else { "=" };
         let _ = writeln!(out, "  output {} {op} {} : {}", output.tensor.name, output.value, output.tensor.ty());
     }
+    for fact in &block.saved_products {
+        let parts: Vec<String> = fact.parts.iter().map(|p| p.to_string()).collect();
+        let t = if fact.rhs_transposed { ".T" } else { "" };
+        let _ = writeln!(
+            out,
+            "  saved {} = matmul.{} {}, {}{t}    ; made by the saving forward",
+            parts.join(" | "),
+            fact.operand_dtype,
+            fact.lhs,
+            fact.rhs
+        );
+    }
     out.push_str("}\n");
     out
 }

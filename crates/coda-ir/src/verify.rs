@@ -53,5 +53,24 @@ pub fn verify(block: &Block) -> Result<(), VerifyError> {
             return Err(fail(location, format!("stores {} into {}", ty.shape, output.tensor.shape)));
         }
     }
+    for fact in &block.saved_products {
+        verify_saved_product(block, fact).map_err(|m| fail("saved product".into(), m))?;
+    }
     Ok(())
+}
+
+/// The values of a saved product exist and have the rows of its left operand.
+fn verify_saved_product(block: &Block, fact: &crate::SavedProduct) -> Result<(), String> {
+    let defined = |v: crate::Value| v.index() < block.insts.len();
+    if !fact.parts.iter().chain([&fact.lhs, &fact.rhs]).all(|v| defined(*v)) || fact.parts.is_empty() {
+        return Err("names an undefined value".into());
+    }
+    if !matches!(block.inst(fact.rhs), crate::Inst::Param(_)) {
+        return Err(format!("its right operand {} is not a parameter", fact.rhs));
+    }
+    let rows = &block.ty(fact.lhs).shape.rows;
+    match fact.parts.iter().find(|p| &block.ty(**p).shape.rows != rows) {
+        Some(p) => Err(format!("part {p} does not have the rows of {}", fact.lhs)),
+        None => Ok(()),
+    }
 }

@@ -26,6 +26,12 @@
 //!   leaving the block is put back in order by its store
 //!   ([`coda_ir::Inst::UnpermuteCols`]).
 //!
+//! * **row dots from saved products** ([`zdz`], backward blocks): a row
+//!   sum `Σ_j (D @ R)_j P_j` over a dgrad GEMM's result is `Σ_k D_k S_k`
+//!   for the forward's saved product `S = P @ Rᵀ`
+//!   ([`coda_ir::Block::saved_products`]), so the RMSNorm backward's row
+//!   term moves into the epilogue that produces `D`, one GEMM earlier.
+//!
 //! Common subexpressions, dead values and scalars are handled by the
 //! partitioner's value numbering and liveness. Every rule is checked by the
 //! interpreter: the rewritten block must agree with the original on random
@@ -37,6 +43,7 @@ mod moments;
 mod pairs;
 mod rewriter;
 mod rowscale;
+mod zdz;
 
 use coda_ir::Block;
 use std::collections::BTreeMap;
@@ -60,18 +67,27 @@ pub struct Options {
     /// with static weights, not for training, where the weights change
     /// every step (see `docs/reparameterizer.md`).
     pub fold_gains: bool,
+    /// Read row dot products from the forward's saved products (backward
+    /// blocks only: their inputs must come from the saving forward).
+    pub saved_products: bool,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { defer_norms: true, pair_layouts: true, defer_layernorm: true, fold_gains: false }
+        Options { defer_norms: true, pair_layouts: true, defer_layernorm: true, fold_gains: false, saved_products: true }
     }
 }
 
 impl Options {
     /// No rewriting at all (the greedy partition of the plain block).
     pub fn none() -> Self {
-        Options { defer_norms: false, pair_layouts: false, defer_layernorm: false, fold_gains: false }
+        Options {
+            defer_norms: false,
+            pair_layouts: false,
+            defer_layernorm: false,
+            fold_gains: false,
+            saved_products: false,
+        }
     }
 }
 
@@ -98,6 +114,11 @@ impl std::error::Error for RewriteError {}
 
 /// Rewrites one verified block into an equivalent verified block.
 pub fn reparameterize(block: &Block, options: &Options) -> Result<Reparameterized, RewriteError> {
+    let (block, dots) = match options.saved_products {
+        true => zdz::rewrite(block).map_err(|e| RewriteError(e.0))?,
+        false => (block.clone(), 0),
+    };
+    let block = &block;
     let mut excluded = std::collections::BTreeSet::new();
     loop {
         let plan = pairs::choose(block, options, &excluded);
@@ -106,6 +127,9 @@ pub fn reparameterize(block: &Block, options: &Options) -> Result<Reparameterize
         // block is rewritten again without it (at most once per matmul).
         if outcome.unabsorbed.is_empty() || outcome.unabsorbed.iter().all(|m| excluded.contains(m)) {
             let (block, mut applied) = (outcome.block, outcome.applied);
+            if dots > 0 {
+                applied.insert(zdz::RULE, dots);
+            }
             let block = if options.defer_norms {
                 let (block, n) = moments::rewrite(&block).map_err(|e| RewriteError(e.0))?;
                 if n > 0 {
@@ -123,7 +147,7 @@ pub fn reparameterize(block: &Block, options: &Options) -> Result<Reparameterize
 }
 
 /// The rule names, in the order `codac explain` lists them.
-pub const RULES: [&str; 9] = [
+pub const RULES: [&str; 10] = [
     rowscale::RULE,
     affine::RULE_SHIFT,
     affine::RULE_BIAS,
@@ -133,4 +157,5 @@ pub const RULES: [&str; 9] = [
     pairs::RULE_GATED,
     pairs::RULE_ROPE,
     pairs::RULE_UNPERMUTE_STORE,
+    zdz::RULE,
 ];

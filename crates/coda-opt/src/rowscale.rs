@@ -65,7 +65,7 @@ pub(crate) fn flatten(block: &Block, v: Value, out: &mut Vec<Value>) {
 }
 
 /// `r` when `f` is `broadcast(r)` of a float `[rows, 1]` vector.
-fn row_vector(block: &Block, f: Value, rows: &coda_ir::Dim) -> Option<Value> {
+pub(crate) fn row_vector(block: &Block, f: Value, rows: &coda_ir::Dim) -> Option<Value> {
     let Inst::Broadcast { arg, .. } = block.inst(f) else { return None };
     let shape = &block.ty(*arg).shape;
     let float = block.ty(*arg).dtype.is_float();

@@ -43,6 +43,7 @@ pub(crate) fn run(args: &RunArgs, color: ColorChoice) -> Result<Outcome> {
         block: args.block.clone(),
         a_prologue: args.kernels.a_prologue,
         row_preludes: !args.kernels.no_row_prelude,
+        rewrite: args.kernels.rewrite(),
         launch: Some(crate::tune::launch_hint(&device, &dims)),
         ..Default::default()
     };
@@ -54,10 +55,14 @@ pub(crate) fn run(args: &RunArgs, color: ColorChoice) -> Result<Outcome> {
         println!("tile configurations tuned by `codac bench --autotune`{path}");
     }
     let mut all_ok = true;
+    // With `--grad`, a training step: each backward block reads the saving
+    // forward's inputs and saved tensors (rules such as `zdz` rely on them
+    // being the forward's), not random ones.
+    let mut step = args.grad.then(BTreeMap::new);
     for manifest in &compiled.manifest.blocks {
         let Some(block) = checked.module.block(&manifest.block) else { continue };
         check_dims_known(block, &dims)?;
-        all_ok &= run_block(args, &device, block, manifest, &compiled.kernels, &dims)?;
+        all_ok &= run_block(args, &device, block, manifest, &compiled.kernels, &dims, step.as_mut())?;
     }
     if !all_ok {
         bail!("check failed");
@@ -74,7 +79,9 @@ fn open_device() -> Result<Device> {
     }
 }
 
-/// Runs one block; returns whether its check passed.
+/// Runs one block; returns whether its check passed. `step` holds the
+/// tensors of the training step so far (inputs and outputs of earlier
+/// blocks, by name), which take the place of inputs of the same name.
 fn run_block(
     args: &RunArgs,
     device: &Device,
@@ -82,12 +89,22 @@ fn run_block(
     manifest: &coda::cuda::BlockManifest,
     sources: &[coda::cuda::KernelSource],
     dims: &DimBindings,
+    step: Option<&mut BTreeMap<String, HostTensor>>,
 ) -> Result<bool> {
     println!("block {} ({} kernels)", block.name, manifest.kernels.len());
-    let inputs = match &args.input.inputs {
+    let mut inputs = match &args.input.inputs {
         Some(dir) => npy::read_inputs(block, dims, dir)?,
         None => coda::random_inputs(block, dims, args.input.seed)?,
     };
+    if let Some(step) = step.as_deref() {
+        let earlier: Vec<&str> = block.params.iter().filter(|p| step.contains_key(&p.name)).map(|p| &*p.name).collect();
+        if !earlier.is_empty() {
+            println!("  from the forward: {}", earlier.join(", "));
+        }
+        for name in earlier {
+            inputs.insert(name.to_string(), step[name].clone());
+        }
+    }
     let executor = BlockExecutor::new(device, manifest, sources)?;
     for (c, spec) in executor.compile_report().iter().zip(&manifest.kernels) {
         let hit = if c.cache_hit { "cache hit" } else { "compiled" };
@@ -130,6 +147,10 @@ fn run_block(
     }
     if args.time {
         time(&executor, device, &prepared, manifest, block)?;
+    }
+    if let Some(step) = step {
+        step.extend(inputs);
+        step.extend(results);
     }
     Ok(ok)
 }

@@ -209,14 +209,17 @@ impl Builder<'_> {
         false
     }
 
-    /// Whether the epilogue of GEMM `k` reads per-column vectors from
-    /// memory beside per-row values finished from partials (a deferred
-    /// LayerNorm's consumer: `σ` and `σμ` per row, `γᵀW` and `βᵀW + b` per
-    /// column). Each vector costs `2 × (columns per thread)` registers and
-    /// each row value one per row of the thread, which spill beside 128
-    /// accumulators on the big tiles (measured with ptxas). Such a GEMM
-    /// takes smaller tiles: `Sm90Cfg128x128` on `sm_90a`, `Cfg64x64` on the
-    /// portable mainloop.
+    /// Whether the epilogue of GEMM `k` reads two or more per-column
+    /// vectors from memory beside per-row values finished from partials (a
+    /// deferred LayerNorm's consumer: `σ` and `σμ` per row, `γᵀW` and
+    /// `βᵀW + b` per column). Each vector costs `2 × (columns per thread)`
+    /// registers and each row value one per row of the thread, which spill
+    /// beside 128 accumulators on the big tiles (measured with ptxas). Such
+    /// a GEMM takes smaller tiles: `Sm90Cfg128x128` on `sm_90a`, `Cfg64x64`
+    /// on the portable mainloop. One vector does not make it wide: the
+    /// RMSNorm-backward dgrad of `llama3_block` (a gain, with the `zdz`
+    /// row term) took 2.99 ms on 128×256 tiles against 3.86 ms on 128×128
+    /// on the H100 (`codac bench --autotune`, M = 8192).
     fn wide_epilogue(&self, k: usize) -> bool {
         let mut vectors = BTreeSet::new();
         let mut finishes = false;
@@ -250,7 +253,7 @@ impl Builder<'_> {
                 _ => {}
             }
         }
-        finishes && !vectors.is_empty()
+        finishes && vectors.len() >= 2
     }
 
     fn declare_partials(&mut self) {

@@ -121,14 +121,25 @@ impl Planner<'_> {
         }
         let mut ready = 0;
         let mut dep = false;
-        // A broadcast of a vector an earlier kernel stored (a row or column
-        // kernel, or a GEMM with one row or column, e.g. a weight product of
-        // a deferred LayerNorm) is a load of it.
+        // A vector an earlier kernel stored (a row or column kernel, or a
+        // GEMM with one row or column, e.g. a weight product of a deferred
+        // LayerNorm) is a load of it, read by a broadcast. A per-row vector
+        // of a row kernel that is not the last one is also read by vector
+        // arithmetic (a row statistic finished from partials, as the `zdz`
+        // rule makes); the last row kernel's (or a grid reduction's) the
+        // value joins instead, since a row kernel uses its own reductions
+        // and, inline, every user of the value would wait for the next
+        // kernel.
         let broadcast = matches!(inst, Inst::Broadcast { .. });
+        let closed_row_vector = |o: Value, x: usize| {
+            let shape = &self.block.ty(o).shape;
+            shape.cols.is_one() && !shape.rows.is_one() && self.last_row_kernel(&shape.rows, x) != Some(x)
+        };
         for o in self.operands(v) {
             match self.home(o) {
                 Home::Param | Home::Inline | Home::RowPartial(..) | Home::ColPartial(_) | Home::Prologue(_) => {}
                 Home::Row(_) | Home::Col(_) | Home::Acc(_) | Home::Grid(_) if broadcast => {}
+                Home::Row(x) if closed_row_vector(o, *x) => {}
                 _ => return None,
             }
             ready = ready.max(self.avail(o));

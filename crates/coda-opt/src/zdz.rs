@@ -1,0 +1,200 @@
+//! Row dot products read from a saved product (CODA's `zdz` trick): the
+//! RMSNorm backward's row term, computed from the gradient of the norm's
+//! matmul and its saved result instead of after the dgrad GEMM.
+
+use crate::rowscale::{flatten, product, row_vector};
+use coda_diagnostics::Span;
+use coda_ir::infer::TypeError;
+use coda_ir::{Axis, BinaryOp, Block, DType, Dim, Inst, Output, ReduceOp, SavedProduct, Value};
+
+/// `Σ_j (D @ R)_j P_j = Σ_k D_k (P @ Rᵀ)_k` per row (both are
+/// `Σ_j Σ_k D_k R_kj P_j`). With a saved product `S = P @ Rᵀ`
+/// ([`SavedProduct`]) and `P = Q ⊙ c` for per-row factors `c`, a row sum
+/// `Σ_j A_j Q_j` over the dgrad `A = D @ R` becomes `(Σ_k D̃_k S_k) / c`,
+/// `D̃` being `D` rounded to the operand type as the dgrad GEMM reads it.
+///
+/// In a norm's backward, `D` is the gradient of the norm's matmul (`dz`)
+/// and `S` the matmul's saved result (`z`): the row term, which needed the
+/// whole row of the dgrad GEMM's result (a row kernel after it), becomes a
+/// row reduction of the epilogue that produces `dz`, one GEMM earlier, and
+/// the dgrad GEMM's epilogue can finish the norm's backward.
+///
+/// Numerics: the forward rounded `P` (or, with the norm deferred, `P / c`)
+/// to the operand type before its GEMM, so the new sum reads `P` rounded,
+/// where the original reads it exact: a relative error of the 16-bit
+/// type's half ulp per term, like the forward's own rounding.
+pub(crate) const RULE: &str = "row-dot-from-saved-product";
+
+/// A row sum the rule rewrites.
+struct RowDot<'a> {
+    /// The product it reads.
+    fact: &'a SavedProduct,
+    /// The dgrad's left operand `D`, `[M, K]`.
+    gradient: Value,
+    /// Per-row factors (`[M, 1]`) of `P` missing from the summand: divisors.
+    divisors: Vec<Value>,
+    /// Per-row factors of the summand missing from `P`: multipliers.
+    multipliers: Vec<Value>,
+}
+
+/// Rewrites every row sum the rule matches; returns the block and the count.
+pub(crate) fn rewrite(block: &Block) -> Result<(Block, usize), TypeError> {
+    if block.saved_products.is_empty() {
+        return Ok((block.clone(), 0));
+    }
+    let mut out = Block::new(block.name.clone(), block.kind, block.span);
+    out.dims = block.dims.clone();
+    out.params = block.params.clone();
+    let mut map: Vec<Value> = Vec::with_capacity(block.insts.len());
+    let mut count = 0;
+    for (v, inst) in block.insts.iter() {
+        let span = block.insts.span(v);
+        let new = match row_dot(block, v) {
+            Some(dot) => {
+                count += 1;
+                from_saved(block, &mut out, &map, &dot, span)?
+            }
+            None => out.push(inst.map_operands(|o| map[o.index()]), span)?,
+        };
+        if let Some(name) = block.names.get(v.index()).cloned().flatten() {
+            out.set_name(new, &name);
+        }
+        map.push(new);
+    }
+    for o in &block.outputs {
+        out.outputs.push(Output { value: map[o.value.index()], ..o.clone() });
+    }
+    Ok((crate::rewriter::compact(&out)?, count))
+}
+
+/// `v` as `Σ_j A_j Q_j` over a dgrad `A` with a saved product, when the rule applies.
+fn row_dot(block: &Block, v: Value) -> Option<RowDot<'_>> {
+    let Inst::Reduce { op: ReduceOp::Sum, axis: Axis::Cols, arg } = block.inst(v) else { return None };
+    let rows = block.ty(v).shape.rows.clone();
+    let mut summand = Vec::new();
+    flatten(block, *arg, &mut summand);
+    let mut matmuls = summand.iter().filter(|f| matches!(block.inst(**f), Inst::MatMul { .. }));
+    let (Some(&dgrad), None) = (matmuls.next(), matmuls.next()) else { return None };
+    let Inst::MatMul { lhs, rhs, lhs_transposed: false, rhs_transposed, operand_dtype } = block.inst(dgrad) else {
+        return None;
+    };
+    let fact = block.saved_products.iter().find(|f| {
+        f.rhs == *rhs && f.rhs_transposed != *rhs_transposed && f.operand_dtype == *operand_dtype
+    })?;
+    let mut operand = Vec::new();
+    flatten(block, uncast(block, fact.lhs, fact.operand_dtype), &mut operand);
+    let mut multipliers = Vec::new();
+    for f in summand.into_iter().filter(|f| *f != dgrad) {
+        match operand.iter().position(|p| *p == f) {
+            Some(i) => {
+                operand.remove(i);
+            }
+            None => multipliers.push(row_vector(block, f, &rows)?),
+        }
+    }
+    let divisors = operand.iter().map(|f| row_vector(block, *f, &rows)).collect::<Option<Vec<_>>>()?;
+    split_columns(block, *lhs, fact)?;
+    Some(RowDot { fact, gradient: *lhs, divisors, multipliers })
+}
+
+/// `v` without casts to `dtype` (the matmul rounds its operand anyway).
+fn uncast(block: &Block, mut v: Value, dtype: DType) -> Value {
+    while let Inst::Cast { to, arg } = block.inst(v) {
+        if *to != dtype {
+            break;
+        }
+        v = *arg;
+    }
+    v
+}
+
+/// How `D`'s columns line up with the saved product's parts: the parts of a
+/// concatenation of the same widths, `D` itself for a single part, or
+/// column ranges of `D` (constant widths).
+enum Columns {
+    Parts(Vec<Value>),
+    Ranges(Vec<(i64, i64)>),
+}
+
+fn split_columns(block: &Block, d: Value, fact: &SavedProduct) -> Option<Columns> {
+    let widths: Vec<&Dim> = fact.parts.iter().map(|p| &block.ty(*p).shape.cols).collect();
+    if let Inst::ConcatCols { parts } = block.inst(d) {
+        let same = parts.len() == widths.len() && parts.iter().zip(&widths).all(|(p, w)| &block.ty(*p).shape.cols == *w);
+        if same {
+            return Some(Columns::Parts(parts.clone()));
+        }
+    }
+    if fact.parts.len() == 1 {
+        return Some(Columns::Parts(vec![d]));
+    }
+    let mut start = 0;
+    let mut ranges = Vec::new();
+    for w in widths {
+        let w = w.as_const()?;
+        ranges.push((start, w));
+        start += w;
+    }
+    Some(Columns::Ranges(ranges))
+}
+
+/// `(Σ_k D̃_k S_k) ⊙ multipliers / divisors` in `out`.
+fn from_saved(old: &Block, out: &mut Block, map: &[Value], dot: &RowDot, span: Span) -> Result<Value, TypeError> {
+    let dtype = dot.fact.operand_dtype;
+    let gradient = map[dot.gradient.index()];
+    let columns = split_columns(old, dot.gradient, dot.fact).ok_or_else(|| TypeError("columns no longer split".into()))?;
+    let pieces: Vec<Value> = match columns {
+        Columns::Parts(parts) => parts.iter().map(|p| map[p.index()]).collect(),
+        Columns::Ranges(ranges) => ranges
+            .iter()
+            .map(|&(start, len)| {
+                let slice = Inst::SliceCols { arg: gradient, start: Dim::constant(start), len: Dim::constant(len), step: 1 };
+                out.push(slice, span)
+            })
+            .collect::<Result<_, _>>()?,
+    };
+    let mut terms = Vec::new();
+    for (piece, part) in pieces.into_iter().zip(&dot.fact.parts) {
+        let rounded = match out.ty(piece).dtype == dtype {
+            true => piece,
+            false => out.push(Inst::Cast { to: dtype, arg: piece }, span)?,
+        };
+        terms.push(out.push(Inst::Binary { op: BinaryOp::Mul, lhs: rounded, rhs: map[part.index()] }, span)?);
+    }
+    let mut sum = row_sum(out, &terms, span)?;
+    if !dot.multipliers.is_empty() {
+        let scale: Vec<Value> = dot.multipliers.iter().map(|m| map[m.index()]).collect();
+        let scale = product(out, &scale, span)?;
+        sum = out.push(Inst::Binary { op: BinaryOp::Mul, lhs: sum, rhs: scale }, span)?;
+    }
+    if !dot.divisors.is_empty() {
+        let scale: Vec<Value> = dot.divisors.iter().map(|m| map[m.index()]).collect();
+        let scale = product(out, &scale, span)?;
+        sum = out.push(Inst::Binary { op: BinaryOp::Div, lhs: sum, rhs: scale }, span)?;
+    }
+    Ok(sum)
+}
+
+/// The row sum of all `terms`: one reduction of their elementwise sum when
+/// their shapes agree (one pass over the columns of the epilogue that makes
+/// them), else a reduction each.
+fn row_sum(out: &mut Block, terms: &[Value], span: Span) -> Result<Value, TypeError> {
+    let reduce = |out: &mut Block, arg: Value| out.push(Inst::Reduce { op: ReduceOp::Sum, axis: Axis::Cols, arg }, span);
+    let same_shape = terms.windows(2).all(|w| out.ty(w[0]).shape == out.ty(w[1]).shape);
+    let add = |out: &mut Block, lhs: Value, rhs: Value| out.push(Inst::Binary { op: BinaryOp::Add, lhs, rhs }, span);
+    let Some((&first, others)) = terms.split_first() else {
+        return Err(TypeError("a saved product without parts".into()));
+    };
+    if same_shape {
+        let mut acc = first;
+        for &t in others {
+            acc = add(out, acc, t)?;
+        }
+        return reduce(out, acc);
+    }
+    let mut acc = reduce(out, first)?;
+    for &t in others {
+        let r = reduce(out, t)?;
+        acc = add(out, acc, r)?;
+    }
+    Ok(acc)
+}
