@@ -163,7 +163,8 @@ fn rewrites_of_saving_forwards_agree_with_the_original() {
 }
 
 /// The backward blocks of the examples agree with their originals after
-/// rewriting, on the inputs a training step gives them: the saved tensors
+/// rewriting (with the opt-in `zdz` rule), on the inputs a training step
+/// gives them: the saved tensors
 /// are the saving forward's on the same forward inputs (the
 /// `row-dot-from-saved-product` rule reads them in place of recomputation,
 /// so it holds for those inputs only), the output gradients random.
@@ -196,8 +197,8 @@ fn check_backward(
     seeds: &[u64],
 ) -> BTreeMap<&'static str, usize> {
     let block = &gradient.backward;
-    let rewritten = coda::opt::reparameterize(block, &coda::opt::Options::default())
-        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let options = coda::opt::Options { saved_products: true, ..coda::opt::Options::default() };
+    let rewritten = coda::opt::reparameterize(block, &options).unwrap_or_else(|e| panic!("{what}: {e}"));
     coda::ir::verify::verify(&rewritten.block).unwrap_or_else(|e| panic!("{what}: rewritten block: {e}"));
     for (&size, &seed) in sizes.iter().flat_map(|s| seeds.iter().map(move |d| (s, d))) {
         let dims: DimBindings = block.symbolic_dims().map(|d| (d.to_string(), size)).collect();

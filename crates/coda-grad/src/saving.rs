@@ -156,7 +156,12 @@ pub(crate) fn saved_products(
     saved.iter().filter_map(|s| saved_product(forward, backward, origin, s)).collect()
 }
 
-fn saved_product(forward: &Block, backward: &Block, origin: &[Option<Value>], s: &Saved) -> Option<coda_ir::SavedProduct> {
+fn saved_product(
+    forward: &Block,
+    backward: &Block,
+    origin: &[Option<Value>],
+    s: &Saved,
+) -> Option<coda_ir::SavedProduct> {
     let Inst::MatMul { lhs, rhs, lhs_transposed: false, rhs_transposed, operand_dtype } = forward.inst(s.value) else {
         return None;
     };
@@ -172,9 +177,9 @@ fn saved_product(forward: &Block, backward: &Block, origin: &[Option<Value>], s:
             let half = s.ty.shape.cols.as_const()? / 2;
             let halves = forward.users()[s.value.index()].clone();
             let at = |start: i64| {
-                halves.iter().copied().find(|u| {
-                    matches!(forward.inst(*u), Inst::SliceCols { start: s, .. } if s.as_const() == Some(start))
-                })
+                halves.iter().copied().find(
+                    |u| matches!(forward.inst(*u), Inst::SliceCols { start: s, .. } if s.as_const() == Some(start)),
+                )
             };
             vec![recomputed(at(0)?)?, recomputed(at(half)?)?]
         }

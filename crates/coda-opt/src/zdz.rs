@@ -78,9 +78,10 @@ fn row_dot(block: &Block, v: Value) -> Option<RowDot<'_>> {
     let Inst::MatMul { lhs, rhs, lhs_transposed: false, rhs_transposed, operand_dtype } = block.inst(dgrad) else {
         return None;
     };
-    let fact = block.saved_products.iter().find(|f| {
-        f.rhs == *rhs && f.rhs_transposed != *rhs_transposed && f.operand_dtype == *operand_dtype
-    })?;
+    let fact = block
+        .saved_products
+        .iter()
+        .find(|f| f.rhs == *rhs && f.rhs_transposed != *rhs_transposed && f.operand_dtype == *operand_dtype)?;
     let mut operand = Vec::new();
     flatten(block, uncast(block, fact.lhs, fact.operand_dtype), &mut operand);
     let mut multipliers = Vec::new();
@@ -119,7 +120,8 @@ enum Columns {
 fn split_columns(block: &Block, d: Value, fact: &SavedProduct) -> Option<Columns> {
     let widths: Vec<&Dim> = fact.parts.iter().map(|p| &block.ty(*p).shape.cols).collect();
     if let Inst::ConcatCols { parts } = block.inst(d) {
-        let same = parts.len() == widths.len() && parts.iter().zip(&widths).all(|(p, w)| &block.ty(*p).shape.cols == *w);
+        let same =
+            parts.len() == widths.len() && parts.iter().zip(&widths).all(|(p, w)| &block.ty(*p).shape.cols == *w);
         if same {
             return Some(Columns::Parts(parts.clone()));
         }
@@ -141,13 +143,15 @@ fn split_columns(block: &Block, d: Value, fact: &SavedProduct) -> Option<Columns
 fn from_saved(old: &Block, out: &mut Block, map: &[Value], dot: &RowDot, span: Span) -> Result<Value, TypeError> {
     let dtype = dot.fact.operand_dtype;
     let gradient = map[dot.gradient.index()];
-    let columns = split_columns(old, dot.gradient, dot.fact).ok_or_else(|| TypeError("columns no longer split".into()))?;
+    let columns =
+        split_columns(old, dot.gradient, dot.fact).ok_or_else(|| TypeError("columns no longer split".into()))?;
     let pieces: Vec<Value> = match columns {
         Columns::Parts(parts) => parts.iter().map(|p| map[p.index()]).collect(),
         Columns::Ranges(ranges) => ranges
             .iter()
             .map(|&(start, len)| {
-                let slice = Inst::SliceCols { arg: gradient, start: Dim::constant(start), len: Dim::constant(len), step: 1 };
+                let slice =
+                    Inst::SliceCols { arg: gradient, start: Dim::constant(start), len: Dim::constant(len), step: 1 };
                 out.push(slice, span)
             })
             .collect::<Result<_, _>>()?,
@@ -178,7 +182,8 @@ fn from_saved(old: &Block, out: &mut Block, map: &[Value], dot: &RowDot, span: S
 /// their shapes agree (one pass over the columns of the epilogue that makes
 /// them), else a reduction each.
 fn row_sum(out: &mut Block, terms: &[Value], span: Span) -> Result<Value, TypeError> {
-    let reduce = |out: &mut Block, arg: Value| out.push(Inst::Reduce { op: ReduceOp::Sum, axis: Axis::Cols, arg }, span);
+    let reduce =
+        |out: &mut Block, arg: Value| out.push(Inst::Reduce { op: ReduceOp::Sum, axis: Axis::Cols, arg }, span);
     let same_shape = terms.windows(2).all(|w| out.ty(w[0]).shape == out.ty(w[1]).shape);
     let add = |out: &mut Block, lhs: Value, rhs: Value| out.push(Inst::Binary { op: BinaryOp::Add, lhs, rhs }, span);
     let Some((&first, others)) = terms.split_first() else {

@@ -72,15 +72,15 @@ pub(crate) struct KernelFlags {
     /// Keep a row kernel separate from the Hopper GEMM after it, instead of having the GEMM compute its rows on demand (docs/codegen.md, "Row preludes").
     #[arg(long)]
     pub(crate) no_row_prelude: bool,
-    /// In backward blocks, recompute the RMSNorm backward's row term after the dgrad GEMM instead of reading it from the forward's saved product in the epilogue that makes the gradient (the `zdz` rule, docs/backward.md).
+    /// In backward blocks, read the RMSNorm backward's row term from the forward's saved product in the epilogue that makes the gradient, instead of recomputing it after the dgrad GEMM (the `zdz` rule): fewer kernels, but slower on the H100 (docs/backward.md).
     #[arg(long)]
-    pub(crate) no_saved_products: bool,
+    pub(crate) saved_products: bool,
 }
 
 impl KernelFlags {
     /// The reparameterizer's options these flags ask for.
     pub(crate) fn rewrite(&self) -> coda::opt::Options {
-        coda::opt::Options { saved_products: !self.no_saved_products, ..coda::opt::Options::default() }
+        coda::opt::Options { saved_products: self.saved_products, ..coda::opt::Options::default() }
     }
 }
 

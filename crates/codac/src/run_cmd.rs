@@ -55,14 +55,18 @@ pub(crate) fn run(args: &RunArgs, color: ColorChoice) -> Result<Outcome> {
         println!("tile configurations tuned by `codac bench --autotune`{path}");
     }
     let mut all_ok = true;
-    // With `--grad`, a training step: each backward block reads the saving
+    // With `--grad`, training steps: each backward block reads its saving
     // forward's inputs and saved tensors (rules such as `zdz` rely on them
     // being the forward's), not random ones.
-    let mut step = args.grad.then(BTreeMap::new);
+    let mut previous: Option<(String, BTreeMap<String, HostTensor>)> = None;
     for manifest in &compiled.manifest.blocks {
         let Some(block) = checked.module.block(&manifest.block) else { continue };
         check_dims_known(block, &dims)?;
-        all_ok &= run_block(args, &device, block, manifest, &compiled.kernels, &dims, step.as_mut())?;
+        let forward = coda::gradient_of(&checked, &block.name).map(|g| g.saving_forward.name.as_str());
+        let step = previous.take().filter(|(name, _)| Some(name.as_str()) == forward).map(|(_, t)| t);
+        let (ok, tensors) = run_block(args, &device, block, manifest, &compiled.kernels, &dims, step)?;
+        all_ok &= ok;
+        previous = args.grad.then(|| (block.name.clone(), tensors));
     }
     if !all_ok {
         bail!("check failed");
@@ -79,9 +83,9 @@ fn open_device() -> Result<Device> {
     }
 }
 
-/// Runs one block; returns whether its check passed. `step` holds the
-/// tensors of the training step so far (inputs and outputs of earlier
-/// blocks, by name), which take the place of inputs of the same name.
+/// Runs one block; returns whether its check passed, and its inputs and
+/// outputs by name. `step` holds those of the saving forward when the
+/// block is its backward: they take the place of inputs of the same name.
 fn run_block(
     args: &RunArgs,
     device: &Device,
@@ -89,20 +93,22 @@ fn run_block(
     manifest: &coda::cuda::BlockManifest,
     sources: &[coda::cuda::KernelSource],
     dims: &DimBindings,
-    step: Option<&mut BTreeMap<String, HostTensor>>,
-) -> Result<bool> {
+    step: Option<BTreeMap<String, HostTensor>>,
+) -> Result<(bool, BTreeMap<String, HostTensor>)> {
     println!("block {} ({} kernels)", block.name, manifest.kernels.len());
     let mut inputs = match &args.input.inputs {
         Some(dir) => npy::read_inputs(block, dims, dir)?,
         None => coda::random_inputs(block, dims, args.input.seed)?,
     };
-    if let Some(step) = step.as_deref() {
+    if let Some(mut step) = step {
         let earlier: Vec<&str> = block.params.iter().filter(|p| step.contains_key(&p.name)).map(|p| &*p.name).collect();
         if !earlier.is_empty() {
             println!("  from the forward: {}", earlier.join(", "));
         }
         for name in earlier {
-            inputs.insert(name.to_string(), step[name].clone());
+            if let Some(t) = step.remove(name) {
+                inputs.insert(name.to_string(), t);
+            }
         }
     }
     let executor = BlockExecutor::new(device, manifest, sources)?;
@@ -148,11 +154,9 @@ fn run_block(
     if args.time {
         time(&executor, device, &prepared, manifest, block)?;
     }
-    if let Some(step) = step {
-        step.extend(inputs);
-        step.extend(results);
-    }
-    Ok(ok)
+    let mut tensors = inputs;
+    tensors.extend(results);
+    Ok((ok, tensors))
 }
 
 /// Device copies of inputs and outputs, and their tensor descriptions.

@@ -81,6 +81,24 @@ fn explain_grad_json_describes_each_backward_block() {
     assert_eq!(kernels, 2, "{json}");
 }
 
+/// `--saved-products` turns on the `zdz` rule: the RMSNorm backward's row
+/// term becomes row partials of the dSwiGLU GEMM, and the dgrad GEMM's
+/// epilogue forms `dx1`, so the two row kernels after it go.
+#[test]
+fn saved_products_move_the_norm_backward_into_epilogues() {
+    let plain = codac(&["explain", "examples/llama3_block.coda", "--grad", "--color", "never"]);
+    let zdz = codac(&["explain", "examples/llama3_block.coda", "--grad", "--saved-products", "--color", "never"]);
+    assert_eq!(zdz.status.code(), Some(0), "{}", text(&zdz.stderr));
+    let (plain, zdz) = (text(&plain.stdout), text(&zdz.stdout));
+    assert!(plain.contains("// rules applied: none"), "{plain}");
+    assert!(plain.contains("// kernels: 8 gemm, 3 elementwise, 1 reduction"), "{plain}");
+    assert!(plain.contains("  saved %23 | %24 = matmul.bf16 %21, %3.T    ; made by the saving forward"), "{plain}");
+    assert!(zdz.contains("// rules applied: row-dot-from-saved-product ×1"), "{zdz}");
+    assert!(zdz.contains("// kernels: 8 gemm, 2 elementwise, 1 reduction"), "{zdz}");
+    assert!(zdz.contains("stores tmp.dz.bf16 (bf16); row_sum partials of"), "{zdz}");
+    assert!(zdz.contains("Sm90Cfg128x256 tiles; stores tmp.dx1.bf16 (bf16), dx0 (bf16)"), "{zdz}");
+}
+
 fn write_npy(path: &Path, shape: &[u64], data: &[f32]) {
     use npyz::WriterBuilder;
     let file = std::fs::File::create(path).unwrap_or_else(|e| panic!("{e}"));
