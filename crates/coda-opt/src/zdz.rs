@@ -5,7 +5,7 @@
 use crate::rowscale::{flatten, product, row_vector};
 use coda_diagnostics::Span;
 use coda_ir::infer::TypeError;
-use coda_ir::{Axis, BinaryOp, Block, DType, Dim, Inst, Output, ReduceOp, SavedProduct, Value};
+use coda_ir::{Axis, BinaryOp, Block, DType, Inst, Output, ReduceOp, SavedProduct, Value};
 
 /// `Σ_j (D @ R)_j P_j = Σ_k D_k (P @ Rᵀ)_k` per row (both are
 /// `Σ_j Σ_k D_k R_kj P_j`). With a saved product `S = P @ Rᵀ`
@@ -29,8 +29,8 @@ pub(crate) const RULE: &str = "row-dot-from-saved-product";
 struct RowDot<'a> {
     /// The product it reads.
     fact: &'a SavedProduct,
-    /// The dgrad's left operand `D`, `[M, K]`.
-    gradient: Value,
+    /// `D`'s column parts, one per part of the saved product.
+    columns: Vec<Value>,
     /// Per-row factors (`[M, 1]`) of `P` missing from the summand: divisors.
     divisors: Vec<Value>,
     /// Per-row factors of the summand missing from `P`: multipliers.
@@ -52,7 +52,7 @@ pub(crate) fn rewrite(block: &Block) -> Result<(Block, usize), TypeError> {
         let new = match row_dot(block, v) {
             Some(dot) => {
                 count += 1;
-                from_saved(block, &mut out, &map, &dot, span)?
+                from_saved(&mut out, &map, &dot, span)?
             }
             None => out.push(inst.map_operands(|o| map[o.index()]), span)?,
         };
@@ -94,8 +94,8 @@ fn row_dot(block: &Block, v: Value) -> Option<RowDot<'_>> {
         }
     }
     let divisors = operand.iter().map(|f| row_vector(block, *f, &rows)).collect::<Option<Vec<_>>>()?;
-    split_columns(block, *lhs, fact)?;
-    Some(RowDot { fact, gradient: *lhs, divisors, multipliers })
+    let columns = split_columns(block, *lhs, fact)?;
+    Some(RowDot { fact, columns, divisors, multipliers })
 }
 
 /// `v` without casts to `dtype` (the matmul rounds its operand anyway).
@@ -109,53 +109,24 @@ fn uncast(block: &Block, mut v: Value, dtype: DType) -> Value {
     v
 }
 
-/// How `D`'s columns line up with the saved product's parts: the parts of a
-/// concatenation of the same widths, `D` itself for a single part, or
-/// column ranges of `D` (constant widths).
-enum Columns {
-    Parts(Vec<Value>),
-    Ranges(Vec<(i64, i64)>),
-}
-
-fn split_columns(block: &Block, d: Value, fact: &SavedProduct) -> Option<Columns> {
-    let widths: Vec<&Dim> = fact.parts.iter().map(|p| &block.ty(*p).shape.cols).collect();
-    if let Inst::ConcatCols { parts } = block.inst(d) {
-        let same =
-            parts.len() == widths.len() && parts.iter().zip(&widths).all(|(p, w)| &block.ty(*p).shape.cols == *w);
-        if same {
-            return Some(Columns::Parts(parts.clone()));
-        }
-    }
+/// `D`'s columns as the saved product's parts line them up: the parts of a
+/// concatenation of the same widths, or `D` itself for a single part. (A
+/// `D` of several parts that is not such a concatenation would need column
+/// slices of it; no backward block makes one, so the rule leaves it.)
+fn split_columns(block: &Block, d: Value, fact: &SavedProduct) -> Option<Vec<Value>> {
     if fact.parts.len() == 1 {
-        return Some(Columns::Parts(vec![d]));
+        return Some(vec![d]);
     }
-    let mut start = 0;
-    let mut ranges = Vec::new();
-    for w in widths {
-        let w = w.as_const()?;
-        ranges.push((start, w));
-        start += w;
-    }
-    Some(Columns::Ranges(ranges))
+    let Inst::ConcatCols { parts } = block.inst(d) else { return None };
+    let same = parts.len() == fact.parts.len()
+        && parts.iter().zip(&fact.parts).all(|(p, f)| block.ty(*p).shape.cols == block.ty(*f).shape.cols);
+    same.then(|| parts.clone())
 }
 
 /// `(Σ_k D̃_k S_k) ⊙ multipliers / divisors` in `out`.
-fn from_saved(old: &Block, out: &mut Block, map: &[Value], dot: &RowDot, span: Span) -> Result<Value, TypeError> {
+fn from_saved(out: &mut Block, map: &[Value], dot: &RowDot, span: Span) -> Result<Value, TypeError> {
     let dtype = dot.fact.operand_dtype;
-    let gradient = map[dot.gradient.index()];
-    let columns =
-        split_columns(old, dot.gradient, dot.fact).ok_or_else(|| TypeError("columns no longer split".into()))?;
-    let pieces: Vec<Value> = match columns {
-        Columns::Parts(parts) => parts.iter().map(|p| map[p.index()]).collect(),
-        Columns::Ranges(ranges) => ranges
-            .iter()
-            .map(|&(start, len)| {
-                let slice =
-                    Inst::SliceCols { arg: gradient, start: Dim::constant(start), len: Dim::constant(len), step: 1 };
-                out.push(slice, span)
-            })
-            .collect::<Result<_, _>>()?,
-    };
+    let pieces: Vec<Value> = dot.columns.iter().map(|p| map[p.index()]).collect();
     let mut terms = Vec::new();
     for (piece, part) in pieces.into_iter().zip(&dot.fact.parts) {
         let rounded = match out.ty(piece).dtype == dtype {
