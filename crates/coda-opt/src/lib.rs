@@ -126,11 +126,16 @@ impl std::error::Error for RewriteError {}
 
 /// Rewrites one verified block into an equivalent verified block.
 pub fn reparameterize(block: &Block, options: &Options) -> Result<Reparameterized, RewriteError> {
-    let (block, dots) = match options.saved_products {
-        true => zdz::rewrite(block).map_err(|e| RewriteError(e.0))?,
-        false => (block.clone(), 0),
+    // The saved products are read first: the walks below rebuild the block
+    // without them.
+    let (block, dots) = match options.saved_products && !block.saved_products.is_empty() {
+        true => {
+            let (block, dots) = zdz::rewrite(block).map_err(|e| RewriteError(e.0))?;
+            (std::borrow::Cow::Owned(block), dots)
+        }
+        false => (std::borrow::Cow::Borrowed(block), 0),
     };
-    let block = &block;
+    let block = block.as_ref();
     let mut excluded = std::collections::BTreeSet::new();
     loop {
         let plan = pairs::choose(block, options, &excluded);

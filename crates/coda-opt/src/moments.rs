@@ -9,7 +9,7 @@
 //! the consumer with `μ`.
 
 use coda_ir::infer::TypeError;
-use coda_ir::{Axis, BinaryOp, Block, Inst, Output, ReduceOp, Value};
+use coda_ir::{Axis, BinaryOp, Block, Inst, ReduceOp, Value};
 
 /// `Σ_k (x_k − a)² = Σx² − a (2 Σx − K a)` per row, for any per-row `a` and
 /// `K` columns (expand the square: `Σx² − 2aΣx + K a²`). The left side is
@@ -31,29 +31,10 @@ struct Centred {
 /// cannot have); returns the block and the number of rewrites.
 pub(crate) fn rewrite(block: &Block) -> Result<(Block, usize), TypeError> {
     let users = block.users();
-    let mut out = Block::new(block.name.clone(), block.kind, block.span);
-    out.dims = block.dims.clone();
-    out.params = block.params.clone();
-    let mut map: Vec<Value> = Vec::with_capacity(block.insts.len());
-    let mut count = 0;
-    for (v, inst) in block.insts.iter() {
-        let span = block.insts.span(v);
-        let new = match centred_square_sum(block, v, &users) {
-            Some(c) => {
-                count += 1;
-                from_moments(&mut out, map[c.x.index()], map[c.shift.index()], span)?
-            }
-            None => out.push(inst.map_operands(|o| map[o.index()]), span)?,
-        };
-        if let Some(name) = block.names.get(v.index()).cloned().flatten() {
-            out.set_name(new, &name);
-        }
-        map.push(new);
-    }
-    for o in &block.outputs {
-        out.outputs.push(Output { value: map[o.value.index()], ..o.clone() });
-    }
-    Ok((crate::rewriter::compact(&out)?, count))
+    crate::rewriter::rebuild(block, |out, map, v| {
+        let c = centred_square_sum(block, v, &users)?;
+        Some(from_moments(out, map[c.x.index()], map[c.shift.index()], block.insts.span(v)))
+    })
 }
 
 /// `v` as `Σ (x − a)²` over columns, when the rule applies.

@@ -370,6 +370,39 @@ fn same_rope(spec: &RopeSpec, perm: PairPerm) -> bool {
         && spec.end.as_const() == Some(perm.end)
 }
 
+/// Rebuilds `block` instruction by instruction: `replace` may define an old
+/// value anew in the new block (given the new values of the earlier ones),
+/// every other instruction is copied with its operands mapped; names and
+/// outputs follow and dead values are dropped. Returns the block and how
+/// many values `replace` defined.
+pub(crate) fn rebuild(
+    block: &Block,
+    mut replace: impl FnMut(&mut Block, &[Value], Value) -> Option<Result<Value, TypeError>>,
+) -> Result<(Block, usize), TypeError> {
+    let mut out = Block::new(block.name.clone(), block.kind, block.span);
+    out.dims = block.dims.clone();
+    out.params = block.params.clone();
+    let mut map: Vec<Value> = Vec::with_capacity(block.insts.len());
+    let mut count = 0;
+    for (v, inst) in block.insts.iter() {
+        let new = match replace(&mut out, &map, v) {
+            Some(new) => {
+                count += 1;
+                new?
+            }
+            None => out.push(inst.map_operands(|o| map[o.index()]), block.insts.span(v))?,
+        };
+        if let Some(name) = block.names.get(v.index()).cloned().flatten() {
+            out.set_name(new, &name);
+        }
+        map.push(new);
+    }
+    for o in &block.outputs {
+        out.outputs.push(Output { value: map[o.value.index()], ..o.clone() });
+    }
+    Ok((compact(&out)?, count))
+}
+
 /// A copy of `block` without values no output needs.
 pub(crate) fn compact(block: &Block) -> Result<Block, TypeError> {
     let mut live = vec![false; block.insts.len()];

@@ -5,7 +5,7 @@
 use crate::rowscale::{flatten, product, row_vector};
 use coda_diagnostics::Span;
 use coda_ir::infer::TypeError;
-use coda_ir::{Axis, BinaryOp, Block, DType, Inst, Output, ReduceOp, SavedProduct, Value};
+use coda_ir::{Axis, BinaryOp, Block, DType, Inst, ReduceOp, SavedProduct, Value};
 
 /// `Σ_j (D @ R)_j P_j = Σ_k D_k (P @ Rᵀ)_k` per row (both are
 /// `Σ_j Σ_k D_k R_kj P_j`). With a saved product `S = P @ Rᵀ`
@@ -39,32 +39,10 @@ struct RowDot<'a> {
 
 /// Rewrites every row sum the rule matches; returns the block and the count.
 pub(crate) fn rewrite(block: &Block) -> Result<(Block, usize), TypeError> {
-    if block.saved_products.is_empty() {
-        return Ok((block.clone(), 0));
-    }
-    let mut out = Block::new(block.name.clone(), block.kind, block.span);
-    out.dims = block.dims.clone();
-    out.params = block.params.clone();
-    let mut map: Vec<Value> = Vec::with_capacity(block.insts.len());
-    let mut count = 0;
-    for (v, inst) in block.insts.iter() {
-        let span = block.insts.span(v);
-        let new = match row_dot(block, v) {
-            Some(dot) => {
-                count += 1;
-                from_saved(&mut out, &map, &dot, span)?
-            }
-            None => out.push(inst.map_operands(|o| map[o.index()]), span)?,
-        };
-        if let Some(name) = block.names.get(v.index()).cloned().flatten() {
-            out.set_name(new, &name);
-        }
-        map.push(new);
-    }
-    for o in &block.outputs {
-        out.outputs.push(Output { value: map[o.value.index()], ..o.clone() });
-    }
-    Ok((crate::rewriter::compact(&out)?, count))
+    crate::rewriter::rebuild(block, |out, map, v| {
+        let dot = row_dot(block, v)?;
+        Some(from_saved(out, map, &dot, block.insts.span(v)))
+    })
 }
 
 /// `v` as `Σ_j A_j Q_j` over a dgrad `A` with a saved product, when the rule applies.

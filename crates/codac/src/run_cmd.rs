@@ -101,14 +101,15 @@ fn run_block(
         None => coda::random_inputs(block, dims, args.input.seed)?,
     };
     if let Some(mut step) = step {
-        let earlier: Vec<&str> = block.params.iter().filter(|p| step.contains_key(&p.name)).map(|p| &*p.name).collect();
+        let mut earlier = Vec::new();
+        for p in &block.params {
+            if let Some(t) = step.remove(&p.name) {
+                inputs.insert(p.name.clone(), t);
+                earlier.push(p.name.as_str());
+            }
+        }
         if !earlier.is_empty() {
             println!("  from the forward: {}", earlier.join(", "));
-        }
-        for name in earlier {
-            if let Some(t) = step.remove(name) {
-                inputs.insert(name.to_string(), t);
-            }
         }
     }
     let executor = BlockExecutor::new(device, manifest, sources)?;
