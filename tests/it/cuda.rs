@@ -11,12 +11,12 @@
 use coda_runtime::{Arch, CompileOptions, Compiler};
 use std::path::{Path, PathBuf};
 
-fn workspace() -> PathBuf {
+pub(crate) fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
 /// `examples/*.coda` and `tests/cuda-cases/*.coda`, sorted.
-fn inputs() -> Vec<PathBuf> {
+pub(crate) fn inputs() -> Vec<PathBuf> {
     let mut files = Vec::new();
     for dir in ["examples", "tests/cuda-cases"] {
         let Ok(entries) = std::fs::read_dir(workspace().join(dir)) else { continue };
@@ -27,7 +27,7 @@ fn inputs() -> Vec<PathBuf> {
 }
 
 /// The name a file is compiled under (relative, so outputs are stable).
-fn display_name(path: &Path) -> String {
+pub(crate) fn display_name(path: &Path) -> String {
     let dir = path.parent().and_then(|p| p.file_name()).map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let file = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     if dir == "examples" {
@@ -38,7 +38,7 @@ fn display_name(path: &Path) -> String {
 }
 
 /// Whether a case expects an error (`// expect: error`); cases must say `// stage: cuda`.
-fn expects_error(path: &Path, text: &str) -> bool {
+pub(crate) fn expects_error(path: &Path, text: &str) -> bool {
     if display_name(path).starts_with("examples/") {
         return false;
     }
@@ -227,8 +227,20 @@ fn tolerance(block: &coda::ir::Block, output: &coda::ir::Output) -> f64 {
 
 /// Emulates the kernels of a block on the CPU and compares with the interpreter.
 pub(crate) fn emulate_block(name: &str, block: &coda::ir::Block, source: &coda::SourceFile, m: i64) {
+    emulate_block_with(name, block, source, m, None);
+}
+
+/// [`emulate_block`] with every GEMM that can take it on `tile_config`
+/// (`CodegenOptions::tile_config`): partial buffers follow its epilogue tile.
+pub(crate) fn emulate_block_with(
+    name: &str,
+    block: &coda::ir::Block,
+    source: &coda::SourceFile,
+    m: i64,
+    tile_config: Option<coda::cuda::config::TileConfig>,
+) {
     let a_prologue = wants_a_prologue(&source.text);
-    let options = coda::cuda::CodegenOptions { a_prologue, ..Default::default() };
+    let options = coda::cuda::CodegenOptions { a_prologue, tile_config, ..Default::default() };
     let compiled = coda::cuda::compile_block(block, source, &options).unwrap_or_else(|e| panic!("{name}: {e}"));
     let dims = small_dims(block, m);
     let inputs = coda::random_inputs(block, &dims, 3).unwrap_or_else(|e| panic!("{name}: {e}"));

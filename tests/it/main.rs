@@ -1,7 +1,8 @@
 //! The single integration-test binary of codac: file-driven snapshot cases,
 //! the examples, CUDA code generation (snapshots and NVRTC compiles),
 //! interpreter checks against independent formulas, robustness
-//! against hostile input, and tidy checks on the source tree.
+//! against hostile input, tile configurations asked for by name, and tidy
+//! checks on the source tree.
 
 mod cases;
 mod cuda;
@@ -11,3 +12,4 @@ mod interp;
 mod rewrites;
 mod robustness;
 mod tidy;
+mod tiles;

@@ -31,7 +31,8 @@
 //        (persistent: CTA b takes tiles b, b + gridDim.x, ...; any grid size
 //        >= 1 is correct, #SMs is the fast one).  Do not launch when M or N
 //        is 0.  K = 0 gives acc = 0.
-// Block: Cfg::kThreads = 384 threads (1 producer + 2 consumer warpgroups).
+// Block: Cfg::kThreads = 384 threads (1 producer + 2 consumer warpgroups),
+//        512 with an epilogue warpgroup (Cfg::kEpiWG).
 // Dynamic shared memory: coda::gemm_sm90_smem_bytes<Cfg, Epi>() bytes
 //        (always > 48 KiB: set CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 //        first) =
@@ -43,6 +44,10 @@
 //                               4 * Frag::kReduceFloats), 128)
 //        (Frag::kReduceFloats = max(2 * BM, BN * kWarpsM) here, always below
 //        the first term); kUnits = 2 for ping-pong configs, 1 otherwise.
+//        With an epilogue warpgroup the scratch is the hand-off buffer
+//        (BM / 2 * BN * 4 bytes) followed by the same round_up(...) for
+//        32-row tiles, no column-vector slots, and 32 more bytes of
+//        mbarriers.
 //        The table below lists the value for kSmemFloats = 0.
 // Tensor maps (cuTensorMapEncodeTiled), one per operand, independent of the
 // tile configuration:
@@ -85,6 +90,15 @@
 //     has issued its last k block (mbarrier turn[unit]): mbarrier phases are
 //     tracked by parity, so no waiter may run more than one phase ahead of
 //     a slot, and the hand-off also keeps the two mainloops from interleaving.
+//   epilogue warpgroup (kEpiWG, Sm90Cfg128x192ew): cooperative consumers
+//     that store each tile's accumulators into shared memory, one consumer
+//     warpgroup's 64-row slab at a time, and go on with the next tile's K
+//     loop while warpgroup 3 loads them and runs the functor on 32-row
+//     fragments (see sm90_epilogue_warpgroup).  512 threads leave 128
+//     registers per thread at launch, which ptxas needs to cover every
+//     wgmma: m64n192 (96 accumulators) compiles, m64n256 does not (C7602),
+//     hence BN = 192; the 48 KiB hand-off buffer leaves room for
+//     a 4-stage ring (3 stages of 128 x 192 measured 10-19% slower).
 // Every tile in flight has its own epilogue scratch region in shared memory
 // (the ring is never reused as scratch, since the producer runs ahead).
 //
@@ -130,7 +144,7 @@ struct alignas(128) TmaDesc {
 // m64 slabs per warpgroup).  Ping-pong: one warpgroup per tile (BM = 64 or
 // 128).  Accumulators per consumer thread: (BM / warpgroups per tile) * BN / 128
 // <= 128.  GROUP_M: rasterization group (tiles along M).
-template <int BM_, int BN_, int STAGES, bool PINGPONG, int GROUP_M = 16>
+template <int BM_, int BN_, int STAGES, bool PINGPONG, int GROUP_M = 16, bool EPI_WG = false>
 struct Sm90Config {
     static constexpr bool kIsSm90 = true;
     static constexpr int BM = BM_;
@@ -139,7 +153,11 @@ struct Sm90Config {
     static constexpr int kStages = STAGES;
     static constexpr bool kPingPong = PINGPONG;
     static constexpr int kGroupM = GROUP_M;
-    static constexpr int kThreads = 384;
+    // An epilogue warpgroup (see the design notes): the consumers hand each
+    // tile's accumulators to it through shared memory and go on with the
+    // next tile's K loop.
+    static constexpr bool kEpiWG = EPI_WG;
+    static constexpr int kThreads = EPI_WG ? 512 : 384;
     static constexpr int kMinBlocks = 1;
     static constexpr int kUnitWGs = PINGPONG ? 1 : 2;   // consumer warpgroups per tile
     static constexpr int kUnits = 2 / kUnitWGs;         // tiles in flight per CTA
@@ -150,15 +168,36 @@ struct Sm90Config {
     static constexpr int kStageBytesB = BN * BK * 2;
     static constexpr int kStageBytes = kStageBytesA + kStageBytesB;
     static constexpr int kRingBytes = kStages * kStageBytes;
+    // What the functor sees: the whole tile on the consumers' threads, or,
+    // with an epilogue warpgroup, 32-row tiles on its 128 threads (a warp
+    // per 8 rows: RI = 1), two per consumer warpgroup's slab of 64 rows.
+    static constexpr int kEpiBM = EPI_WG ? 32 : BM;
+    static constexpr int kEpiRI = EPI_WG ? 1 : 2 * kSlabs;
+    static constexpr int kEpiThreads = EPI_WG ? 128 : kUnitThreads;
+    static constexpr int kEpiWarpsM = kEpiThreads / 32;
+    // The hand-off buffer (epilogue warpgroup only) holds one consumer
+    // warpgroup's slab (64 x BN floats) at a time, laid out as the two
+    // 32-row fragments the epilogue warpgroup loads: [pass][warp][float4
+    // q][lane], 16-byte accesses by consecutive lanes (no bank conflicts).
+    static constexpr int kPassFloat4s = BN / 8 * 2 / 4;  // 8 rows per warp, 1 per lane: CJ pairs
+    static constexpr int kSlabBytes = EPI_WG ? kWgRows * BN * 4 : 0;
     // Register split (setmaxnreg): 24 + 2 * 240 = 3 * 168, the per-thread
-    // count of a 384-thread CTA at one CTA per SM.
+    // count of a 384-thread CTA at one CTA per SM; with the epilogue
+    // warpgroup 24 + 2 * 144 + 200 = 4 * 128 (96 accumulators per consumer
+    // thread; the epilogue warpgroup holds a slab's two fragments).
     static constexpr int kProducerRegs = 24;
-    static constexpr int kConsumerRegs = 240;
+    static constexpr int kConsumerRegs = EPI_WG ? 144 : 240;
+    static constexpr int kEpilogueRegs = EPI_WG ? 200 : 0;
 
     static_assert(kWgRows % 64 == 0 && kSlabs >= 1, "rows per consumer warpgroup must be a multiple of 64");
-    static_assert(BN == 64 || BN == 128 || BN == 256, "BN must be 64, 128 or 256");
+    static_assert(BN == 64 || BN == 128 || BN == 192 || BN == 256, "BN must be 64, 128, 192 or 256");
     static_assert(kSlabs * BN <= 256, "at most 128 accumulators per consumer thread");
     static_assert(kStages >= 2, "at least 2 stages");
+    static_assert(!EPI_WG || (!PINGPONG && kSlabs == 1 && BN <= 192),
+                  "the epilogue warpgroup takes cooperative m64 slabs of at most 96 accumulators (a 512-thread CTA "
+                  "has at most 128 registers per thread at launch, below what m64n256 needs)");
+    static_assert(kProducerRegs + 2 * kConsumerRegs + kEpilogueRegs <= (kThreads / 128) * (65536 / kThreads),
+                  "register split over the CTA's budget");
 };
 
 // Predefined configurations (TFLOP/s: scripts/gemm-harness/NOTES.md, "sm90").
@@ -169,22 +208,49 @@ struct Sm90Config {
 //   Sm90Cfg128x128    128x128   cooperative  5       199760           648             620
 //   Sm90Cfg128x128pp  128x128   ping-pong    4       201792           683             694
 //   Sm90Cfg64x256pp   64x256    ping-pong    3       191536           515             519
+//   Sm90Cfg128x192ew  128x192   epi. warpgroup 4       226928
+//     (Sm90Cfg128x192ew: bare GEMMs at the Llama-3 8B shapes 1.01-1.06x the
+//     time of Sm90Cfg128x256 interleaved on the H100, docs/benchmarks.md.)
 // (smem bytes for Epi::kSmemFloats = 0.)
 typedef Sm90Config<128, 256, 3, false> Sm90Cfg128x256;
 typedef Sm90Config<256, 128, 3, false, 8> Sm90Cfg256x128;
 typedef Sm90Config<128, 128, 5, false> Sm90Cfg128x128;
 typedef Sm90Config<128, 128, 4, true> Sm90Cfg128x128pp;
 typedef Sm90Config<64, 256, 3, true> Sm90Cfg64x256pp;
+typedef Sm90Config<128, 192, 4, false, 16, true> Sm90Cfg128x192ew;
 
 // The epilogue fragment: AccFrag (same layout and members) whose sync() is a
-// named barrier over the consumer threads holding the tile.
+// named barrier over the threads running the epilogue.  Without an epilogue
+// warpgroup it is also the consumers' accumulator fragment; with one, the
+// epilogue warpgroup sees kEpiBM-row tiles.
 template <class Cfg>
-struct Sm90Frag : AccFrag<2 * Cfg::kSlabs, Cfg::BN / 8, 64, Cfg::BM, Cfg::BN, 4 * Cfg::kUnitWGs, 1> {
-    static constexpr bool kAsyncStage = true;  // private scratch per tile in flight
+struct Sm90Frag : AccFrag<Cfg::kEpiRI, Cfg::BN / 8, 64, Cfg::kEpiBM, Cfg::BN, Cfg::kEpiWarpsM, 1> {
+    // Private scratch per tile in flight; the epilogue warpgroup's scratch
+    // is the hand-off buffer, busy during the next tile's K loop.
+    static constexpr bool kAsyncStage = !Cfg::kEpiWG;
     int bar_id;  // named barrier of this tile's threads (1 or 2)
+    __device__ __forceinline__ void sync() const {
+        asm volatile("bar.sync %0, %1;\n" ::"r"(bar_id), "n"(Cfg::kEpiThreads) : "memory");
+    }
+};
+
+// The consumers' accumulator fragment: Sm90Frag, except with an epilogue
+// warpgroup, where the consumers hold a whole slab row (BN / 8 pairs) and
+// run no functor.
+template <class Cfg>
+struct Sm90SlabFrag : AccFrag<2 * Cfg::kSlabs, Cfg::BN / 8, 64, Cfg::BM, Cfg::BN, 4 * Cfg::kUnitWGs, 1> {
+    int bar_id;
     __device__ __forceinline__ void sync() const {
         asm volatile("bar.sync %0, %1;\n" ::"r"(bar_id), "n"(Cfg::kUnitThreads) : "memory");
     }
+};
+template <class Cfg, bool EPI_WG = Cfg::kEpiWG>
+struct Sm90ConsumerFrag {
+    typedef Sm90Frag<Cfg> type;
+};
+template <class Cfg>
+struct Sm90ConsumerFrag<Cfg, true> {
+    typedef Sm90SlabFrag<Cfg> type;
 };
 
 // Column vectors the functor stages per tile (static constexpr int
@@ -203,20 +269,24 @@ struct EpiColVecs<E, decltype(void(E::kColVecs))> {
 template <class Cfg, class Epi>
 __host__ __device__ constexpr int sm90_scratch_core_bytes() {
     typedef Sm90Frag<Cfg> F;
-    constexpr int a = staged_store_bytes<Cfg::BM, Cfg::BN, bf16>();
+    constexpr int a = staged_store_bytes<Cfg::kEpiBM, Cfg::BN, bf16>();
     constexpr int b = 4 * Epi::kSmemFloats;
     constexpr int c = 4 * F::kReduceFloats;
     constexpr int m = a > b ? (a > c ? a : c) : (b > c ? b : c);
     return (m + 127) / 128 * 128;
 }
+// With an epilogue warpgroup the hand-off buffer comes first (and no column
+// vector slots: its fragment stages nothing asynchronously).
 template <class Cfg, class Epi>
 __host__ __device__ constexpr int sm90_scratch_bytes() {
-    return sm90_scratch_core_bytes<Cfg, Epi>() + EpiColVecs<Epi>::value * Cfg::BN * 4;
+    return Cfg::kEpiWG ? Cfg::kSlabBytes + sm90_scratch_core_bytes<Cfg, Epi>()
+                       : sm90_scratch_core_bytes<Cfg, Epi>() + EpiColVecs<Epi>::value * Cfg::BN * 4;
 }
 // Dynamic shared memory of gemm_sm90<Cfg, ..., Epi> (bytes); the host mirrors this.
 template <class Cfg, class Epi>
 __host__ __device__ constexpr int gemm_sm90_smem_bytes() {
-    return 1024 + Cfg::kRingBytes + Cfg::kUnits * sm90_scratch_bytes<Cfg, Epi>() + 16 * Cfg::kStages + 16;
+    return 1024 + Cfg::kRingBytes + Cfg::kUnits * sm90_scratch_bytes<Cfg, Epi>() + 16 * Cfg::kStages + 16 +
+           (Cfg::kEpiWG ? 32 : 0);
 }
 
 // Whether the functor has prefetch(p, f, t, smem) (static constexpr bool
@@ -350,12 +420,15 @@ struct Wgmma;
     };
 #define CODA_WG_REGS_64 CODA_WG_R0 CODA_WG_R1
 #define CODA_WG_REGS_128 CODA_WG_R0 CODA_WG_R1 CODA_WG_R2 CODA_WG_R3
+#define CODA_WG_REGS_192 CODA_WG_R0 CODA_WG_R1 CODA_WG_R2 CODA_WG_R3 CODA_WG_R4 CODA_WG_R5
 #define CODA_WG_REGS_256 CODA_WG_R0 CODA_WG_R1 CODA_WG_R2 CODA_WG_R3 CODA_WG_R4 CODA_WG_R5 CODA_WG_R6 CODA_WG_R7
 #define CODA_WG_ACCS_64 CODA_WG_A8(0)
 #define CODA_WG_ACCS_128 CODA_WG_A8(0), CODA_WG_A8(8)
+#define CODA_WG_ACCS_192 CODA_WG_A8(0), CODA_WG_A8(8), CODA_WG_A8(16)
 #define CODA_WG_ACCS_256 CODA_WG_A8(0), CODA_WG_A8(8), CODA_WG_A8(16), CODA_WG_A8(24)
 #define CODA_WG_OPS_64 "%32, %33, 1, 1, 1, %34, %35"
 #define CODA_WG_OPS_128 "%64, %65, 1, 1, 1, %66, %67"
+#define CODA_WG_OPS_192 "%96, %97, 1, 1, 1, %98, %99"
 #define CODA_WG_OPS_256 "%128, %129, 1, 1, 1, %130, %131"
 
 // The same with A from registers (RS): a[0..3] hold the warp's 16 x 16 A
@@ -376,6 +449,7 @@ struct WgmmaRS;
     };
 #define CODA_WGRS_OPS_64 "{%32, %33, %34, %35}, %36, 1, 1, 1, %37"
 #define CODA_WGRS_OPS_128 "{%64, %65, %66, %67}, %68, 1, 1, 1, %69"
+#define CODA_WGRS_OPS_192 "{%96, %97, %98, %99}, %100, 1, 1, 1, %101"
 #define CODA_WGRS_OPS_256 "{%128, %129, %130, %131}, %132, 1, 1, 1, %133"
 // Both forms (SS and RS) for every N and element type.
 #define CODA_WG_BOTH(N, ELEM, TY)                                                                            \
@@ -383,24 +457,30 @@ struct WgmmaRS;
     CODA_WGRS_DEFINE(N, ELEM, TY, CODA_WG_REGS_##N, CODA_WGRS_OPS_##N, CODA_WG_ACCS_##N)
 CODA_WG_BOTH(64, bf16, "bf16")
 CODA_WG_BOTH(128, bf16, "bf16")
+CODA_WG_BOTH(192, bf16, "bf16")
 CODA_WG_BOTH(256, bf16, "bf16")
 CODA_WG_BOTH(64, f16, "f16")
 CODA_WG_BOTH(128, f16, "f16")
+CODA_WG_BOTH(192, f16, "f16")
 CODA_WG_BOTH(256, f16, "f16")
 #undef CODA_WG_BOTH
 #undef CODA_WGRS_OPS_64
 #undef CODA_WGRS_OPS_128
+#undef CODA_WGRS_OPS_192
 #undef CODA_WGRS_OPS_256
 #undef CODA_WGRS_DEFINE
 #undef CODA_WG_OPS_64
 #undef CODA_WG_OPS_128
+#undef CODA_WG_OPS_192
 #undef CODA_WG_OPS_256
 #undef CODA_WG_DEFINE
 #undef CODA_WG_REGS_64
 #undef CODA_WG_REGS_128
+#undef CODA_WG_REGS_192
 #undef CODA_WG_REGS_256
 #undef CODA_WG_ACCS_64
 #undef CODA_WG_ACCS_128
+#undef CODA_WG_ACCS_192
 #undef CODA_WG_ACCS_256
 #undef CODA_WG_A8
 #undef CODA_WG_A4
@@ -658,6 +738,109 @@ __device__ __forceinline__ void rs_kblock(unsigned (&gains)[Cfg::BK / 16][2], Fr
     }
 }
 
+// ---------------------------------------------------------------------------
+// The epilogue warpgroup (Cfg::kEpiWG)
+// ---------------------------------------------------------------------------
+// Where thread `lane` of epilogue warp `warp` finds float4 q of pass `pass`
+// of the slab in the hand-off buffer.
+template <class Cfg>
+__device__ __forceinline__ unsigned handoff_at(unsigned buf, int pass, int warp, int q, int lane) {
+    return buf + (unsigned)((((pass * 4 + warp) * Cfg::kPassFloat4s + q) * 32 + lane) * 16);
+}
+// A consumer thread's slab into the hand-off buffer: its rows 16 w + g + 8 h
+// (warp w, h = 0, 1) are row 8 w' + g of pass w / 2's fragment, w' = 2 (w %
+// 2) + h; register pairs j, j + 1 of a row are float4 j / 2.
+template <class Cfg, class Acc>
+__device__ __forceinline__ void handoff_store(const Acc& acc, unsigned buf, int warp, int lane) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int q = 0; q < Cfg::kPassFloat4s; ++q) {
+            const unsigned at = handoff_at<Cfg>(buf, warp >> 1, 2 * (warp & 1) + h, q, lane);
+            asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(at), "f"(acc[h][2 * q][0]),
+                         "f"(acc[h][2 * q][1]), "f"(acc[h][2 * q + 1][0]), "f"(acc[h][2 * q + 1][1])
+                         : "memory");
+        }
+}
+template <class Cfg, class Frag>
+__device__ __forceinline__ void handoff_load(Frag& f, unsigned buf, int pass, int warp, int lane) {
+#pragma unroll
+    for (int q = 0; q < Cfg::kPassFloat4s; ++q) {
+        const unsigned at = handoff_at<Cfg>(buf, pass, warp, q, lane);
+        asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                     : "=f"(f.acc[0][2 * q][0]), "=f"(f.acc[0][2 * q][1]), "=f"(f.acc[0][2 * q + 1][0]),
+                       "=f"(f.acc[0][2 * q + 1][1])
+                     : "r"(at)
+                     : "memory");
+    }
+}
+
+// An epilogue fragment of warp `warp`: its rows 8 warp + g of a 32-row tile.
+template <class Cfg, class Frag>
+__device__ __forceinline__ void epilogue_fragment_init(Frag& f, const GemmArgs& g, int warp, int lane) {
+    f.bar_id = 1;
+    f.lane = lane;
+    f.warp_m = warp;
+    f.warp_n = 0;
+    f.lrow0 = 8 * warp + (lane >> 2);
+    f.lcol0 = 2 * (lane & 3);
+    f.m = g.m;
+    f.n = g.n;
+    f.a_sumsq[0] = 0.0f;
+}
+// The functor on fragment f of the 32 rows from m0 (nothing past M).
+template <class Cfg, class Epi, class Frag>
+__device__ __forceinline__ void epilogue_fragment_apply(const typename Epi::Params& ep, Frag& f, const GemmArgs& g,
+                                                        int m0, int n0, int tn, int tiles_n, float* scratch) {
+    if (m0 >= g.m) return;  // uniform: no row of this fragment exists
+    f.grow0 = m0 + f.lrow0;
+    f.gcol0 = n0 + f.lcol0;
+    const TileInfo t{m0, n0, m0 / Cfg::kEpiBM, tn, (g.m + Cfg::kEpiBM - 1) / Cfg::kEpiBM, tiles_n, g.m, g.n,
+                     sm90_scratch_core_bytes<Cfg, Epi>()};
+    Epi::apply(ep, f, t, scratch);
+}
+// The hand-off protocol (one slab in the buffer at a time): consumer
+// warpgroup 0 stores its slab once the epilogue warpgroup has loaded the
+// previous tile's slab 1 (loaded[1]), and arrives on filled[0]; the
+// epilogue warpgroup loads it into registers and arrives on loaded[0];
+// consumer warpgroup 1 then stores its slab and arrives on filled[1]; and
+// so on.  Each barrier completes once per tile, so its phase parity is the
+// tile's (this CTA's tile count t): loaded[0] phase t cannot complete
+// before filled[1] phase t - 1, so no waiter is two phases behind.
+// The epilogue warpgroup (warpgroup 3): for each tile, per slab: wait,
+// load the slab's two 32-row fragments, release the buffer, run the functor
+// on each fragment (skipping rows past M) with its own scratch.  The
+// functor sees 32 x BN tiles; TileInfo's row-tile index and count are in 32
+// rows (the host sizes column partials accordingly).
+template <class Cfg, class Epi>
+__device__ __forceinline__ void sm90_epilogue_warpgroup(const typename Epi::Params& ep, const GemmArgs& g,
+                                                        unsigned buf, unsigned scratch_at, unsigned filled,
+                                                        unsigned loaded, int tiles_m, int tiles_n, int num_tiles) {
+    typedef Sm90Frag<Cfg> Frag;
+    const int etid = threadIdx.x & 127, lane = etid & 31, warp = etid >> 5;
+    Frag f0, f1;  // the slab's two fragments (separate objects: an array of them went to local memory)
+    epilogue_fragment_init<Cfg>(f0, g, warp, lane);
+    epilogue_fragment_init<Cfg>(f1, g, warp, lane);
+    float* const scratch = reinterpret_cast<float*>(coda_dyn_smem_sm90 + (scratch_at - smem_u32(coda_dyn_smem_sm90)));
+    unsigned phase = 0;
+#pragma unroll 1
+    for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x, phase ^= 1u) {
+        int tm, tn;
+        raster_grouped(tile, tiles_m, tiles_n, Cfg::kGroupM, tm, tn);
+        const int n0 = tn * Cfg::BN;
+#pragma unroll 1
+        for (int slab = 0; slab < 2; ++slab) {
+            mbar_wait(filled + 8 * slab, phase);
+            handoff_load<Cfg>(f0, buf, 0, warp, lane);
+            handoff_load<Cfg>(f1, buf, 1, warp, lane);
+            mbar_arrive(loaded + 8 * slab);  // this thread has its registers: the buffer may be reused
+            const int m0 = tm * Cfg::BM + slab * Cfg::kWgRows;
+            epilogue_fragment_apply<Cfg, Epi>(ep, f0, g, m0, n0, tn, tiles_n, scratch);
+            epilogue_fragment_apply<Cfg, Epi>(ep, f1, g, m0 + Cfg::kEpiBM, n0, tn, tiles_n, scratch);
+        }
+    }
+}
+
 template <class Cfg, class LayoutA, class LayoutB, class Elem, class Epi, class RowsB, class Pro = NoPrologue,
           class Pre = NoPrelude>
 __device__ __forceinline__ void gemm_sm90_rows(const TmaDesc& ta, const TmaDesc& tb, const TmaDesc& tbp,
@@ -686,23 +869,30 @@ __device__ __forceinline__ void gemm_sm90_rows(const TmaDesc& ta, const TmaDesc&
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
     static_assert(sizeof(Elem) == 0, "gemm_sm90 needs sm_90a (wgmma, setmaxnreg)");
 #endif
-    typedef Sm90Frag<Cfg> Frag;
+    typedef typename Sm90ConsumerFrag<Cfg>::type Frag;
     constexpr int S = Cfg::kStages;
     constexpr bool kAK = LayoutA::kKContiguous;
     constexpr bool kBK = LayoutB::kKContiguous;
     constexpr int kScratch = sm90_scratch_bytes<Cfg, Epi>();
     static_assert(gemm_sm90_smem_bytes<Cfg, Epi>() <= 232448, "exceeds the 227 KiB of shared memory per CTA");
 
+    static_assert(!Cfg::kEpiWG || (!kPrologue && !Pre::kActive),
+                  "the epilogue warpgroup takes no A prologue and no row prelude");
+
     // Shared memory map (1024-aligned base): ring [stage][A | B], scratch per
-    // unit, full[S], empty[S], turn[2].
+    // unit (the hand-off buffer, then the scratch, with an epilogue
+    // warpgroup), full[S], empty[S], turn[2], filled[2], loaded[2].
     const unsigned base = (smem_u32(coda_dyn_smem_sm90) + 1023u) & ~1023u;
     const unsigned ring = base;
     const unsigned scratch0 = ring + Cfg::kRingBytes;
     const unsigned bars = scratch0 + Cfg::kUnits * kScratch;
-    // full[s] at bars + 8 s, empty[s] at bars + 8 (S + s), turn[u] at bars + 8 (2 S + u).
+    // full[s] at bars + 8 s, empty[s] at bars + 8 (S + s), turn[u] at bars + 8 (2 S + u),
+    // filled[c] at bars + 8 (2 S + 2 + c), loaded[c] at bars + 8 (2 S + 4 + c).
+    const unsigned filled = bars + 8 * (2 * S + 2);
+    const unsigned loaded = bars + 8 * (2 * S + 4);
 
     const int tid = threadIdx.x;
-    const int wg = tid >> 7;  // 0 = producer, 1..2 = consumers
+    const int wg = tid >> 7;  // 0 = producer, 1..2 = consumers, 3 = epilogue (kEpiWG)
 
     const int tiles_m = (g.m + Cfg::BM - 1) / Cfg::BM;
     const int tiles_n = (g.n + Cfg::BN - 1) / Cfg::BN;
@@ -720,6 +910,12 @@ __device__ __forceinline__ void gemm_sm90_rows(const TmaDesc& ta, const TmaDesc&
         }
         mbar_init(bars + 8 * (2 * S), 1);  // turn[0] (ping-pong hand-off)
         mbar_init(bars + 8 * (2 * S + 1), 1);  // turn[1]
+        if (Cfg::kEpiWG) {
+            for (int c = 0; c < 2; ++c) {
+                mbar_init(filled + 8 * c, 128);  // every thread of consumer warpgroup c, once its slab is stored
+                mbar_init(loaded + 8 * c, 128);  // every epilogue thread, once it has loaded slab c
+            }
+        }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     }
@@ -728,7 +924,8 @@ __device__ __forceinline__ void gemm_sm90_rows(const TmaDesc& ta, const TmaDesc&
     // Register split: a row prelude's helpers need more than the producer.
     constexpr int kProducerRegs = Pre::kActive ? 56 : Cfg::kProducerRegs;
     constexpr int kConsumerRegs = Pre::kActive ? 224 : Cfg::kConsumerRegs;
-    static_assert(kProducerRegs + 2 * kConsumerRegs <= 3 * 168, "register split over the CTA's budget");
+    static_assert(kProducerRegs + 2 * kConsumerRegs + Cfg::kEpilogueRegs <= (Cfg::kThreads / 128) * (65536 / Cfg::kThreads),
+                  "register split over the CTA's budget");
     if (wg == 0) {
         // ---------------- producer ----------------
         setmaxnreg_dec<kProducerRegs>();
@@ -788,6 +985,14 @@ __device__ __forceinline__ void gemm_sm90_rows(const TmaDesc& ta, const TmaDesc&
         return;
     }
 
+    if (Cfg::kEpiWG && wg == 3) {
+        // ---------------- epilogue warpgroup ----------------
+        setmaxnreg_inc<Cfg::kEpilogueRegs>();
+        sm90_epilogue_warpgroup<Cfg, Epi>(ep, g, scratch0, scratch0 + Cfg::kSlabBytes, filled, loaded, tiles_m,
+                                          tiles_n, num_tiles);
+        return;
+    }
+
     // ---------------- consumers ----------------
     setmaxnreg_inc<kConsumerRegs>();
     const int cw = wg - 1;                              // consumer warpgroup 0 / 1
@@ -817,6 +1022,7 @@ __device__ __forceinline__ void gemm_sm90_rows(const TmaDesc& ta, const TmaDesc&
     constexpr unsigned kSlabStrideA = kAK ? 64u * 128u : 8192u;
 
     RowBlocksSeen seen;  // row prelude only
+    unsigned handoff_phase = 0;  // epilogue warpgroup only
     int seq = 0;      // index of the tile among this CTA's tiles
     int kdone = 0;    // k blocks of this CTA's tiles before the current one (ring position)
     unsigned turn_phase = 0;
@@ -844,7 +1050,7 @@ __device__ __forceinline__ void gemm_sm90_rows(const TmaDesc& ta, const TmaDesc&
         // Fields in declaration order: origin, tile coordinates, tile counts, M, N,
         // scratch bytes (the column-vector slots follow the scratch proper).
         const TileInfo t{m0, n0, tm, tn, tiles_m, tiles_n, g.m, g.n, sm90_scratch_core_bytes<Cfg, Epi>()};
-        if constexpr (EpiPrefetch<Epi>::value) {
+        if constexpr (EpiPrefetch<Epi>::value && !Cfg::kEpiWG) {
             f.sync();  // the previous tile's epilogue is done with the scratch
             Epi::prefetch(ep, f, t, scratch);
         }
@@ -908,7 +1114,16 @@ __device__ __forceinline__ void gemm_sm90_rows(const TmaDesc& ta, const TmaDesc&
             for (int i = 0; i < Frag::RI; ++i) f.a_sumsq[i] = quad_sum(f.a_sumsq[i]);
         }
 
-        Epi::apply(ep, f, t, scratch);
+        if constexpr (Cfg::kEpiWG) {
+            // Hand the slab over (see the protocol above) and go on with the next tile.
+            if (cw == 0) mbar_wait(loaded + 8, handoff_phase ^ 1u);  // the previous tile's slab 1 (first: passes)
+            else mbar_wait(loaded, handoff_phase);                   // this tile's slab 0
+            handoff_store<Cfg>(f.acc, scratch0, warp_in_wg, lane);
+            mbar_arrive(filled + 8 * cw);
+            handoff_phase ^= 1u;
+        } else {
+            Epi::apply(ep, f, t, scratch);
+        }
     }
     if constexpr (Pre::kActive) prelude_done<Pre>(pp, tiles_m, 8, lane);
 }

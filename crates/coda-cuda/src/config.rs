@@ -27,10 +27,17 @@
 //! (what one TMA box of the pair-order view covers).
 //!
 //! These rules know `N` but not the run-time `M`; `codac bench --autotune`
-//! measures a Hopper choice's [`TileConfig::alternatives`] (among them the
-//! ping-pong `Sm90Cfg128x128pp`, never chosen by the rules: its GEMMs run
-//! about 10% slower on the H100) for one `M` and files the winner, which
-//! `CodegenOptions::tiles` then applies.
+//! measures a Hopper choice's [`TileConfig::alternatives`] for one `M` and
+//! files the winner, which `CodegenOptions::tiles` then applies. Two of
+//! them are never chosen by the rules, since they measured slower on the
+//! H100: the ping-pong `Sm90Cfg128x128pp` (its GEMMs run about 10% slower)
+//! and the epilogue-warpgroup `Sm90Cfg128x192ew` (its bare GEMMs run at
+//! 1.01–1.06× the time of `Sm90Cfg128x256`'s, but the epilogue running
+//! beside the K loop slows the tensor cores as much as it saves, so the
+//! fused kernels of the Llama-3 block took 1.06–1.30× their `Sm90Cfg128x256`
+//! bare GEMMs against 1.04–1.16×; `docs/benchmarks.md`, session 12).
+//! `--tile-config` (`CodegenOptions::tile_config`) asks for one
+//! configuration by name for every GEMM that can take it.
 
 use coda_ir::Dim;
 
@@ -77,6 +84,12 @@ pub enum TileConfig {
     /// Hopper: 128×128×64, ping-pong (each consumer warpgroup owns whole
     /// tiles, one's epilogue overlapping the other's K loop), 4 stages.
     Sm90Cfg128x128pp,
+    /// Hopper: 128×192×64, two cooperative consumer warpgroups that hand
+    /// each tile's accumulators to an epilogue warpgroup through shared
+    /// memory and go on with the next tile (the epilogue overlaps the next
+    /// K loop), 3 stages. The functor sees 64×192 tiles, one consumer
+    /// warpgroup's rows at a time ([`TileConfig::epilogue_tile`]).
+    Sm90Cfg128x192ew,
 }
 
 impl TileConfig {
@@ -90,16 +103,23 @@ impl TileConfig {
             TileConfig::Sm90Cfg128x256 => "Sm90Cfg128x256",
             TileConfig::Sm90Cfg128x128 => "Sm90Cfg128x128",
             TileConfig::Sm90Cfg128x128pp => "Sm90Cfg128x128pp",
+            TileConfig::Sm90Cfg128x192ew => "Sm90Cfg128x192ew",
         }
     }
 
     /// Runs on the Hopper mainloop (`gemm_sm90`).
     pub fn is_sm90(self) -> bool {
-        matches!(self, TileConfig::Sm90Cfg128x256 | TileConfig::Sm90Cfg128x128 | TileConfig::Sm90Cfg128x128pp)
+        matches!(
+            self,
+            TileConfig::Sm90Cfg128x256
+                | TileConfig::Sm90Cfg128x128
+                | TileConfig::Sm90Cfg128x128pp
+                | TileConfig::Sm90Cfg128x192ew
+        )
     }
 
     /// Every configuration, for lookups by name.
-    pub const ALL: [TileConfig; 7] = [
+    pub const ALL: [TileConfig; 8] = [
         TileConfig::Cfg64x64,
         TileConfig::Cfg128x128,
         TileConfig::Cfg128x128w4,
@@ -107,6 +127,7 @@ impl TileConfig {
         TileConfig::Sm90Cfg128x256,
         TileConfig::Sm90Cfg128x128,
         TileConfig::Sm90Cfg128x128pp,
+        TileConfig::Sm90Cfg128x192ew,
     ];
 
     /// The configuration of a C++ type name ([`TileConfig::name`]).
@@ -123,8 +144,12 @@ impl TileConfig {
     /// registers where the rules avoided it (a wide epilogue), which the
     /// measurement then shows. Portable configurations have none.
     pub fn alternatives(self) -> Vec<TileConfig> {
-        const HOPPER: [TileConfig; 3] =
-            [TileConfig::Sm90Cfg128x256, TileConfig::Sm90Cfg128x128, TileConfig::Sm90Cfg128x128pp];
+        const HOPPER: [TileConfig; 4] = [
+            TileConfig::Sm90Cfg128x256,
+            TileConfig::Sm90Cfg128x128,
+            TileConfig::Sm90Cfg128x128pp,
+            TileConfig::Sm90Cfg128x192ew,
+        ];
         if !self.is_sm90() {
             return vec![self];
         }
@@ -134,6 +159,18 @@ impl TileConfig {
     /// The ping-pong Hopper mainloop (two tiles in flight).
     pub fn is_ping_pong(self) -> bool {
         self == TileConfig::Sm90Cfg128x128pp
+    }
+
+    /// Whether the mainloop takes an A prologue (gains applied on load, row
+    /// sums of squares) and a fused row prelude: the cooperative ones do,
+    /// the ping-pong and the epilogue-warpgroup ones do not.
+    pub fn takes_a_prologue(self) -> bool {
+        !matches!(self, TileConfig::Sm90Cfg128x128pp) && !self.has_epilogue_warpgroup()
+    }
+
+    /// Whether the consumers hand each tile to an epilogue warpgroup.
+    pub fn has_epilogue_warpgroup(self) -> bool {
+        matches!(self, TileConfig::Sm90Cfg128x192ew)
     }
 
     /// Tiles a CTA works on at once (each with its own epilogue scratch).
@@ -152,6 +189,18 @@ impl TileConfig {
             TileConfig::Cfg128x128 | TileConfig::Cfg128x128w4 => (128, 128, 32),
             TileConfig::Cfg128x256 | TileConfig::Sm90Cfg128x256 => (128, 256, 64),
             TileConfig::Sm90Cfg128x128 | TileConfig::Sm90Cfg128x128pp => (128, 128, 64),
+            TileConfig::Sm90Cfg128x192ew => (128, 192, 64),
+        }
+    }
+
+    /// `(BM, BN)` of the tiles the epilogue functor sees, which partial
+    /// buffers count: the tile itself, except with an epilogue warpgroup,
+    /// which runs the functor on one consumer warpgroup's 64 rows at a time.
+    pub fn epilogue_tile(self) -> (i64, i64) {
+        let (bm, bn, _) = self.tile();
+        match self {
+            TileConfig::Sm90Cfg128x192ew => (bm / 4, bn),
+            _ => (bm, bn),
         }
     }
 
@@ -161,6 +210,7 @@ impl TileConfig {
             TileConfig::Cfg64x64 | TileConfig::Cfg128x128w4 => 128,
             TileConfig::Cfg128x128 | TileConfig::Cfg128x256 => 256,
             TileConfig::Sm90Cfg128x256 | TileConfig::Sm90Cfg128x128 | TileConfig::Sm90Cfg128x128pp => 384,
+            TileConfig::Sm90Cfg128x192ew => 512,
         }
     }
 
@@ -168,7 +218,10 @@ impl TileConfig {
     pub fn stages(self) -> i64 {
         match self {
             TileConfig::Cfg64x64 | TileConfig::Cfg128x256 | TileConfig::Sm90Cfg128x256 => 3,
-            TileConfig::Cfg128x128 | TileConfig::Cfg128x128w4 | TileConfig::Sm90Cfg128x128pp => 4,
+            TileConfig::Cfg128x128
+            | TileConfig::Cfg128x128w4
+            | TileConfig::Sm90Cfg128x128pp
+            | TileConfig::Sm90Cfg128x192ew => 4,
             TileConfig::Sm90Cfg128x128 => 5,
         }
     }
@@ -178,8 +231,10 @@ impl TileConfig {
     /// `stages * (BM + BN) * BK * 2` bytes. Hopper (`gemm_sm90_smem_bytes`):
     /// 1024 bytes of alignment slack, the TMA ring, one epilogue scratch of
     /// `BM * (BN + 8) * 2` bytes (the staged store) rounded to 128, and the
-    /// mbarriers. The emitted kernel `static_assert`s that this matches the
-    /// header's own formula.
+    /// mbarriers. With an epilogue warpgroup: the hand-off buffer (one
+    /// consumer warpgroup's `BM / 2 × BN` floats), the staged-store scratch
+    /// of a 32-row epilogue tile, and four more mbarriers. The emitted
+    /// kernel `static_assert`s that this matches the header's own formula.
     pub fn smem_bytes(self) -> u32 {
         self.smem_bytes_with(0)
     }
@@ -190,7 +245,14 @@ impl TileConfig {
     pub fn smem_bytes_with(self, col_vecs: usize) -> u32 {
         let (bm, bn, bk) = self.tile();
         let ring = self.stages() * (bm + bn) * bk * 2;
-        let bytes = if self.is_sm90() {
+        let bytes = if self.has_epilogue_warpgroup() {
+            // One consumer warpgroup's slab of floats, then the scratch of a
+            // 32-row epilogue tile; no column-vector slots (that epilogue
+            // stages nothing ahead).
+            let (ebm, _) = self.epilogue_tile();
+            let scratch = (ebm * (bn + 8) * 2 + 127) / 128 * 128;
+            1024 + ring + bm / 2 * bn * 4 + scratch + 16 * self.stages() + 16 + 32
+        } else if self.is_sm90() {
             // One scratch per tile in flight: two for ping-pong.
             let vecs = i64::try_from(col_vecs).unwrap_or(i64::MAX / 4096);
             let scratch = (bm * (bn + 8) * 2 + 127) / 128 * 128 + vecs * bn * 4;
@@ -319,12 +381,22 @@ mod tests {
             assert!(alternatives.iter().all(|a| a.is_sm90() == c.is_sm90()), "{c:?}: the mainloop family is kept");
         }
         assert_eq!(TileConfig::from_name("Sm90Cfg64x64"), None);
-        assert_eq!(TileConfig::Sm90Cfg128x256.alternatives().len(), 3);
+        assert_eq!(TileConfig::Sm90Cfg128x256.alternatives().len(), 4);
         assert_eq!(TileConfig::Sm90Cfg128x128.alternatives()[1], TileConfig::Sm90Cfg128x256);
         assert_eq!(TileConfig::Cfg128x256.alternatives(), vec![TileConfig::Cfg128x256]);
         assert_eq!(TileConfig::Sm90Cfg128x128pp.tiles_in_flight(), 2);
         // Two scratches of 128 x 136 bf16, a 4-stage ring: the header's formula.
         assert_eq!(TileConfig::Sm90Cfg128x128pp.smem_bytes(), 1024 + 4 * 256 * 64 * 2 + 2 * 34_816 + 16 * 4 + 16);
+        // A 3-stage ring of 128 + 192 rows, the 128 x 192 float hand-off
+        // buffer, five mbarriers more than the ring's: the header's formula,
+        // with or without column vectors.
+        let ew = TileConfig::Sm90Cfg128x192ew;
+        assert_eq!(ew.smem_bytes(), 1024 + 4 * 320 * 64 * 2 + 64 * 192 * 4 + 32 * 200 * 2 + 16 * 4 + 48);
+        assert_eq!(ew.smem_bytes_with(4), ew.smem_bytes());
+        assert!(ew.smem_bytes() <= 232_448);
+        assert_eq!(ew.epilogue_tile(), (32, 192));
+        assert_eq!(TileConfig::Sm90Cfg128x256.epilogue_tile(), (128, 256));
+        assert!(!ew.takes_a_prologue() && TileConfig::Sm90Cfg128x128.takes_a_prologue());
     }
 
     #[test]

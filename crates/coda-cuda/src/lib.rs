@@ -67,6 +67,11 @@ pub struct CodegenOptions {
     /// is not among the rules' choice's [`config::TileConfig::alternatives`]
     /// is ignored.
     pub tiles: BTreeMap<String, BTreeMap<usize, config::TileConfig>>,
+    /// One Hopper configuration asked for by name (`--tile-config`): every
+    /// GEMM whose rules' choice has it among its
+    /// [`config::TileConfig::alternatives`], and whose mainloop work it
+    /// supports, takes it (before `tiles`).
+    pub tile_config: Option<config::TileConfig>,
     /// The run-time dimensions and GPU, when known: a GEMM whose shape they
     /// fix gets the configuration of the tile-count model
     /// ([`config::for_shape`]) instead of the rules' shape-blind one.
@@ -80,6 +85,7 @@ impl Default for CodegenOptions {
             a_prologue: false,
             row_preludes: true,
             tiles: BTreeMap::new(),
+            tile_config: None,
             launch: None,
         }
     }

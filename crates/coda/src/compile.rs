@@ -24,6 +24,9 @@ pub struct CompileOptions {
     /// Tile configurations chosen by measurement (see
     /// [`coda_cuda::CodegenOptions::tiles`]).
     pub tiles: BTreeMap<String, BTreeMap<usize, TileConfig>>,
+    /// One configuration for every GEMM that can take it (see
+    /// [`coda_cuda::CodegenOptions::tile_config`]).
+    pub tile_config: Option<TileConfig>,
     /// The run-time dimensions and GPU, when known (see
     /// [`coda_cuda::CodegenOptions::launch`]).
     pub launch: Option<LaunchHint>,
@@ -37,6 +40,7 @@ impl CompileOptions {
             a_prologue: self.a_prologue,
             row_preludes: self.row_preludes,
             tiles: self.tiles.clone(),
+            tile_config: self.tile_config,
             launch: self.launch.clone(),
         }
     }
@@ -51,6 +55,7 @@ impl Default for CompileOptions {
             a_prologue: false,
             row_preludes: true,
             tiles: BTreeMap::new(),
+            tile_config: None,
             launch: None,
         }
     }

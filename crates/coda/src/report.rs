@@ -21,6 +21,8 @@ pub struct ExplainOptions {
     pub a_prologue: bool,
     /// Row kernels fused into the Hopper GEMM after them.
     pub row_preludes: bool,
+    /// One tile configuration for every GEMM that can take it.
+    pub tile_config: Option<coda_cuda::config::TileConfig>,
 }
 
 impl Default for ExplainOptions {
@@ -30,6 +32,7 @@ impl Default for ExplainOptions {
             rewrite: coda_opt::Options::default(),
             a_prologue: false,
             row_preludes: true,
+            tile_config: None,
         }
     }
 }
@@ -89,6 +92,7 @@ pub(crate) fn block_report(block: &Block, source: &SourceFile, options: &Explain
     let codegen = coda_cuda::CodegenOptions {
         a_prologue: options.a_prologue,
         row_preludes: options.row_preludes,
+        tile_config: options.tile_config,
         ..Default::default()
     };
     let kernels = coda_cuda::compile_block(&rewritten, source, &codegen)

@@ -93,6 +93,7 @@ pub(crate) fn bench(args: &BenchArgs, color: ColorChoice) -> Result<Outcome> {
         block: args.block.clone(),
         a_prologue: args.kernels.a_prologue,
         row_preludes: !args.kernels.no_row_prelude,
+        tile_config: args.kernels.tile_config,
         rewrite: args.kernels.rewrite(),
         launch: Some(tune::launch_hint(&device, &dims)),
         ..Default::default()

@@ -44,6 +44,7 @@ pub(crate) fn run(cli: Cli) -> Result<Outcome> {
             let options = coda::ExplainOptions {
                 a_prologue: args.kernels.a_prologue,
                 row_preludes: !args.kernels.no_row_prelude,
+                tile_config: args.kernels.tile_config,
                 rewrite: args.kernels.rewrite(),
                 ..Default::default()
             };

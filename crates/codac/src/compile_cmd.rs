@@ -24,6 +24,7 @@ pub(crate) fn compile(args: &CompileArgs, color: ColorChoice) -> Result<Outcome>
         block: args.block.clone(),
         a_prologue: args.kernels.a_prologue,
         row_preludes: !args.kernels.no_row_prelude,
+        tile_config: args.kernels.tile_config,
         rewrite: args.kernels.rewrite(),
         launch,
         ..Default::default()

@@ -43,6 +43,7 @@ pub(crate) fn run(args: &RunArgs, color: ColorChoice) -> Result<Outcome> {
         block: args.block.clone(),
         a_prologue: args.kernels.a_prologue,
         row_preludes: !args.kernels.no_row_prelude,
+        tile_config: args.kernels.tile_config,
         rewrite: args.kernels.rewrite(),
         launch: Some(crate::tune::launch_hint(&device, &dims)),
         ..Default::default()

@@ -185,3 +185,23 @@ fn compile_with_dims_chooses_tiles_for_them() {
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
     assert!(text(&out.stderr).contains("not a run-time dimension"), "{}", text(&out.stderr));
 }
+
+/// `--tile-config` gives every Hopper GEMM the configuration asked for and
+/// refuses a name that is not a Hopper configuration, listing the valid ones.
+#[test]
+fn tile_config_asks_for_one_configuration() {
+    let dir = temp_dir("tile-config");
+    let out_dir = dir.display().to_string();
+    let args = ["compile", "examples/llama3_block.coda", "-o", &out_dir, "--tile-config", "Sm90Cfg128x192ew"];
+    let out = codac(&args);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).matches("Sm90Cfg128x192ew tiles").count(), 4, "{}", text(&out.stdout));
+    let explain =
+        codac(&["explain", "examples/llama3_block.coda", "--tile-config", "Sm90Cfg128x128", "--color", "never"]);
+    assert_eq!(explain.status.code(), Some(0), "{}", text(&explain.stderr));
+    assert!(text(&explain.stdout).contains("Sm90Cfg128x128 tiles"), "{}", text(&explain.stdout));
+    let out = codac(&["compile", "examples/llama3_block.coda", "-o", &out_dir, "--tile-config", "Cfg64x64"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(err.contains("not a Hopper tile configuration") && err.contains("Sm90Cfg128x192ew"), "{err}");
+}

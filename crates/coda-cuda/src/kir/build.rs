@@ -28,6 +28,7 @@ pub(crate) fn build(block: &Block, plan: &Plan, options: &CodegenOptions) -> Res
         plan,
         target: config::Target::from_arch(&options.arch),
         tiles: options.tiles.get(&block.name).unwrap_or(&no_tiles),
+        tile_config: options.tile_config,
         launch: options.launch.as_ref(),
         buffers: Vec::new(),
         param_bufs: Vec::new(),
@@ -73,6 +74,8 @@ struct Builder<'a> {
     target: config::Target,
     /// Tuned configurations by GEMM ordinal (`CodegenOptions::tiles`).
     tiles: &'a BTreeMap<usize, TileConfig>,
+    /// A configuration asked for by name (`CodegenOptions::tile_config`).
+    tile_config: Option<TileConfig>,
     /// The run-time dimensions and GPU, when known.
     launch: Option<&'a config::LaunchHint>,
     buffers: Vec<Buffer>,
@@ -156,6 +159,8 @@ impl Builder<'_> {
                 }
             }
             heavy |= regs > config::HEAVY_NODES;
+            let prologue =
+                a_scale.is_some() || self.plan.homes.iter().any(|h| matches!(h, Home::Prologue(x) if *x == k));
             let shape = &self.block.ty(*matmul).shape;
             let wide = self.wide_epilogue(k);
             let portable = config::choose(&shape.rows, &shape.cols, heavy);
@@ -175,15 +180,13 @@ impl Builder<'_> {
                 }
                 None => chosen,
             };
-            let chosen = match self.tiles.get(&ordinal) {
-                // The ping-pong mainloop has no A prologue.
-                Some(&tuned)
-                    if chosen.alternatives().contains(&tuned) && (a_scale.is_none() || !tuned.is_ping_pong()) =>
-                {
-                    tuned
-                }
-                _ => chosen,
+            // The ping-pong and epilogue-warpgroup mainloops have no A prologue.
+            let fits = |c: &TileConfig| {
+                (chosen.alternatives().contains(c) || (chosen.is_sm90() && c.is_sm90()))
+                    && (!prologue || c.takes_a_prologue())
             };
+            let asked = [self.tile_config, self.tiles.get(&ordinal).copied()];
+            let chosen = asked.into_iter().flatten().find(fits).unwrap_or(chosen);
             ordinal += 1;
             self.configs.insert(k, chosen);
         }
@@ -265,7 +268,7 @@ impl Builder<'_> {
                 _ => continue,
             };
             let Some(KernelPlan::Gemm { matmul, .. }) = self.plan.kernels.get(k) else { continue };
-            let (bm, bn, _) = self.configs.get(&k).map_or((128, 128, 32), |c| c.tile());
+            let (bm, bn) = self.configs.get(&k).map_or((128, 128), |c| c.epilogue_tile());
             let acc = self.block.ty(*matmul).shape.clone();
             let reduced = self.block.inst(v).operands().first().map(|a| self.block.ty(*a).shape.clone());
             let (rows, cols) = match kind {

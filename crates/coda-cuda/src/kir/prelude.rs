@@ -70,7 +70,7 @@ fn fusable(row: &Kernel, gemm: &Kernel, buffers: &[Buffer]) -> bool {
         return false;
     };
     if !spec.config.is_sm90()
-        || spec.config.is_ping_pong()
+        || !spec.config.takes_a_prologue()
         || spec.prologue.is_some()
         || spec.prelude.is_some()
         || *rows != spec.m

@@ -352,7 +352,7 @@ fn staged_store(em: &Emitter<'_>, spec: &GemmSpec) -> Option<(usize, Staging)> {
 /// How store `s` could be staged through shared memory, if it can: a full
 /// 16-bit tile of the accumulator's rows, written once.
 fn staging(em: &Emitter<'_>, spec: &GemmSpec, s: &crate::kir::Store) -> Option<Staging> {
-    let (_, bn, _) = spec.config.tile();
+    let (_, bn) = spec.config.epilogue_tile();
     let map = em.kernel.nodes[s.node].reg.as_ref()?;
     let buf = &em.ir.buffers[s.buf];
     let rows = buf.rows == crate::symexpr::SymExpr::from(&spec.m);
