@@ -86,9 +86,9 @@ pub enum TileConfig {
     Sm90Cfg128x128pp,
     /// Hopper: 128×192×64, two cooperative consumer warpgroups that hand
     /// each tile's accumulators to an epilogue warpgroup through shared
-    /// memory and go on with the next tile (the epilogue overlaps the next
-    /// K loop), 3 stages. The functor sees 64×192 tiles, one consumer
-    /// warpgroup's rows at a time ([`TileConfig::epilogue_tile`]).
+    /// memory, a 64-row slab at a time, and go on with the next tile (the
+    /// epilogue overlaps the next K loop), 4 stages. The functor sees
+    /// 32×192 tiles ([`TileConfig::epilogue_tile`]).
     Sm90Cfg128x192ew,
 }
 
@@ -195,7 +195,8 @@ impl TileConfig {
 
     /// `(BM, BN)` of the tiles the epilogue functor sees, which partial
     /// buffers count: the tile itself, except with an epilogue warpgroup,
-    /// which runs the functor on one consumer warpgroup's 64 rows at a time.
+    /// which runs the functor on 32-row fragments (two per consumer
+    /// warpgroup's slab).
     pub fn epilogue_tile(self) -> (i64, i64) {
         let (bm, bn, _) = self.tile();
         match self {
@@ -387,9 +388,10 @@ mod tests {
         assert_eq!(TileConfig::Sm90Cfg128x128pp.tiles_in_flight(), 2);
         // Two scratches of 128 x 136 bf16, a 4-stage ring: the header's formula.
         assert_eq!(TileConfig::Sm90Cfg128x128pp.smem_bytes(), 1024 + 4 * 256 * 64 * 2 + 2 * 34_816 + 16 * 4 + 16);
-        // A 3-stage ring of 128 + 192 rows, the 128 x 192 float hand-off
-        // buffer, five mbarriers more than the ring's: the header's formula,
-        // with or without column vectors.
+        // A 4-stage ring of 128 + 192 rows, a 64 x 192 float hand-off
+        // buffer, the staging scratch of a 32-row tile, and the ring's
+        // mbarriers plus turn[2], filled[2] and loaded[2]: the header's
+        // formula, with or without column vectors.
         let ew = TileConfig::Sm90Cfg128x192ew;
         assert_eq!(ew.smem_bytes(), 1024 + 4 * 320 * 64 * 2 + 64 * 192 * 4 + 32 * 200 * 2 + 16 * 4 + 48);
         assert_eq!(ew.smem_bytes_with(4), ew.smem_bytes());

@@ -181,10 +181,7 @@ impl Builder<'_> {
                 None => chosen,
             };
             // The ping-pong and epilogue-warpgroup mainloops have no A prologue.
-            let fits = |c: &TileConfig| {
-                (chosen.alternatives().contains(c) || (chosen.is_sm90() && c.is_sm90()))
-                    && (!prologue || c.takes_a_prologue())
-            };
+            let fits = |c: &TileConfig| chosen.alternatives().contains(c) && (!prologue || c.takes_a_prologue());
             let asked = [self.tile_config, self.tiles.get(&ordinal).copied()];
             let chosen = asked.into_iter().flatten().find(fits).unwrap_or(chosen);
             ordinal += 1;
