@@ -151,35 +151,27 @@ fn spills(log: &str) -> usize {
         .sum()
 }
 
-#[test]
-fn nvrtc_compiles_every_kernel() {
-    let compiler = match Compiler::global() {
-        Ok(c) => c,
+/// NVRTC, or `None` after printing `skipped …: no NVRTC` (`what` names the
+/// part skipped); with `CODAC_REQUIRE_NVRTC=1` (CI) a missing NVRTC fails.
+pub(crate) fn nvrtc(what: &str) -> Option<&'static Compiler> {
+    match Compiler::global() {
+        Ok(c) => Some(c),
         Err(e) => {
             assert!(
                 std::env::var("CODAC_REQUIRE_NVRTC").as_deref() != Ok("1"),
                 "CODAC_REQUIRE_NVRTC=1 but NVRTC is not available: {e}"
             );
-            println!("skipped: no NVRTC ({e})");
-            return;
-        }
-    };
-    let mut jobs = Vec::new();
-    for path in inputs() {
-        if let (_, Ok(compiled)) = compile_for(&path, "sm_90a") {
-            jobs.extend(compiled.kernels.into_iter().map(|k| (k, Arch::SM_90A)));
-        }
-        if let (_, Ok(compiled)) = compile_for(&path, "sm_80") {
-            for k in compiled.kernels {
-                assert!(!k.source.contains("gemm_sm90"), "{}: Hopper mainloop emitted for sm_80", k.file_name);
-                for arch in [Arch::SM_80, Arch::SM_90A] {
-                    jobs.push((k.clone(), arch));
-                }
-            }
+            println!("skipped {what}: no NVRTC ({e})");
+            None
         }
     }
-    // Compiled in parallel by the runtime's own compile_many (what `codac
-    // run` and `codac compile --emit cubin` use), results in job order.
+}
+
+/// Compiles every (kernel, architecture) job with NVRTC, in parallel by the
+/// runtime's own `compile_many` (what `codac run` and `codac compile --emit
+/// cubin` use), with `ptxas -v`; fails on any error or warning and notes
+/// register spills.
+pub(crate) fn assert_nvrtc_compiles(compiler: &Compiler, jobs: &[(coda::cuda::KernelSource, Arch)]) {
     let requests: Vec<_> = jobs
         .iter()
         .map(|(k, arch)| {
@@ -199,6 +191,26 @@ fn nvrtc_compiles_every_kernel() {
     }
     assert!(failures.is_empty(), "{} NVRTC failures:\n{}", failures.len(), failures.join("\n"));
     println!("compiled {} kernel sources", jobs.len());
+}
+
+#[test]
+fn nvrtc_compiles_every_kernel() {
+    let Some(compiler) = nvrtc("the compile check") else { return };
+    let mut jobs = Vec::new();
+    for path in inputs() {
+        if let (_, Ok(compiled)) = compile_for(&path, "sm_90a") {
+            jobs.extend(compiled.kernels.into_iter().map(|k| (k, Arch::SM_90A)));
+        }
+        if let (_, Ok(compiled)) = compile_for(&path, "sm_80") {
+            for k in compiled.kernels {
+                assert!(!k.source.contains("gemm_sm90"), "{}: Hopper mainloop emitted for sm_80", k.file_name);
+                for arch in [Arch::SM_80, Arch::SM_90A] {
+                    jobs.push((k.clone(), arch));
+                }
+            }
+        }
+    }
+    assert_nvrtc_compiles(compiler, &jobs);
 }
 
 /// Dims for emulation: every run-time dim bound to `m`.
@@ -326,11 +338,7 @@ fn tuned_tile_configurations_replace_only_alternatives() {
     assert_eq!(pp.smem_bytes, TileConfig::Sm90Cfg128x128pp.smem_bytes_with(1), "{}: one column vector staged", pp.name);
     let source = compiled.source(&pp.file).expect("source");
     assert!(source.contains("coda::Sm90Cfg128x128pp"), "{}", pp.file);
-    let Ok(compiler) = Compiler::global() else {
-        assert!(std::env::var("CODAC_REQUIRE_NVRTC").as_deref() != Ok("1"), "CODAC_REQUIRE_NVRTC=1 but no NVRTC");
-        println!("skipped the NVRTC part: no NVRTC");
-        return;
-    };
+    let Some(compiler) = nvrtc("the NVRTC part") else { return };
     let options = CompileOptions::new(Arch::SM_90A).file_name(&pp.file);
     let out = compiler.compile(source, &options).expect("NVRTC compiles the ping-pong kernel");
     assert!(!out.has_warnings(), "{}", out.log);

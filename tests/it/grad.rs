@@ -212,17 +212,7 @@ fn backward_blocks_compile_and_emulate_like_the_interpreter() {
 
 #[test]
 fn nvrtc_compiles_the_llama3_backward() {
-    let compiler = match coda_runtime::Compiler::global() {
-        Ok(c) => c,
-        Err(e) => {
-            assert!(
-                std::env::var("CODAC_REQUIRE_NVRTC").as_deref() != Ok("1"),
-                "CODAC_REQUIRE_NVRTC=1 but NVRTC is not available: {e}"
-            );
-            println!("skipped: no NVRTC ({e})");
-            return;
-        }
-    };
+    let Some(compiler) = crate::cuda::nvrtc("the compile check") else { return };
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/llama3_block.coda");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let checked = coda::check("examples/llama3_block.coda", &text).unwrap_or_else(|e| panic!("{e}"));

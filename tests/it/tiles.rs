@@ -6,9 +6,11 @@
 //! tiles give partial buffers the finishing kernels read correctly (the CPU
 //! emulator against the interpreter).
 
-use crate::cuda::{display_name, emulate_block_with, expects_error, inputs, wants_a_prologue, workspace};
+use crate::cuda::{
+    assert_nvrtc_compiles, display_name, emulate_block_with, expects_error, inputs, nvrtc, wants_a_prologue, workspace,
+};
 use coda::cuda::config::TileConfig;
-use coda_runtime::{Arch, CompileOptions, Compiler};
+use coda_runtime::Arch;
 
 const EW: TileConfig = TileConfig::Sm90Cfg128x192ew;
 
@@ -56,29 +58,9 @@ fn an_asked_configuration_goes_to_every_gemm_that_can_take_it() {
     let configs: Vec<String> = gemms(&compile(lm_head, Some(EW), true)).into_iter().map(|g| g.1).collect();
     assert_eq!(configs, ["Sm90Cfg128x256"], "the A-prologue GEMM keeps its configuration");
 
-    let compiler = match Compiler::global() {
-        Ok(c) => c,
-        Err(e) => {
-            assert!(std::env::var("CODAC_REQUIRE_NVRTC").as_deref() != Ok("1"), "CODAC_REQUIRE_NVRTC=1 but {e}");
-            println!("skipped the NVRTC part: no NVRTC ({e})");
-            return;
-        }
-    };
-    let requests: Vec<_> = sources
-        .iter()
-        .map(|k| (k.source.as_str(), CompileOptions::new(Arch::SM_90A).file_name(&k.file_name)))
-        .collect();
-    let failures: Vec<String> = sources
-        .iter()
-        .zip(compiler.compile_many(&requests))
-        .filter_map(|(k, r)| match r {
-            Err(e) => Some(format!("{}: {e}", k.file_name)),
-            Ok(out) if out.has_warnings() => Some(format!("{}: warnings:\n{}", k.file_name, out.log)),
-            Ok(_) => None,
-        })
-        .collect();
-    assert!(failures.is_empty(), "{} NVRTC failures:\n{}", failures.len(), failures.join("\n"));
-    println!("compiled {} epilogue-warpgroup kernels", sources.len());
+    let Some(compiler) = nvrtc("the NVRTC part") else { return };
+    let jobs: Vec<_> = sources.into_iter().map(|k| (k, Arch::SM_90A)).collect();
+    assert_nvrtc_compiles(compiler, &jobs);
 }
 
 /// The cases of `tests/cuda-cases` (sizes 1 and 37) and the gpt2 training

@@ -236,13 +236,10 @@ struct Sm90Frag : AccFrag<Cfg::kEpiRI, Cfg::BN / 8, 64, Cfg::kEpiBM, Cfg::BN, Cf
 
 // The consumers' accumulator fragment: Sm90Frag, except with an epilogue
 // warpgroup, where the consumers hold a whole slab row (BN / 8 pairs) and
-// run no functor.
+// run no functor (so it needs no barrier of its own).
 template <class Cfg>
 struct Sm90SlabFrag : AccFrag<2 * Cfg::kSlabs, Cfg::BN / 8, 64, Cfg::BM, Cfg::BN, 4 * Cfg::kUnitWGs, 1> {
     int bar_id;
-    __device__ __forceinline__ void sync() const {
-        asm volatile("bar.sync %0, %1;\n" ::"r"(bar_id), "n"(Cfg::kUnitThreads) : "memory");
-    }
 };
 template <class Cfg, bool EPI_WG = Cfg::kEpiWG>
 struct Sm90ConsumerFrag {

@@ -246,17 +246,18 @@ impl TileConfig {
     pub fn smem_bytes_with(self, col_vecs: usize) -> u32 {
         let (bm, bn, bk) = self.tile();
         let ring = self.stages() * (bm + bn) * bk * 2;
+        // The staged store of the functor's tile, rounded to 128 bytes.
+        let (ebm, _) = self.epilogue_tile();
+        let staging = (ebm * (bn + 8) * 2 + 127) / 128 * 128;
         let bytes = if self.has_epilogue_warpgroup() {
-            // One consumer warpgroup's slab of floats, then the scratch of a
-            // 32-row epilogue tile; no column-vector slots (that epilogue
-            // stages nothing ahead).
-            let (ebm, _) = self.epilogue_tile();
-            let scratch = (ebm * (bn + 8) * 2 + 127) / 128 * 128;
-            1024 + ring + bm / 2 * bn * 4 + scratch + 16 * self.stages() + 16 + 32
+            // One consumer warpgroup's slab of floats, then the staging
+            // scratch; no column-vector slots (that epilogue stages nothing
+            // ahead).
+            1024 + ring + bm / 2 * bn * 4 + staging + 16 * self.stages() + 16 + 32
         } else if self.is_sm90() {
             // One scratch per tile in flight: two for ping-pong.
             let vecs = i64::try_from(col_vecs).unwrap_or(i64::MAX / 4096);
-            let scratch = (bm * (bn + 8) * 2 + 127) / 128 * 128 + vecs * bn * 4;
+            let scratch = staging + vecs * bn * 4;
             1024 + ring + self.tiles_in_flight() * scratch + 16 * self.stages() + 16
         } else {
             ring

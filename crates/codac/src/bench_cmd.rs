@@ -88,16 +88,8 @@ pub(crate) fn bench(args: &BenchArgs, color: ColorChoice) -> Result<Outcome> {
     let dims = parse_dims(&args.dims)?;
     let device = open_device()?;
     let compiler = Compiler::global()?;
-    let options = coda::CompileOptions {
-        arch: device.arch().to_string(),
-        block: args.block.clone(),
-        a_prologue: args.kernels.a_prologue,
-        row_preludes: !args.kernels.no_row_prelude,
-        tile_config: args.kernels.tile_config,
-        rewrite: args.kernels.rewrite(),
-        launch: Some(tune::launch_hint(&device, &dims)),
-        ..Default::default()
-    };
+    let launch = Some(tune::launch_hint(&device, &dims));
+    let options = args.kernels.compile_options(device.arch().to_string(), args.block.clone(), launch);
     let compiled = coda::compile(&checked, &options)?;
     let mut store = TuningStore::from_env();
     let tuned = if args.autotune {

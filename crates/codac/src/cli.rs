@@ -94,8 +94,39 @@ fn parse_tile_config(name: &str) -> Result<coda::cuda::config::TileConfig, Strin
 
 impl KernelFlags {
     /// The reparameterizer's options these flags ask for.
-    pub(crate) fn rewrite(&self) -> coda::opt::Options {
+    fn rewrite(&self) -> coda::opt::Options {
         coda::opt::Options { saved_products: self.saved_products, ..coda::opt::Options::default() }
+    }
+
+    /// The compile options of `compile`, `run` and `bench`: these flags, for
+    /// `arch`, the blocks `block` names (all without it) and `launch`.
+    pub(crate) fn compile_options(
+        &self,
+        arch: String,
+        block: Option<String>,
+        launch: Option<coda::cuda::config::LaunchHint>,
+    ) -> coda::CompileOptions {
+        coda::CompileOptions {
+            arch,
+            block,
+            rewrite: self.rewrite(),
+            a_prologue: self.a_prologue,
+            row_preludes: !self.no_row_prelude,
+            tiles: Default::default(),
+            tile_config: self.tile_config,
+            launch,
+        }
+    }
+
+    /// The options of `explain`: these flags.
+    pub(crate) fn explain_options(&self) -> coda::ExplainOptions {
+        coda::ExplainOptions {
+            rewrite: self.rewrite(),
+            a_prologue: self.a_prologue,
+            row_preludes: !self.no_row_prelude,
+            tile_config: self.tile_config,
+            ..Default::default()
+        }
     }
 }
 

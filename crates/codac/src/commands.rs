@@ -41,13 +41,7 @@ pub(crate) fn run(cli: Cli) -> Result<Outcome> {
                 return Ok(Outcome::UserError);
             }
             let checked = crate::grad_cmd::view(checked, args.grad)?;
-            let options = coda::ExplainOptions {
-                a_prologue: args.kernels.a_prologue,
-                row_preludes: !args.kernels.no_row_prelude,
-                tile_config: args.kernels.tile_config,
-                rewrite: args.kernels.rewrite(),
-                ..Default::default()
-            };
+            let options = args.kernels.explain_options();
             if args.json {
                 let text = serde_json::to_string_pretty(&coda::explain_json_with(&checked, &options))?;
                 println!("{text}");

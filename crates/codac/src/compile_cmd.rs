@@ -19,16 +19,7 @@ pub(crate) fn compile(args: &CompileArgs, color: ColorChoice) -> Result<Outcome>
     let arch: Arch = args.arch.parse()?;
     let (cu, ptx, cubin) = parse_emit(&args.emit)?;
     let launch = launch_hint(args, &checked)?;
-    let options = coda::CompileOptions {
-        arch: arch.to_string(),
-        block: args.block.clone(),
-        a_prologue: args.kernels.a_prologue,
-        row_preludes: !args.kernels.no_row_prelude,
-        tile_config: args.kernels.tile_config,
-        rewrite: args.kernels.rewrite(),
-        launch,
-        ..Default::default()
-    };
+    let options = args.kernels.compile_options(arch.to_string(), args.block.clone(), launch);
     let compiled = coda::compile(&checked, &options)?;
     std::fs::create_dir_all(&args.out).with_context(|| format!("cannot create {}", args.out.display()))?;
     let compiler = if ptx || cubin { Some(nvrtc()?) } else { None };

@@ -38,16 +38,8 @@ pub(crate) fn run(args: &RunArgs, color: ColorChoice) -> Result<Outcome> {
     let device = open_device()?;
     let info = device.info();
     println!("device: {} ({}, {} SMs)", info.name, info.arch, info.multiprocessors);
-    let options = coda::CompileOptions {
-        arch: device.arch().to_string(),
-        block: args.block.clone(),
-        a_prologue: args.kernels.a_prologue,
-        row_preludes: !args.kernels.no_row_prelude,
-        tile_config: args.kernels.tile_config,
-        rewrite: args.kernels.rewrite(),
-        launch: Some(crate::tune::launch_hint(&device, &dims)),
-        ..Default::default()
-    };
+    let launch = Some(crate::tune::launch_hint(&device, &dims));
+    let options = args.kernels.compile_options(device.arch().to_string(), args.block.clone(), launch);
     let store = coda_runtime::TuningStore::from_env();
     let compiled = coda::compile(&checked, &options)?;
     let (tuned, compiled) = crate::tune::with_tuning(&checked, &options, compiled, &device, &store, &dims)?;
