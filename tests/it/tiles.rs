@@ -1,18 +1,22 @@
 //! Tile configurations asked for by name (`--tile-config`,
-//! `CodegenOptions::tile_config`), above all the epilogue-warpgroup
-//! mainloop `Sm90Cfg128x192ew`: which GEMMs take it, that its kernels
-//! compile with NVRTC without warnings (`CODAC_REQUIRE_NVRTC=1` makes a
-//! missing NVRTC a failure, as in `cuda.rs`), and that its 32-row epilogue
-//! tiles give partial buffers the finishing kernels read correctly (the CPU
-//! emulator against the interpreter).
+//! `CodegenOptions::tile_config`): the clusters of `Sm90Cfg128x256c2` and,
+//! above all, the epilogue-warpgroup mainloop `Sm90Cfg128x192ew`: which
+//! GEMMs take them, that their kernels compile with NVRTC without warnings
+//! (`CODAC_REQUIRE_NVRTC=1` makes a missing NVRTC a failure, as in
+//! `cuda.rs`), that cluster kernels launch whole clusters, and that the
+//! epilogue warpgroup's 32-row tiles give partial buffers the finishing
+//! kernels read correctly (the CPU emulator against the interpreter; the
+//! clusters leave the functor's tiles as they are).
 
 use crate::cuda::{
     assert_nvrtc_compiles, display_name, emulate_block_with, expects_error, inputs, nvrtc, wants_a_prologue, workspace,
 };
 use coda::cuda::config::TileConfig;
+use coda::cuda::manifest::KernelSpec;
 use coda_runtime::Arch;
 
 const EW: TileConfig = TileConfig::Sm90Cfg128x192ew;
+const C2: TileConfig = TileConfig::Sm90Cfg128x256c2;
 
 /// The forward and backward views of an example, checked.
 fn views(file: &str) -> Vec<coda::Checked> {
@@ -34,33 +38,69 @@ fn gemms(compiled: &coda::Compiled) -> Vec<(String, String, u32, u32)> {
 }
 
 /// Every Hopper GEMM of three examples' forward and backward blocks takes the
-/// configuration asked for, with its 512 threads and its shared memory; a
-/// GEMM with an A prologue (the LM head under `--a-prologue`) keeps the
-/// rules' choice, since that mainloop has none; and every such kernel
-/// compiles with NVRTC for sm_90a without warnings.
-#[test]
-fn an_asked_configuration_goes_to_every_gemm_that_can_take_it() {
+/// configuration asked for, with its threads and shared memory (the
+/// epilogue warpgroup's stages no column vectors); a GEMM with
+/// an A prologue (the LM head under `--a-prologue`) keeps the rules'
+/// choice, since neither mainloop has one; and every such kernel compiles
+/// with NVRTC for sm_90a without warnings. Returns the manifests' GEMM
+/// kernels.
+fn asked_configuration_goes_to_every_gemm_that_can_take_it(asked: TileConfig) -> Vec<KernelSpec> {
     let mut sources = Vec::new();
+    let mut specs = Vec::new();
     for file in ["examples/llama3_block.coda", "examples/gpt2_block.coda", "examples/lm_head_ce.coda"] {
         for checked in views(file) {
-            let compiled = compile(&checked, Some(EW), false);
+            let compiled = compile(&checked, Some(asked), false);
             // Portable GEMMs (`Cfg64x64` for narrow products) stay portable.
             let gemms: Vec<_> = gemms(&compiled).into_iter().filter(|g| g.1.starts_with("Sm90")).collect();
             assert!(!gemms.is_empty(), "{file}: no Hopper GEMM");
             for (kernel, config, threads, smem) in &gemms {
-                assert_eq!(config, EW.name(), "{file}: {kernel}");
-                assert_eq!((*threads, *smem), (512, EW.smem_bytes()), "{file}: {kernel}");
+                assert_eq!(config, asked.name(), "{file}: {kernel}");
+                assert_eq!(*threads, asked.threads(), "{file}: {kernel}");
+                // The staged column vectors (up to four) add to the shared memory.
+                let with_vecs = (0..=4).map(|v| asked.smem_bytes_with(v));
+                assert!(with_vecs.into_iter().any(|b| b == *smem), "{file}: {kernel}: {smem} bytes");
             }
-            sources.extend(compiled.kernels.into_iter().filter(|k| k.source.contains("coda::Sm90Cfg128x192ew")));
+            let hopper = compiled.manifest.blocks.iter().flat_map(|b| &b.kernels);
+            specs.extend(hopper.filter(|k| k.config.as_deref() == Some(asked.name())).cloned());
+            let needle = format!("coda::{}", asked.name());
+            sources.extend(compiled.kernels.into_iter().filter(|k| k.source.contains(&needle)));
         }
     }
     let lm_head = &views("examples/lm_head_ce.coda")[0];
-    let configs: Vec<String> = gemms(&compile(lm_head, Some(EW), true)).into_iter().map(|g| g.1).collect();
+    let configs: Vec<String> = gemms(&compile(lm_head, Some(asked), true)).into_iter().map(|g| g.1).collect();
     assert_eq!(configs, ["Sm90Cfg128x256"], "the A-prologue GEMM keeps its configuration");
 
-    let Some(compiler) = nvrtc("the NVRTC part") else { return };
-    let jobs: Vec<_> = sources.into_iter().map(|k| (k, Arch::SM_90A)).collect();
-    assert_nvrtc_compiles(compiler, &jobs);
+    if let Some(compiler) = nvrtc("the NVRTC part") {
+        let jobs: Vec<_> = sources.into_iter().map(|k| (k, Arch::SM_90A)).collect();
+        assert_nvrtc_compiles(compiler, &jobs);
+    }
+    specs
+}
+
+#[test]
+fn the_epilogue_warpgroup_goes_to_every_gemm_that_can_take_it() {
+    let specs = asked_configuration_goes_to_every_gemm_that_can_take_it(EW);
+    assert!(specs.iter().all(|k| k.cluster == 1 && k.persistent && k.smem_bytes == EW.smem_bytes()));
+}
+
+/// Clusters of two CTAs: the manifest says so, and the grid counts whole
+/// clusters of row tiles (an odd number of row tiles leaves the second CTA
+/// of the last cluster without rows: it multiplies for its partner).
+#[test]
+fn clusters_go_to_every_gemm_that_can_take_them_in_whole_clusters() {
+    let specs = asked_configuration_goes_to_every_gemm_that_can_take_it(C2);
+    assert!(!specs.is_empty());
+    let dims = std::collections::BTreeMap::from([("M".to_string(), 333)]);
+    for k in &specs {
+        assert_eq!((k.cluster, k.persistent), (2, true), "{}", k.entry);
+        let grid = coda::cuda::symexpr::eval_str(&k.grid[0], &dims).unwrap_or_else(|e| panic!("{}: {e}", k.grid[0]));
+        assert_eq!(grid % 2, 0, "{}: grid {} = {grid}", k.entry, k.grid[0]);
+        // M = 333 rows are 3 row tiles of 128: two clusters per tile column
+        // (weight gradients have constant rows).
+        if k.grid[0].contains('M') {
+            assert_eq!(grid % 4, 0, "{}: grid {} = {grid}", k.entry, k.grid[0]);
+        }
+    }
 }
 
 /// The cases of `tests/cuda-cases` (sizes 1 and 37) and the gpt2 training

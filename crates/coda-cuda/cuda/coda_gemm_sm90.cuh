@@ -31,6 +31,10 @@
 //        (persistent: CTA b takes tiles b, b + gridDim.x, ...; any grid size
 //        >= 1 is correct, #SMs is the fast one).  Do not launch when M or N
 //        is 0.  K = 0 gives acc = 0.
+//        Clusters (Cfg::kClusterM = 2): the entry point carries
+//        __cluster_dims__(2, 1, 1) and the grid must be a multiple of 2; the
+//        fast one is 2 * (the clusters that fit at once,
+//        cuOccupancyMaxActiveClusters), any even size >= 2 is correct.
 // Block: Cfg::kThreads = 384 threads (1 producer + 2 consumer warpgroups),
 //        512 with an epilogue warpgroup (Cfg::kEpiWG).
 // Dynamic shared memory: coda::gemm_sm90_smem_bytes<Cfg, Epi>() bytes
@@ -99,6 +103,17 @@
 //     wgmma: m64n192 (96 accumulators) compiles, m64n256 does not (C7602),
 //     hence BN = 192; the 48 KiB hand-off buffer leaves room for
 //     a 4-stage ring (3 stages of 128 x 192 measured 10-19% slower).
+//   clusters (kClusterM = 2, Sm90Cfg128x256c2): the two CTAs of a cluster
+//     take row tiles 2 tmc and 2 tmc + 1 of one tile column, so they need
+//     the same B tile; each producer loads its own A and half of B's 64-row
+//     boxes with TMA multicast into both CTAs' slot, completing on both
+//     CTAs' "full" mbarriers (each expects the whole stage's bytes).  A
+//     slot may be refilled only when the consumers of both CTAs are done
+//     with it, so consumers release a slot in both CTAs (remote arrive
+//     through mapa) and "empty" counts 2 arrives per consumer warpgroup.
+//     This halves what B costs the L2 per CTA (48 KiB a k block become
+//     32 KiB).  Cluster barriers after the mbarrier initialization and
+//     before exit keep remote arrives inside the partner's lifetime.
 // Every tile in flight has its own epilogue scratch region in shared memory
 // (the ring is never reused as scratch, since the producer runs ahead).
 //
@@ -144,7 +159,7 @@ struct alignas(128) TmaDesc {
 // m64 slabs per warpgroup).  Ping-pong: one warpgroup per tile (BM = 64 or
 // 128).  Accumulators per consumer thread: (BM / warpgroups per tile) * BN / 128
 // <= 128.  GROUP_M: rasterization group (tiles along M).
-template <int BM_, int BN_, int STAGES, bool PINGPONG, int GROUP_M = 16, bool EPI_WG = false>
+template <int BM_, int BN_, int STAGES, bool PINGPONG, int GROUP_M = 16, bool EPI_WG = false, int CLUSTER_M = 1>
 struct Sm90Config {
     static constexpr bool kIsSm90 = true;
     static constexpr int BM = BM_;
@@ -157,6 +172,11 @@ struct Sm90Config {
     // tile's accumulators to it through shared memory and go on with the
     // next tile's K loop.
     static constexpr bool kEpiWG = EPI_WG;
+    // Thread-block clusters of kClusterM CTAs along M (see the design
+    // notes): the CTAs of a cluster work on vertically adjacent tiles of one
+    // tile column and each loads 1 / kClusterM of the shared B tile,
+    // multicast into every CTA of the cluster.
+    static constexpr int kClusterM = CLUSTER_M;
     static constexpr int kThreads = EPI_WG ? 512 : 384;
     static constexpr int kMinBlocks = 1;
     static constexpr int kUnitWGs = PINGPONG ? 1 : 2;   // consumer warpgroups per tile
@@ -193,6 +213,8 @@ struct Sm90Config {
     static_assert(BN == 64 || BN == 128 || BN == 192 || BN == 256, "BN must be 64, 128, 192 or 256");
     static_assert(kSlabs * BN <= 256, "at most 128 accumulators per consumer thread");
     static_assert(kStages >= 2, "at least 2 stages");
+    static_assert(kClusterM == 1 || (kClusterM == 2 && !PINGPONG && !EPI_WG && (BN / 64) % kClusterM == 0),
+                  "clusters of 2 CTAs along M, cooperative mainloop only");
     static_assert(!EPI_WG || (!PINGPONG && kSlabs == 1 && BN <= 192),
                   "the epilogue warpgroup takes cooperative m64 slabs of at most 96 accumulators (a 512-thread CTA "
                   "has at most 128 registers per thread at launch, below what m64n256 needs)");
@@ -209,6 +231,8 @@ struct Sm90Config {
 //   Sm90Cfg128x128pp  128x128   ping-pong    4       201792           683             694
 //   Sm90Cfg64x256pp   64x256    ping-pong    3       191536           515             519
 //   Sm90Cfg128x192ew  128x192   epi. warpgroup 4       226928
+//   Sm90Cfg128x256c2  128x256   cooperative, 3       216128
+//                               clusters of 2 along M, B multicast
 //     (Sm90Cfg128x192ew: bare GEMMs at the Llama-3 8B shapes 1.01-1.06x the
 //     time of Sm90Cfg128x256 interleaved on the H100, docs/benchmarks.md.)
 // (smem bytes for Epi::kSmemFloats = 0.)
@@ -218,6 +242,7 @@ typedef Sm90Config<128, 128, 5, false> Sm90Cfg128x128;
 typedef Sm90Config<128, 128, 4, true> Sm90Cfg128x128pp;
 typedef Sm90Config<64, 256, 3, true> Sm90Cfg64x256pp;
 typedef Sm90Config<128, 192, 4, false, 16, true> Sm90Cfg128x192ew;
+typedef Sm90Config<128, 256, 3, false, 16, false, 2> Sm90Cfg128x256c2;
 
 // The epilogue fragment: AccFrag (same layout and members) whose sync() is a
 // named barrier over the threads running the epilogue.  Without an epilogue
@@ -344,6 +369,47 @@ __device__ __forceinline__ void tma_load_4d(unsigned dst, const TmaDesc& desc, u
         "l"(reinterpret_cast<unsigned long long>(&desc)), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
         : "memory");
 }
+// The same, multicast: the box lands at offset dst of every CTA of the
+// cluster in `mask` (bit r: CTA rank r), completing on the mbarrier at
+// offset bar of each.
+__device__ __forceinline__ void tma_load_2d_multicast(unsigned dst, const TmaDesc& desc, unsigned bar, int c0, int c1,
+                                                      unsigned short mask) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], "
+        "[%1, {%3, %4}], [%2], %5;\n" ::"r"(dst),
+        "l"(reinterpret_cast<unsigned long long>(&desc)), "r"(bar), "r"(c0), "r"(c1), "h"(mask)
+        : "memory");
+}
+__device__ __forceinline__ void tma_load_4d_multicast(unsigned dst, const TmaDesc& desc, unsigned bar, int c0, int c1,
+                                                      int c2, int c3, unsigned short mask) {
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], "
+        "[%1, {%3, %4, %5, %6}], [%2], %7;\n" ::"r"(dst),
+        "l"(reinterpret_cast<unsigned long long>(&desc)), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "h"(mask)
+        : "memory");
+}
+// Thread-block clusters: this CTA's rank, a barrier over every thread of
+// the cluster (release / acquire at cluster scope), and an arrive on the
+// mbarrier at offset bar of CTA `cta` of the cluster.  The arrive keeps the
+// default (release, CTA scope) semantics, enough to order the consumer's
+// completed wgmma reads before the producer's next write: the same arrive
+// with .release.cluster made the whole GEMM 2.1x slower on the H100.
+__device__ __forceinline__ unsigned cluster_ctarank() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+__device__ __forceinline__ void mbar_arrive_cluster(unsigned bar, unsigned cta) {
+    asm volatile(
+        "{\n.reg .b32 remote;\n"
+        "mapa.shared::cluster.u32 remote, %0, %1;\n"
+        "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
+        "r"(cta)
+        : "memory");
+}
 __device__ __forceinline__ void tma_prefetch_desc(const TmaDesc& desc) {
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<unsigned long long>(&desc)) : "memory");
 }
@@ -357,6 +423,45 @@ __device__ __forceinline__ void wgmma_wait() {
 // Keeps the compiler from moving accesses of an accumulator register across
 // the wgmma fence / wait points (no instruction is emitted).
 __device__ __forceinline__ void reg_fence(float& x) { asm volatile("" : "+f"(x)::"memory"); }
+
+// Releases a ring slot (an arrive on its "empty" mbarrier at offset bar):
+// with clusters, in every CTA of the cluster, since each CTA's producer
+// writes its share of B into this CTA's slot too.
+template <class Cfg>
+__device__ __forceinline__ void release_slot(unsigned bar) {
+    if constexpr (Cfg::kClusterM == 1) {
+        mbar_arrive(bar);
+    } else {
+#pragma unroll
+        for (int r = 0; r < Cfg::kClusterM; ++r) mbar_arrive_cluster(bar, (unsigned)r);
+    }
+}
+
+// The tiles one CTA of the persistent grid works on: cluster tiles first,
+// first + stride, ... below count, each kClusterM row tiles of one tile
+// column, rasterized in groups of kGroupM row tiles; CTA rank r of the
+// cluster takes row tile kClusterM * tmc + r, which is past the last row
+// tile on a ragged edge (the CTA then loads and multiplies zeros for its
+// partner's sake and skips the epilogue).  Without clusters: tiles
+// blockIdx.x, + gridDim.x, ... as raster_grouped orders them.
+template <class Cfg>
+struct TileWalk {
+    int first, stride, count, tiles_mc, tiles_n, rank;
+    __device__ __forceinline__ TileWalk(int tiles_m, int tiles_n_) {
+        rank = Cfg::kClusterM == 1 ? 0 : (int)cluster_ctarank();
+        tiles_mc = (tiles_m + Cfg::kClusterM - 1) / Cfg::kClusterM;
+        tiles_n = tiles_n_;
+        first = (int)blockIdx.x / Cfg::kClusterM;
+        stride = (int)gridDim.x / Cfg::kClusterM;
+        count = tiles_mc * tiles_n;
+    }
+    __device__ __forceinline__ void at(int ct, int& tm, int& tn) const {
+        constexpr int kGroup = Cfg::kGroupM / Cfg::kClusterM > 0 ? Cfg::kGroupM / Cfg::kClusterM : 1;
+        int tmc;
+        raster_grouped(ct, tiles_mc, tiles_n, kGroup, tmc, tn);
+        tm = tmc * Cfg::kClusterM + rank;
+    }
+};
 
 template <int REGS>
 __device__ __forceinline__ void setmaxnreg_inc() {
@@ -728,7 +833,7 @@ __device__ __forceinline__ void rs_kblock(unsigned (&gains)[Cfg::BK / 16][2], Fr
     wgmma_commit();
     if constexpr (Pro::kScale) load_gains<Pro, Cfg>(gains, ep, (kb + 1) * Cfg::BK, lane);
     wgmma_wait<0>();
-    if (release_thread) mbar_arrive(bars + 8 * (S + slot));
+    if (release_thread) release_slot<Cfg>(bars + 8 * (S + slot));
     if (++slot == S) {
         slot = 0;
         phase ^= 1u;
@@ -875,6 +980,9 @@ __device__ __forceinline__ void gemm_sm90_rows(const TmaDesc& ta, const TmaDesc&
 
     static_assert(!Cfg::kEpiWG || (!kPrologue && !Pre::kActive),
                   "the epilogue warpgroup takes no A prologue and no row prelude");
+    static_assert(Cfg::kClusterM == 1 || (!kPrologue && !Pre::kActive),
+                  "clusters take no A prologue and no row prelude");
+    constexpr int CM = Cfg::kClusterM;
 
     // Shared memory map (1024-aligned base): ring [stage][A | B], scratch per
     // unit (the hand-off buffer, then the scratch, with an epilogue
@@ -903,7 +1011,7 @@ __device__ __forceinline__ void gemm_sm90_rows(const TmaDesc& ta, const TmaDesc&
 #pragma unroll 1
         for (int s = 0; s < S; ++s) {
             mbar_init(bars + 8 * s, 1);                       // full: the producer's expect-tx arrive
-            mbar_init(bars + 8 * (S + s), Cfg::kUnitWGs);      // empty: one arrive per consuming warpgroup
+            mbar_init(bars + 8 * (S + s), Cfg::kUnitWGs * CM);  // empty: one arrive per consuming warpgroup of the cluster
         }
         mbar_init(bars + 8 * (2 * S), 1);  // turn[0] (ping-pong hand-off)
         mbar_init(bars + 8 * (2 * S + 1), 1);  // turn[1]
@@ -916,7 +1024,11 @@ __device__ __forceinline__ void gemm_sm90_rows(const TmaDesc& ta, const TmaDesc&
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     }
-    __syncthreads();
+    // With clusters, every CTA's mbarriers are initialized before any
+    // multicast or remote arrive reaches them.
+    if constexpr (CM > 1) cluster_sync();
+    else __syncthreads();
+    const TileWalk<Cfg> walk(tiles_m, tiles_n);
 
     // Register split: a row prelude's helpers need more than the producer.
     constexpr int kProducerRegs = Pre::kActive ? 56 : Cfg::kProducerRegs;
@@ -934,9 +1046,9 @@ __device__ __forceinline__ void gemm_sm90_rows(const TmaDesc& ta, const TmaDesc&
             unsigned phase = 0;
             RowBlocksSeen seen;  // row prelude only
 #pragma unroll 1
-            for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
+            for (int ct = walk.first; ct < walk.count; ct += walk.stride) {
                 int tm, tn;
-                raster_grouped(tile, tiles_m, tiles_n, Cfg::kGroupM, tm, tn);
+                walk.at(ct, tm, tn);
                 const int m0 = tm * Cfg::BM, n0 = tn * Cfg::BN;
                 if (Pre::kActive && !seen.has(tm)) {
                     // The tile's rows are computed (by the consumers of some
@@ -958,19 +1070,26 @@ __device__ __forceinline__ void gemm_sm90_rows(const TmaDesc& ta, const TmaDesc&
                         if (kAK) tma_load_2d(sa + i * 8192, ta, full, k0, m0 + 64 * i);
                         else tma_load_2d(sa + i * 8192, ta, full, m0 + 64 * i, k0);
                     }
+                    // B: this CTA's share of the tile's 64-row boxes (all of
+                    // them without clusters), multicast to the whole cluster.
+                    constexpr int kBoxes = Cfg::BN / 64 / CM;
 #pragma unroll
-                    for (int i = 0; i < Cfg::BN / 64; ++i) {
+                    for (int ib = 0; ib < kBoxes; ++ib) {
+                        const int i = walk.rank * kBoxes + ib;
                         const int n = n0 + 64 * i;
+                        const unsigned dst = sb + i * 8192;
                         if constexpr (!RowsB::kIdentity) {
                             if (RowsB::inside(n)) {
                                 int pi, pg;
                                 RowsB::coords(n, pi, pg);
-                                tma_load_4d(sb + i * 8192, tbp, full, k0, 0, pi, pg);
+                                if constexpr (CM > 1) tma_load_4d_multicast(dst, tbp, full, k0, 0, pi, pg, (1u << CM) - 1);
+                                else tma_load_4d(dst, tbp, full, k0, 0, pi, pg);
                                 continue;
                             }
                         }
-                        if (kBK) tma_load_2d(sb + i * 8192, tb, full, k0, n);
-                        else tma_load_2d(sb + i * 8192, tb, full, n, k0);
+                        const int c0 = kBK ? k0 : n, c1 = kBK ? n : k0;
+                        if constexpr (CM > 1) tma_load_2d_multicast(dst, tb, full, c0, c1, (1u << CM) - 1);
+                        else tma_load_2d(dst, tb, full, c0, c1);
                     }
                     if (++slot == S) {
                         slot = 0;
@@ -979,6 +1098,9 @@ __device__ __forceinline__ void gemm_sm90_rows(const TmaDesc& ta, const TmaDesc&
                 }
             }
         }
+        // No CTA of a cluster exits while another may still arrive on its
+        // mbarriers.
+        if constexpr (CM > 1) cluster_sync();
         return;
     }
 
@@ -1024,10 +1146,12 @@ __device__ __forceinline__ void gemm_sm90_rows(const TmaDesc& ta, const TmaDesc&
     int kdone = 0;    // k blocks of this CTA's tiles before the current one (ring position)
     unsigned turn_phase = 0;
 #pragma unroll 1
-    for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x, ++seq, kdone += ktiles) {
+    for (int ct = walk.first; ct < walk.count; ct += walk.stride, ++seq, kdone += ktiles) {
         if (Cfg::kPingPong && (seq & 1) != unit) continue;
         int tm, tn;
-        raster_grouped(tile, tiles_m, tiles_n, Cfg::kGroupM, tm, tn);
+        walk.at(ct, tm, tn);
+        // A cluster's CTA past the last row tile only multiplies for its partner.
+        const bool has_rows = CM == 1 || tm < tiles_m;
         const int m0 = tm * Cfg::BM, n0 = tn * Cfg::BN;
 
 #pragma unroll
@@ -1048,8 +1172,10 @@ __device__ __forceinline__ void gemm_sm90_rows(const TmaDesc& ta, const TmaDesc&
         // scratch bytes (the column-vector slots follow the scratch proper).
         const TileInfo t{m0, n0, tm, tn, tiles_m, tiles_n, g.m, g.n, sm90_scratch_core_bytes<Cfg, Epi>()};
         if constexpr (EpiPrefetch<Epi>::value && !Cfg::kEpiWG) {
-            f.sync();  // the previous tile's epilogue is done with the scratch
-            Epi::prefetch(ep, f, t, scratch);
+            if (has_rows) {
+                f.sync();  // the previous tile's epilogue is done with the scratch
+                Epi::prefetch(ep, f, t, scratch);
+            }
         }
 
         if (Cfg::kPingPong && seq > 0) {
@@ -1088,7 +1214,7 @@ __device__ __forceinline__ void gemm_sm90_rows(const TmaDesc& ta, const TmaDesc&
                 }
                 wgmma_commit();
                 wgmma_wait<1>();  // the previous k block's wgmmas are done: release its slot
-                if (prev_slot >= 0 && release_thread) mbar_arrive(bars + 8 * (S + prev_slot));
+                if (prev_slot >= 0 && release_thread) release_slot<Cfg>(bars + 8 * (S + prev_slot));
                 prev_slot = slot;
                 if (++slot == S) {
                     slot = 0;
@@ -1098,7 +1224,7 @@ __device__ __forceinline__ void gemm_sm90_rows(const TmaDesc& ta, const TmaDesc&
         }
         if (Cfg::kPingPong && release_thread) mbar_arrive(bars + 8 * (2 * S + (unit ^ 1)));  // hand-off
         wgmma_wait<0>();
-        if (prev_slot >= 0 && release_thread) mbar_arrive(bars + 8 * (S + prev_slot));
+        if (prev_slot >= 0 && release_thread) release_slot<Cfg>(bars + 8 * (S + prev_slot));
 #pragma unroll
         for (int i = 0; i < Frag::RI; ++i)
 #pragma unroll
@@ -1118,11 +1244,12 @@ __device__ __forceinline__ void gemm_sm90_rows(const TmaDesc& ta, const TmaDesc&
             handoff_store<Cfg>(f.acc, scratch0, warp_in_wg, lane);
             mbar_arrive(filled + 8 * cw);
             handoff_phase ^= 1u;
-        } else {
+        } else if (has_rows) {
             Epi::apply(ep, f, t, scratch);
         }
     }
     if constexpr (Pre::kActive) prelude_done<Pre>(pp, tiles_m, 8, lane);
+    if constexpr (CM > 1) cluster_sync();
 }
 
 }  // namespace coda

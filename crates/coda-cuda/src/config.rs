@@ -28,9 +28,11 @@
 //!
 //! These rules know `N` but not the run-time `M`; `codac bench --autotune`
 //! measures a Hopper choice's [`TileConfig::alternatives`] for one `M` and
-//! files the winner, which `CodegenOptions::tiles` then applies. Two of
+//! files the winner, which `CodegenOptions::tiles` then applies. Three of
 //! them are never chosen by the rules, since they measured slower on the
-//! H100: the ping-pong `Sm90Cfg128x128pp` (its GEMMs run about 10% slower)
+//! H100: the ping-pong `Sm90Cfg128x128pp` (its GEMMs run about 10% slower),
+//! the clusters of `Sm90Cfg128x256c2` (bare GEMMs 1.01–1.02×, the fused
+//! Llama-3 block 5% slower: session 13)
 //! and the epilogue-warpgroup `Sm90Cfg128x192ew` (its bare GEMMs run at
 //! 1.01–1.06× the time of `Sm90Cfg128x256`'s, but the epilogue running
 //! beside the K loop slows the tensor cores as much as it saves, so the
@@ -90,6 +92,10 @@ pub enum TileConfig {
     /// epilogue overlaps the next K loop), 4 stages. The functor sees
     /// 32×192 tiles ([`TileConfig::epilogue_tile`]).
     Sm90Cfg128x192ew,
+    /// Hopper: `Sm90Cfg128x256` in thread-block clusters of two CTAs along
+    /// M that share their B tile: each loads half of it with TMA multicast
+    /// into both, so B costs the L2 half as much.
+    Sm90Cfg128x256c2,
 }
 
 impl TileConfig {
@@ -104,6 +110,7 @@ impl TileConfig {
             TileConfig::Sm90Cfg128x128 => "Sm90Cfg128x128",
             TileConfig::Sm90Cfg128x128pp => "Sm90Cfg128x128pp",
             TileConfig::Sm90Cfg128x192ew => "Sm90Cfg128x192ew",
+            TileConfig::Sm90Cfg128x256c2 => "Sm90Cfg128x256c2",
         }
     }
 
@@ -115,11 +122,12 @@ impl TileConfig {
                 | TileConfig::Sm90Cfg128x128
                 | TileConfig::Sm90Cfg128x128pp
                 | TileConfig::Sm90Cfg128x192ew
+                | TileConfig::Sm90Cfg128x256c2
         )
     }
 
     /// Every configuration, for lookups by name.
-    pub const ALL: [TileConfig; 8] = [
+    pub const ALL: [TileConfig; 9] = [
         TileConfig::Cfg64x64,
         TileConfig::Cfg128x128,
         TileConfig::Cfg128x128w4,
@@ -128,6 +136,7 @@ impl TileConfig {
         TileConfig::Sm90Cfg128x128,
         TileConfig::Sm90Cfg128x128pp,
         TileConfig::Sm90Cfg128x192ew,
+        TileConfig::Sm90Cfg128x256c2,
     ];
 
     /// The configuration of a C++ type name ([`TileConfig::name`]).
@@ -144,11 +153,12 @@ impl TileConfig {
     /// registers where the rules avoided it (a wide epilogue), which the
     /// measurement then shows. Portable configurations have none.
     pub fn alternatives(self) -> Vec<TileConfig> {
-        const HOPPER: [TileConfig; 4] = [
+        const HOPPER: [TileConfig; 5] = [
             TileConfig::Sm90Cfg128x256,
             TileConfig::Sm90Cfg128x128,
             TileConfig::Sm90Cfg128x128pp,
             TileConfig::Sm90Cfg128x192ew,
+            TileConfig::Sm90Cfg128x256c2,
         ];
         if !self.is_sm90() {
             return vec![self];
@@ -163,9 +173,19 @@ impl TileConfig {
 
     /// Whether the mainloop takes an A prologue (gains applied on load, row
     /// sums of squares) and a fused row prelude: the cooperative ones do,
-    /// the ping-pong and the epilogue-warpgroup ones do not.
+    /// the ping-pong, epilogue-warpgroup and cluster ones do not.
     pub fn takes_a_prologue(self) -> bool {
-        !matches!(self, TileConfig::Sm90Cfg128x128pp) && !self.has_epilogue_warpgroup()
+        !matches!(self, TileConfig::Sm90Cfg128x128pp) && !self.has_epilogue_warpgroup() && self.cluster() == 1
+    }
+
+    /// CTAs per thread-block cluster (along M); 1 without clusters. The
+    /// entry point declares it (`__cluster_dims__`), and the grid must be a
+    /// multiple of it.
+    pub fn cluster(self) -> u32 {
+        match self {
+            TileConfig::Sm90Cfg128x256c2 => 2,
+            _ => 1,
+        }
     }
 
     /// Whether the consumers hand each tile to an epilogue warpgroup.
@@ -187,7 +207,7 @@ impl TileConfig {
         match self {
             TileConfig::Cfg64x64 => (64, 64, 32),
             TileConfig::Cfg128x128 | TileConfig::Cfg128x128w4 => (128, 128, 32),
-            TileConfig::Cfg128x256 | TileConfig::Sm90Cfg128x256 => (128, 256, 64),
+            TileConfig::Cfg128x256 | TileConfig::Sm90Cfg128x256 | TileConfig::Sm90Cfg128x256c2 => (128, 256, 64),
             TileConfig::Sm90Cfg128x128 | TileConfig::Sm90Cfg128x128pp => (128, 128, 64),
             TileConfig::Sm90Cfg128x192ew => (128, 192, 64),
         }
@@ -210,7 +230,10 @@ impl TileConfig {
         match self {
             TileConfig::Cfg64x64 | TileConfig::Cfg128x128w4 => 128,
             TileConfig::Cfg128x128 | TileConfig::Cfg128x256 => 256,
-            TileConfig::Sm90Cfg128x256 | TileConfig::Sm90Cfg128x128 | TileConfig::Sm90Cfg128x128pp => 384,
+            TileConfig::Sm90Cfg128x256
+            | TileConfig::Sm90Cfg128x256c2
+            | TileConfig::Sm90Cfg128x128
+            | TileConfig::Sm90Cfg128x128pp => 384,
             TileConfig::Sm90Cfg128x192ew => 512,
         }
     }
@@ -218,7 +241,10 @@ impl TileConfig {
     /// Pipeline stages.
     pub fn stages(self) -> i64 {
         match self {
-            TileConfig::Cfg64x64 | TileConfig::Cfg128x256 | TileConfig::Sm90Cfg128x256 => 3,
+            TileConfig::Cfg64x64
+            | TileConfig::Cfg128x256
+            | TileConfig::Sm90Cfg128x256
+            | TileConfig::Sm90Cfg128x256c2 => 3,
             TileConfig::Cfg128x128
             | TileConfig::Cfg128x128w4
             | TileConfig::Sm90Cfg128x128pp
@@ -383,7 +409,12 @@ mod tests {
             assert!(alternatives.iter().all(|a| a.is_sm90() == c.is_sm90()), "{c:?}: the mainloop family is kept");
         }
         assert_eq!(TileConfig::from_name("Sm90Cfg64x64"), None);
-        assert_eq!(TileConfig::Sm90Cfg128x256.alternatives().len(), 4);
+        assert_eq!(TileConfig::Sm90Cfg128x256.alternatives().len(), 5);
+        // Clusters: the shared memory of the plain tile, no prologue, two CTAs.
+        let c2 = TileConfig::Sm90Cfg128x256c2;
+        assert_eq!((c2.cluster(), TileConfig::Sm90Cfg128x256.cluster()), (2, 1));
+        assert_eq!(c2.smem_bytes_with(2), TileConfig::Sm90Cfg128x256.smem_bytes_with(2));
+        assert!(!c2.takes_a_prologue() && TileConfig::Sm90Cfg128x256.takes_a_prologue());
         assert_eq!(TileConfig::Sm90Cfg128x128.alternatives()[1], TileConfig::Sm90Cfg128x256);
         assert_eq!(TileConfig::Cfg128x256.alternatives(), vec![TileConfig::Cfg128x256]);
         assert_eq!(TileConfig::Sm90Cfg128x128pp.tiles_in_flight(), 2);

@@ -84,6 +84,7 @@ struct Launch {
     smem: u32,
     when: Option<String>,
     persistent: bool,
+    cluster: u32,
     tensor_maps: Vec<TensorMapSpec>,
     args: Vec<StructSpec>,
 }
@@ -110,7 +111,10 @@ fn emit_kernel(
                 None => code,
             };
             let (bm, bn, _) = spec.config.tile();
-            let grid = SymExpr::from(&spec.m).ceil_div(bm).times(SymExpr::from(&spec.n).ceil_div(bn));
+            // A cluster's CTAs take adjacent row tiles: whole clusters of them.
+            let cluster = i64::from(spec.config.cluster());
+            let rows = SymExpr::from(&spec.m).ceil_div(bm * cluster).times(SymExpr::constant(cluster));
+            let grid = rows.times(SymExpr::from(&spec.n).ceil_div(bn));
             let mut args = vec![gemm_args, em.params.spec("Params")];
             args.extend(prelude.map(|p| p.params));
             let sm90 = spec.config.is_sm90();
@@ -122,6 +126,7 @@ fn emit_kernel(
                 smem: spec.config.smem_bytes_with(col_vecs),
                 when: None,
                 persistent: sm90,
+                cluster: spec.config.cluster(),
                 tensor_maps: if sm90 { tensor_maps(ir, spec) } else { Vec::new() },
                 args,
             };
@@ -166,6 +171,7 @@ fn emit_kernel(
         smem_bytes: launch.smem,
         when: launch.when,
         persistent: launch.persistent,
+        cluster: launch.cluster,
         tensor_maps: launch.tensor_maps,
         args: launch.args,
     };
@@ -211,6 +217,7 @@ fn simple_launch(em: &Emitter<'_>, kind: &'static str, grid: SymExpr, when: Opti
         smem: 0,
         when,
         persistent: false,
+        cluster: 1,
         tensor_maps: Vec::new(),
         args: vec![em.params.spec(&format!("Params_{}", em.kernel.name))],
     }

@@ -99,7 +99,11 @@ impl BlockExecutor {
                 continue;
             }
             let sms = device.info().multiprocessors;
-            launches.push(build_launch(index, &loaded.spec, &resolved, dims, sms)?);
+            let mut launch = build_launch(index, &loaded.spec, &resolved, dims, sms)?;
+            if loaded.spec.cluster > 1 {
+                launch.cfg.grid.0 = cluster_grid(&loaded.kernel, &loaded.spec, &launch.cfg)?;
+            }
+            launches.push(launch);
         }
         Ok(Prepared { launches, _owned: owned })
     }
@@ -228,6 +232,16 @@ fn build_launch(
         smem_bytes: spec.smem_bytes,
     };
     Ok(Launch { kernel, cfg, params })
+}
+
+/// The grid of a kernel launched in thread-block clusters of `spec.cluster`
+/// CTAs: a multiple of the cluster size and, when persistent, at most the
+/// clusters that run at once (more would run as a second wave).
+fn cluster_grid(kernel: &crate::launch::Kernel, spec: &KernelSpec, cfg: &crate::launch::LaunchConfig) -> Result<u32> {
+    let cluster = spec.cluster;
+    let clusters = cfg.grid.0.div_ceil(cluster);
+    let clusters = if spec.persistent { clusters.min(kernel.max_active_clusters(cfg, cluster)?) } else { clusters };
+    Ok(clusters * cluster)
 }
 
 /// Encodes one tensor map of a kernel over a bound buffer.
