@@ -231,3 +231,28 @@ fn nvrtc_compiles_the_llama3_backward() {
         }
     }
 }
+
+/// The SwiGLU backward's `dz = [dgate | dup]` (two bf16 concatenation
+/// parts, which the staged store does not take) is held packed in the
+/// accumulators on interior tiles and stored through shared memory, one
+/// part at a time at its column offset and bounded by its end; the edge
+/// copy of the pair loop stores pair by pair.
+#[test]
+fn the_swiglu_backward_holds_both_parts_of_dz_packed() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/llama3_block.coda");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let checked = coda::check("examples/llama3_block.coda", &text).unwrap_or_else(|e| panic!("{e}"));
+    let view = coda::grad_view(&checked).unwrap_or_else(|e| panic!("{e}"));
+    let compiled = coda::compile(&view, &coda::CompileOptions::default()).unwrap_or_else(|e| panic!("{e}"));
+    let dswiglu: Vec<_> = compiled.kernels.iter().filter(|k| k.source.contains("z_pairs")).collect();
+    let [kernel] = dswiglu.as_slice() else { panic!("{} kernels read z_pairs", dswiglu.len()) };
+    let src = &kernel.source;
+    for (slot, origin, end) in [(0, "t.tile_n0", 14336), (1, "t.tile_n0 + 14336", 28672)] {
+        let call = format!(
+            "store_tile_packed<__nv_bfloat16, {slot}>(f, t, p.tmp_dz_bf16, p.tmp_dz_bf16_ld, {origin}, {end}, smem);"
+        );
+        assert!(src.contains(&call), "{}: no `{call}`", kernel.file_name);
+        assert!(src.contains(&format!("f.acc[i][j][{slot}] = coda::pack_acc<__nv_bfloat16>(")));
+    }
+    assert!(src.contains("constexpr bool kHold = true;") && src.contains("constexpr bool kHold = false;"));
+}

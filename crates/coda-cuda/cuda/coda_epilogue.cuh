@@ -621,6 +621,48 @@ __device__ __forceinline__ void store_tile_staged(const Frag& f, const TileInfo&
     store_staged_out<T, Frag, Frag::BN>(f, t, s, out, ld, t.tile_n0, t.n);
 }
 
+// A 16-bit output held in the accumulators until the pair loop ends: each
+// pair (i, j), once the loop has read its accumulators, keeps the output's
+// two values rounded and packed in f.acc[i][j][kSlot] (pack_acc), so an
+// epilogue can hold two such outputs (slots 0 and 1) while the scratch
+// streams its tile operands; store_tile_packed then writes slot kSlot
+// through the scratch with 16-byte stores to out[tile_m0 + r][origin + c]
+// (c < BN), columns bounded by out_cols (a concatenation part's end) and
+// rows by M.  Same barriers and call rules as store_tile_staged; copies
+// into the scratch still in flight are waited for first.
+template <class T>
+__device__ __forceinline__ float pack_acc(float v0, float v1) {
+    static_assert(sizeof(T) == 2, "a packed output is 16-bit");
+    return __uint_as_float(PairBits<T>::pack(v0, v1));
+}
+template <class T, int kSlot, class Frag>
+__device__ __forceinline__ void store_tile_packed(const Frag& f, const TileInfo& t, T* out, long long ld, int origin,
+                                                  int out_cols, float* smem) {
+    static_assert(sizeof(T) == 2 && (kSlot == 0 || kSlot == 1), "two 16-bit outputs per accumulator pair");
+    constexpr int kRowBytes = (Frag::BN + 8) * (int)sizeof(T);
+    if (staged_store_bytes<Frag::BM, Frag::BN, T>() > t.smem_bytes) {  // a static property of the configuration
+#pragma unroll
+        for (int i = 0; i < Frag::RI; ++i)
+#pragma unroll
+            for (int j = 0; j < Frag::CJ; ++j) {
+                const float2 v = unpack_pair(__float_as_uint(f.acc[i][j][kSlot]), T());
+                store_pair_any(out, ld, f.row(i), origin + f.local_col(j), f.m, out_cols, v.x, v.y);
+            }
+        return;
+    }
+    unsigned char* s = reinterpret_cast<unsigned char*>(smem);
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+    f.sync();  // scratch may still be in use
+#pragma unroll
+    for (int i = 0; i < Frag::RI; ++i)
+#pragma unroll
+        for (int j = 0; j < Frag::CJ; ++j)
+            *reinterpret_cast<unsigned*>(s + f.local_row(i) * kRowBytes + f.local_col(j) * (int)sizeof(T)) =
+                __float_as_uint(f.acc[i][j][kSlot]);
+    f.sync();
+    store_staged_out<T, Frag, Frag::BN>(f, t, s, out, ld, origin, out_cols);
+}
+
 // Staged store with a column map: like store_tile_staged, for outputs whose
 // columns are not the accumulator's own.  Map gives, for slot e of the
 // tile-local accumulator column lc, the output column relative to the

@@ -112,8 +112,10 @@ fn emit_kernel(
             };
             let (bm, bn, _) = spec.config.tile();
             // A cluster's CTAs take adjacent row tiles: whole clusters of them.
-            let cluster = i64::from(spec.config.cluster());
-            let rows = SymExpr::from(&spec.m).ceil_div(bm * cluster).times(SymExpr::constant(cluster));
+            let rows = match i64::from(spec.config.cluster()) {
+                1 => SymExpr::from(&spec.m).ceil_div(bm),
+                c => SymExpr::from(&spec.m).ceil_div(bm * c).times(SymExpr::constant(c)),
+            };
             let grid = rows.times(SymExpr::from(&spec.n).ceil_div(bn));
             let mut args = vec![gemm_args, em.params.spec("Params")];
             args.extend(prelude.map(|p| p.params));

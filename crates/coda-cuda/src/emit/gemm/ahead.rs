@@ -36,21 +36,37 @@ impl Gemm {
     /// for stores alone measured no faster on the H100 and made ptxas spill
     /// (the `y @ w_down.T` GEMM of the Llama-3 saving forward: 192 bytes,
     /// 3% slower).
-    pub(super) fn interior_split(&self, lines: Vec<String>) -> Vec<String> {
+    ///
+    /// With stores held packed in the accumulators (`packed.rs`), `kHold`
+    /// says where the loop holds them: on the interior copy, whose `tail`
+    /// (their stores) follows it, or on the only loop, followed by `tail`;
+    /// the edge copy stores them pair by pair.
+    pub(super) fn interior_split(&self, lines: Vec<String>, tail: Vec<String>) -> Vec<String> {
         let pad = "    ".repeat(2);
-        if self.fast.is_empty() {
-            return lines;
-        }
-        if !self.fast_load {
-            let edge = format!("{pad}constexpr bool kEdge = true;  // no unchecked load: one checked loop");
-            return [vec![edge], lines].concat();
+        let hold = |on: bool| -> Vec<String> {
+            if self.packed.is_empty() {
+                Vec::new()
+            } else {
+                vec![format!("{pad}constexpr bool kHold = {on};  // packed stores (see coda::store_tile_packed)")]
+            }
+        };
+        if self.fast.is_empty() || !self.fast_load {
+            let edge = match self.fast.is_empty() {
+                true => Vec::new(),
+                false => vec![format!("{pad}constexpr bool kEdge = true;  // no unchecked load: one checked loop")],
+            };
+            return [edge, hold(true), lines, tail].concat();
         }
         let conditions = self.fast.join(&format!("\n{pad}    && "));
         let mut out = vec![format!("{pad}const bool interior = {conditions};")];
         for (head, edge) in [("if (interior) {", "false"), ("} else {", "true")] {
             out.push(format!("{pad}{head}"));
             out.push(format!("{pad}    constexpr bool kEdge = {edge};"));
+            out.extend(hold(edge == "false").into_iter().map(|l| format!("    {l}")));
             out.extend(lines.iter().map(|l| format!("    {l}")));
+            if edge == "false" {
+                out.extend(tail.iter().map(|l| format!("    {l}")));
+            }
         }
         out.push(format!("{pad}}}"));
         out

@@ -28,6 +28,13 @@
 //! the accumulator's own columns goes through the scratch during the loop
 //! (`coda::staged_put` with `coda::StagedOwnCols`, before the staged store).
 //!
+//! Without a staged store (its outputs are concatenation parts, or it keeps
+//! several partials), a Hopper epilogue holds up to two 16-bit full-tile
+//! outputs packed in the accumulator registers until the loop ends and
+//! stores them through the scratch then (`packed.rs`,
+//! `coda::store_tile_packed`), on the interior tiles; edge tiles store
+//! them pair by pair.
+//!
 //! Likewise one full-tile 16-bit operand read at the accumulator's own
 //! columns (a residual) is staged into shared memory with coalesced 16-byte
 //! loads and read back per pair (`coda::staged_pair`): its long-latency
@@ -40,6 +47,7 @@
 //! (`cg::stage_col_async`, read back with `cg::col_pair`).
 
 mod ahead;
+mod packed;
 
 use ahead::Access;
 
@@ -79,11 +87,15 @@ pub(crate) fn emit(
         col_vecs: Vec::new(),
         stage_cols: spec.config.is_sm90(),
         put_staged: false,
+        packed: Vec::new(),
     };
     g.staged = staged_store(em, spec);
     g.twins = g.staged.map_or_else(Vec::new, |(first, how)| twin_stores(em, spec, first, how));
     g.scratch = g.staged.and_then(|(first, _)| scratch_store(em, spec, first, &g.twins));
     g.may_stream = spec.config.is_sm90() && g.staged.is_none() && g.scratch.is_none();
+    if g.staged.is_none() {
+        g.packed = packed::stores(em, spec);
+    }
     em.set_indent(2);
     g.scalars(em)?;
     g.row_values(em)?;
@@ -316,6 +328,9 @@ struct Gemm {
     put_staged: bool,
     /// Column vectors staged per tile (`cg::stage_col_async`), by slot.
     col_vecs: Vec<usize>,
+    /// Stores held packed in the accumulators until the loop ends, by
+    /// index, in slot order (`packed.rs`); only without a staged store.
+    packed: Vec<usize>,
     /// Whether column vectors may be staged (the Hopper mainloop, whose
     /// prefetch hook issues the copies).
     stage_cols: bool,
@@ -575,7 +590,8 @@ impl Gemm {
         }
         for (idx, store) in em.kernel.stores.clone().into_iter().enumerate() {
             let twin = self.twins.contains(&idx);
-            if self.staged.map(|(i, _)| i) == Some(idx) || twin || em.kernel.nodes[store.node].reg.is_none() {
+            let held = self.packed.contains(&idx);
+            if self.staged.map(|(i, _)| i) == Some(idx) || twin || held || em.kernel.nodes[store.node].reg.is_none() {
                 continue;
             }
             if self.scratch == Some(idx) {
@@ -602,6 +618,16 @@ impl Gemm {
                     em.line(format!("f.acc[i][j][{slot}] = {v};"));
                 }
             }
+        }
+        // Last: the loop has read this pair's accumulators.
+        for (slot, idx) in self.packed.clone().into_iter().enumerate() {
+            let store = em.kernel.stores[idx].clone();
+            let vars = self
+                .regs
+                .get(&store.node)
+                .cloned()
+                .ok_or_else(|| em.internal("packed store of an unevaluated node"))?;
+            packed::pack_lines(em, slot, &store, &vars, |em| self.store(em, &store))?;
         }
         em.pop_scope();
         let body = drop_unused_indices(em.take_lines());
@@ -654,7 +680,12 @@ impl Gemm {
             lines.push(format!("{}coda::col_keep<coda::SumOp>(f, j, part{idx}_j, part{idx});", pad(3)));
         }
         lines.push(format!("{}}}", pad(2)));
-        let lines = [outer_lines, self.interior_split(lines)].concat();
+        let mut tail = Vec::new();
+        for (slot, idx) in self.packed.clone().into_iter().enumerate() {
+            let store = em.kernel.stores[idx].clone();
+            tail.push(format!("{}{}", pad(2), packed::store_line(em, slot, &store)?));
+        }
+        let lines = [outer_lines, self.interior_split(lines, tail)].concat();
         em.set_indent(0);
         for line in lines {
             em.line(line);

@@ -1,0 +1,91 @@
+//! Stores held in the accumulator registers until the pair loop ends
+//! (`coda::pack_acc` / `coda::store_tile_packed`).
+//!
+//! A Hopper epilogue without a staged store (its full-tile outputs are
+//! concatenation parts, or it keeps several partials) wrote its 16-bit
+//! outputs with 4-byte pair stores from the pair loop: eight rows of 16
+//! bytes per warp instruction. Each such output whose pairs cover the
+//! accumulator's columns is instead rounded and packed into its pair's
+//! accumulator registers once the loop has read them (two 16-bit values
+//! fit one 32-bit register, so two outputs fit a pair), and stored after
+//! the loop through the scratch with coalesced 16-byte stores, one output
+//! at a time. The scratch stays free during the loop for the quad loads it
+//! streams. On the Llama-3 backward this took the dSwiGLU GEMM from 1.55×
+//! to 1.26× its bare GEMM (`docs/benchmarks.md`, session 13).
+
+use super::Emitter;
+use crate::error::CodegenError;
+use crate::kir::{GemmSpec, Store};
+
+/// The stores to hold packed in the accumulators, slot by slot (at most
+/// two): on the Hopper mainloop, when no store is staged (the caller's
+/// condition), the 16-bit full-tile stores on the accumulator's own
+/// columns, shifted by a multiple of 8 columns at most (so that every
+/// 16-byte chunk stays aligned).
+pub(super) fn stores(em: &Emitter<'_>, spec: &GemmSpec) -> Vec<usize> {
+    if !spec.config.is_sm90() {
+        return Vec::new();
+    }
+    let packable = |s: &Store| {
+        let Some(map) = em.kernel.nodes[s.node].reg.as_ref() else { return false };
+        let buf = &em.ir.buffers[s.buf];
+        let rows = buf.rows == crate::symexpr::SymExpr::from(&spec.m);
+        let shift_ok = s.col_offset.is_none_or(|o| o % 8 == 0 && part_end(em, s).is_some());
+        rows && buf.dtype.is_half()
+            && !s.accumulate
+            && s.col_perm.is_none()
+            && shift_ok
+            && map.stride == 1
+            && map.offset == 0
+            && map.len == spec.n
+    };
+    let chosen = em.kernel.stores.iter().enumerate().filter(|(_, s)| packable(s)).map(|(i, _)| i);
+    chosen.take(2).collect()
+}
+
+/// The column where a concatenation part ends (its bound), when the part's
+/// width is a constant.
+fn part_end(em: &Emitter<'_>, s: &Store) -> Option<i64> {
+    let value = em.kernel.nodes[s.node].value;
+    let width = em.block.ty(value).shape.cols.as_const()?;
+    Some(width + s.col_offset?)
+}
+
+/// The pair loop's last statements for a packed store: its values, rounded,
+/// into the pair's accumulator register `slot` where the loop holds them
+/// (`kHold`: interior tiles, or every tile without an interior copy of the
+/// loop), the pair store of `store_pair` on the edge tiles' copy, which
+/// would otherwise keep every accumulator live across a second loop.
+pub(super) fn pack_lines(
+    em: &mut Emitter<'_>,
+    slot: usize,
+    store: &Store,
+    vars: &[String],
+    store_pair: impl FnOnce(&mut Emitter<'_>) -> Result<(), CodegenError>,
+) -> Result<(), CodegenError> {
+    let [v0, v1] = vars else { return Err(em.internal("a packed store of one slot")) };
+    let t = super::super::params::c_type(em.ir.buffers[store.buf].dtype);
+    em.line("if constexpr (kHold) {");
+    em.stmt(format!("    f.acc[i][j][{slot}] = coda::pack_acc<{t}>({v0}, {v1});"), em.kernel.nodes[store.node].value);
+    em.line("} else {");
+    let start = em.lines_len();
+    store_pair(em)?;
+    em.indent_lines_from(start);
+    em.line("}");
+    Ok(())
+}
+
+/// The store of a packed output after the loop.
+pub(super) fn store_line(em: &mut Emitter<'_>, slot: usize, store: &Store) -> Result<String, CodegenError> {
+    let (b, t) = (em.buf_w(store.buf), super::super::params::c_type(em.ir.buffers[store.buf].dtype));
+    let (origin, cols) = match store.col_offset {
+        Some(offset) => {
+            let end = part_end(em, store).ok_or_else(|| em.internal("a packed part of run-time width"))?;
+            let origin = if offset == 0 { "t.tile_n0".to_string() } else { format!("t.tile_n0 + {offset}") };
+            (origin, end.to_string())
+        }
+        None => ("t.tile_n0".to_string(), format!("{b}_cols")),
+    };
+    let loc = em.loc(em.kernel.nodes[store.node].value);
+    Ok(format!("coda::store_tile_packed<{t}, {slot}>(f, t, {b}, {b}_ld, {origin}, {cols}, smem);  // {loc}"))
+}
