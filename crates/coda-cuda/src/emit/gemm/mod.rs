@@ -606,11 +606,7 @@ impl Gemm {
         self.put_staged = self.staged.is_some() && self.staged_load.is_none() && self.scratch.is_none();
         if let Some((idx, how)) = self.staged {
             let store = em.kernel.stores[idx].clone();
-            let vars = self
-                .regs
-                .get(&store.node)
-                .cloned()
-                .ok_or_else(|| em.internal("staged store of an unevaluated node"))?;
+            let vars = self.slot_values(em, store.node, "staged store")?;
             if self.put_staged {
                 self.put(em, &store, how, OutCols::Buffer)?;
             } else {
@@ -622,11 +618,7 @@ impl Gemm {
         // Last: the loop has read this pair's accumulators.
         for (slot, idx) in self.packed.clone().into_iter().enumerate() {
             let store = em.kernel.stores[idx].clone();
-            let vars = self
-                .regs
-                .get(&store.node)
-                .cloned()
-                .ok_or_else(|| em.internal("packed store of an unevaluated node"))?;
+            let vars = self.slot_values(em, store.node, "packed store")?;
             packed::pack_lines(em, slot, &store, &vars, |em| self.store(em, &store))?;
         }
         em.pop_scope();
@@ -692,6 +684,12 @@ impl Gemm {
         }
         em.set_indent(2);
         Ok(())
+    }
+
+    /// The slot values of register node `node`, evaluated earlier in the
+    /// pair's body; `what` (a store, a partial) reads it.
+    fn slot_values(&self, em: &Emitter<'_>, node: NodeId, what: &str) -> Result<Vec<String>, CodegenError> {
+        self.regs.get(&node).cloned().ok_or_else(|| em.internal(format!("{what} of an unevaluated node")))
     }
 
     /// The local holding the own column of `map` at `slot`.
@@ -930,7 +928,7 @@ impl Gemm {
     fn store(&mut self, em: &mut Emitter<'_>, store: &crate::kir::Store) -> Result<(), CodegenError> {
         let (node, buf, accumulate) = (store.node, store.buf, store.accumulate);
         let map = em.kernel.nodes[node].reg.clone().ok_or_else(|| em.internal("GEMM store of a non-register"))?;
-        let vars = self.regs.get(&node).cloned().ok_or_else(|| em.internal("store of an unevaluated node"))?;
+        let vars = self.slot_values(em, node, "store")?;
         let value = em.kernel.nodes[node].value;
         if let Some(perm) = store.col_perm {
             // Pair layout put back in column order: one element store per slot.
@@ -984,7 +982,7 @@ impl Gemm {
         how: Staging,
         cols: OutCols,
     ) -> Result<(), CodegenError> {
-        let vars = self.regs.get(&store.node).cloned().ok_or_else(|| em.internal("store of an unevaluated node"))?;
+        let vars = self.slot_values(em, store.node, "store")?;
         let (Some(v0), Some(v1)) = (vars.first(), vars.last()) else { return Err(em.internal("put store slots")) };
         let text = put_call(em, store.buf, how, cols, (v0, v1));
         em.stmt(text, em.kernel.nodes[store.node].value);
@@ -994,7 +992,7 @@ impl Gemm {
     /// Adds the node's slots to partial `idx`.
     fn accumulate(&mut self, em: &mut Emitter<'_>, idx: usize, part: &PartialOut) -> Result<(), CodegenError> {
         let map = em.kernel.nodes[part.node].reg.clone().ok_or_else(|| em.internal("partial of a non-register"))?;
-        let vars = self.regs.get(&part.node).cloned().ok_or_else(|| em.internal("partial of an unevaluated node"))?;
+        let vars = self.slot_values(em, part.node, "partial")?;
         let len = em.dim_int(&map.len);
         let name = format!("part{idx}");
         let index = match part.index {

@@ -13,31 +13,24 @@
 //! streams. On the Llama-3 backward this took the dSwiGLU GEMM from 1.55×
 //! to 1.26× its bare GEMM (`docs/benchmarks.md`, session 13).
 
-use super::Emitter;
+use super::{staging, Emitter, Staging};
 use crate::error::CodegenError;
 use crate::kir::{GemmSpec, Store};
 
 /// The stores to hold packed in the accumulators, slot by slot (at most
 /// two): on the Hopper mainloop, when no store is staged (the caller's
-/// condition), the 16-bit full-tile stores on the accumulator's own
-/// columns, shifted by a multiple of 8 columns at most (so that every
-/// 16-byte chunk stays aligned).
+/// condition), the stores the staged store would take on the accumulator's
+/// own columns (`Staging::Identity`), also when they are a concatenation
+/// part shifted by a multiple of 8 columns (so that every 16-byte chunk
+/// stays aligned) of constant width.
 pub(super) fn stores(em: &Emitter<'_>, spec: &GemmSpec) -> Vec<usize> {
     if !spec.config.is_sm90() {
         return Vec::new();
     }
     let packable = |s: &Store| {
-        let Some(map) = em.kernel.nodes[s.node].reg.as_ref() else { return false };
-        let buf = &em.ir.buffers[s.buf];
-        let rows = buf.rows == crate::symexpr::SymExpr::from(&spec.m);
+        let unshifted = Store { col_offset: None, ..s.clone() };
         let shift_ok = s.col_offset.is_none_or(|o| o % 8 == 0 && part_end(em, s).is_some());
-        rows && buf.dtype.is_half()
-            && !s.accumulate
-            && s.col_perm.is_none()
-            && shift_ok
-            && map.stride == 1
-            && map.offset == 0
-            && map.len == spec.n
+        shift_ok && staging(em, spec, &unshifted) == Some(Staging::Identity)
     };
     let chosen = em.kernel.stores.iter().enumerate().filter(|(_, s)| packable(s)).map(|(i, _)| i);
     chosen.take(2).collect()
