@@ -118,8 +118,12 @@ impl<'f> Builder<'f> {
             let base = self.fwd.names[v.index()].clone().unwrap_or(fallback);
             let paired = crate::saving::paired_halves(self.fwd, &users, v).is_some();
             let layout = if paired { SavedLayout::PairedHalves } else { SavedLayout::Plain };
-            let name = self.names.fresh(&if paired { format!("{base}_pairs") } else { base });
-            self.saved.push(Saved { name: name.clone(), value: v, ty: ty.clone(), layout });
+            let output = if paired { None } else { crate::saving::output_holding(self.fwd, v, &ty) };
+            let name = match output {
+                Some(j) => self.fwd.outputs[j].tensor.name.clone(),
+                None => self.names.fresh(&if paired { format!("{base}_pairs") } else { base }),
+            };
+            self.saved.push(Saved { name: name.clone(), value: v, ty: ty.clone(), layout, output });
             let span = self.fwd.insts.span(v);
             self.bwd.params.push(Tensor { name, dtype: ty.dtype, shape: ty.shape, rank: 2, span });
             params[v.index()] = Some(SavedParam { index: self.bwd.params.len() - 1, layout });

@@ -69,6 +69,10 @@ pub struct Saved {
     pub ty: Ty,
     /// How its columns are ordered.
     pub layout: SavedLayout,
+    /// The forward output that already holds it (same value, type and
+    /// column order), whose name it takes: the saving forward adds no
+    /// output for it, so the forward stores it once.
+    pub output: Option<usize>,
 }
 
 /// The column order of a saved tensor.

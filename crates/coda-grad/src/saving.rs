@@ -77,7 +77,7 @@ fn saved_sources(fwd: &Block, x: Value, points: &[Value]) -> Option<Vec<Value>> 
             continue;
         }
         match fwd.inst(v) {
-            Inst::MatMul { .. } if points.contains(&v) => found.push(v),
+            _ if points.contains(&v) => found.push(v),
             Inst::MatMul { .. } | Inst::Param(_) => {}
             Inst::Reduce { .. } => return None,
             inst => stack.extend(inst.operands()),
@@ -101,7 +101,7 @@ pub(crate) fn paired_halves(fwd: &Block, users: &[Vec<Value>], v: Value) -> Opti
     let cols = ty.shape.cols.as_const()?;
     let half = cols / 2;
     let is_output = fwd.outputs.iter().any(|o| o.value == v);
-    if ty.dtype != DType::F32 || cols % 2 != 0 || half == 0 || is_output || users[v.index()].is_empty() {
+    if !ty.dtype.is_float() || cols % 2 != 0 || half == 0 || is_output || users[v.index()].is_empty() {
         return None;
     }
     let is_half = |u: &Value| {
@@ -111,12 +111,23 @@ pub(crate) fn paired_halves(fwd: &Block, users: &[Vec<Value>], v: Value) -> Opti
     users[v.index()].iter().all(is_half).then_some(half)
 }
 
-/// `forward` plus an output for each saved tensor, named `<forward>_saving`.
+/// The forward output that holds `v` as the saved tensor of type `ty`
+/// would: its value, in the same type, stored (not accumulated) whole. The
+/// residual stream `x2 = x_out` with `x_out = bf16(x1 + y @ w_down.T)` is
+/// the case: the backward reads the output `x2` instead of a second copy.
+pub(crate) fn output_holding(fwd: &Block, v: Value, ty: &coda_ir::Ty) -> Option<usize> {
+    fwd.outputs.iter().position(|o| {
+        o.value == v && !o.accumulate && o.tensor.dtype == ty.dtype && o.tensor.rank == 2 && *fwd.ty(v) == *ty
+    })
+}
+
+/// `forward` plus an output for each saved tensor that no output holds
+/// already ([`Saved::output`]), named `<forward>_saving`.
 pub(crate) fn saving_forward(forward: &Block, saved: &[Saved]) -> Result<Block, GradError> {
     let mut block = forward.clone();
     block.name = format!("{}_saving", forward.name);
     let internal = |e: coda_ir::infer::TypeError| GradError::Internal(e.to_string());
-    for s in saved {
+    for s in saved.iter().filter(|s| s.output.is_none()) {
         let span = forward.insts.span(s.value);
         let tensor = Tensor { name: s.name.clone(), dtype: s.ty.dtype, shape: s.ty.shape.clone(), rank: 2, span };
         let value = match s.layout {
@@ -162,7 +173,14 @@ fn saved_product(
     origin: &[Option<Value>],
     s: &Saved,
 ) -> Option<coda_ir::SavedProduct> {
-    let Inst::MatMul { lhs, rhs, lhs_transposed: false, rhs_transposed, operand_dtype } = forward.inst(s.value) else {
+    // A product saved rounded (`bf16(P @ W)`, a save point) stands for the
+    // product up to that rounding, a half ulp per value like the forward's
+    // own rounding of its operands.
+    let product = match forward.inst(s.value) {
+        Inst::Cast { arg, to } if to.is_half() => *arg,
+        _ => s.value,
+    };
+    let Inst::MatMul { lhs, rhs, lhs_transposed: false, rhs_transposed, operand_dtype } = forward.inst(product) else {
         return None;
     };
     let Inst::Param(w) = forward.inst(*rhs) else { return None };

@@ -92,7 +92,8 @@ pub struct Block {
 
 /// A relation between inputs of a backward block that the saving forward
 /// guarantees: the columns of `parts`, concatenated in order, are the
-/// product `lhs @ op(rhs)` as the forward computed it (`rhs` transposed when
+/// product `lhs @ op(rhs)` as the forward computed it, or that product
+/// rounded to a 16-bit type when the forward saved it so (`rhs` transposed when
 /// `rhs_transposed`, operands rounded to `operand_dtype`, `f32`
 /// accumulation; a rule of the forward may have applied a per-row scale
 /// after the product instead of before it). `parts` are values that read

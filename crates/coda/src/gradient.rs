@@ -143,8 +143,12 @@ pub fn grad_header(checked: &Checked, gradient: &Gradient) -> String {
     out
 }
 
-/// How a saved tensor's columns differ from its value's, if they do.
+/// How a saved tensor's columns differ from its value's, if they do, and
+/// whether it is a forward output already.
 fn layout_note(s: &coda_grad::Saved) -> String {
+    if s.output.is_some() {
+        return ", the forward's output (stored once)".to_string();
+    }
     match (s.layout, s.ty.shape.cols.as_const()) {
         (SavedLayout::Plain, _) => String::new(),
         (SavedLayout::PairedHalves, Some(cols)) => {
@@ -180,6 +184,7 @@ pub(crate) fn header_json(checked: &Checked, gradient: &Gradient) -> serde_json:
                 "dtype": s.ty.dtype.name(),
                 "shape": [s.ty.shape.rows.to_string(), s.ty.shape.cols.to_string()],
                 "layout": match s.layout { SavedLayout::Plain => "plain", SavedLayout::PairedHalves => "paired_halves" },
+                "forward_output": s.output.is_some(),
                 "source": checked.source.slice(forward.insts.span(s.value)),
                 "location": checked.source.location(forward.insts.span(s.value)),
             })

@@ -42,7 +42,7 @@ impl Default for ExplainOptions {
 pub(crate) struct KernelReport {
     pub(crate) name: String,
     /// `gemm`, `elementwise`, `reduction` or `weight_prep`; `fallback` for
-    /// the alignment copies launched only for misaligned inputs.
+    /// the alignment copies launched only for misaligned inputs or outputs.
     pub(crate) kind: &'static str,
     pub(crate) summary: String,
     pub(crate) inputs: Vec<String>,
@@ -183,7 +183,7 @@ pub(crate) fn report_text(r: &BlockReport) -> String {
     out.push_str(&format!("// kernels: {}", counts.join(", ")));
     let fallbacks = r.count("fallback");
     if fallbacks > 0 {
-        out.push_str(&format!("; {fallbacks} alignment fallback(s), launched only for misaligned inputs"));
+        out.push_str(&format!("; {fallbacks} alignment fallback(s), launched only for misaligned tensors"));
     }
     out.push('\n');
     for k in kernels.iter().filter(|k| k.kind != "fallback") {

@@ -181,7 +181,7 @@ pub(crate) struct CompileArgs {
     /// Compile only this block (default: every block in the file).
     #[arg(long)]
     pub(crate) block: Option<String>,
-    /// Work on the backward blocks (the `grad` declarations, or every block w.r.t. all float inputs); see docs/backward.md.
+    /// Compile training steps: each saving forward (the forward that also stores the saved tensors) and its backward block (the `grad` declarations, or every block w.r.t. all float inputs); see docs/backward.md.
     #[arg(long)]
     pub(crate) grad: bool,
     /// Run-time dimensions the kernels will mostly run at, e.g. `M=1000`:

@@ -15,7 +15,7 @@ pub(crate) fn compile(args: &CompileArgs, color: ColorChoice) -> Result<Outcome>
     if checked.has_errors() {
         return Ok(Outcome::UserError);
     }
-    let checked = crate::grad_cmd::view(checked, args.grad)?;
+    let checked = if args.grad { crate::grad_cmd::training_view(checked)? } else { checked };
     let arch: Arch = args.arch.parse()?;
     let (cu, ptx, cubin) = parse_emit(&args.emit)?;
     let launch = launch_hint(args, &checked)?;

@@ -38,9 +38,10 @@ fn explain_grad_lists_saved_tensors_and_the_backward_ir() {
         "// backward of block `llama3_layer`: computes dattn, dx0, dw_o",
         "// saved by the forward (4 tensor(s), stored by `llama3_layer_saving`):",
         "//   x1: bf16[M, 4096] = `bf16(x0 + attn @ w_o.T)`",
-        "//   z_pairs: f32[M, 28672] = `rmsnorm(x1, g_ffn, 1e-5) @ w_gu.T` @ examples/llama3_block.coda:28:13, halves interleaved",
+        "//   z_pairs: bf16[M, 28672] = `bf16(rmsnorm(x1, g_ffn, 1e-5) @ w_gu.T)` @ examples/llama3_block.coda:28:13, halves interleaved",
         "//   y: bf16[M, 14336] = `swiglu(z)`",
-        "// recomputed in the backward: x_out",
+        "//   x2: bf16[M, 4096] = `bf16(x1 + y @ w_down.T)` @ examples/llama3_block.coda:30:17, the forward's output (stored once)",
+        "// recomputed in the backward: 34 other value(s)",
         "block llama3_layer_grad {",
         "output dw_qkv =",
     ] {
@@ -96,7 +97,9 @@ fn saved_products_move_the_norm_backward_into_epilogues() {
     assert!(zdz.contains("// rules applied: row-dot-from-saved-product ×1"), "{zdz}");
     assert!(zdz.contains("// kernels: 8 gemm, 2 elementwise, 1 reduction"), "{zdz}");
     assert!(zdz.contains("stores tmp.dz.bf16 (bf16); row_sum partials of"), "{zdz}");
-    assert!(zdz.contains("Sm90Cfg128x256 tiles; stores tmp.dx1.bf16 (bf16), dx0 (bf16)"), "{zdz}");
+    // dx0 = dx1: one store, into the output dx0 (read back by the w_o GEMMs).
+    assert!(zdz.contains("Sm90Cfg128x256 tiles; stores tmp.dx1.bf16 (bf16); col_sum partials"), "{zdz}");
+    assert!(zdz.contains("writes part.dg_ffn.col_sum, dx0;"), "{zdz}");
 }
 
 fn write_npy(path: &Path, shape: &[u64], data: &[f32]) {
@@ -158,11 +161,12 @@ fn eval_grad_without_declarations_differentiates_every_block() {
 }
 
 #[test]
-fn compile_grad_writes_the_backward_kernels() {
+fn compile_grad_writes_the_kernels_of_training_steps() {
     let dir = temp_dir("compile");
     let out = codac(&["compile", "examples/gpt2_block.coda", "--grad", "-o", &path_str(&dir)]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let manifest = std::fs::read_to_string(dir.join("manifest.json")).unwrap_or_else(|e| panic!("{e}"));
+    assert!(manifest.contains("\"gpt2_layer_saving\""), "{manifest}");
     assert!(manifest.contains("\"gpt2_layer_grad\""), "{manifest}");
     assert!(dir.join("gpt2_layer_grad_k0.cu").exists());
     let ce = codac(&["compile", "examples/lm_head_ce.coda", "--grad", "-o", &path_str(&dir)]);

@@ -153,7 +153,9 @@ fn emit_kernel(
         }
         KernelKind::Copy { src, dst } => {
             let code = rowk::emit_copy(&mut em, *src, *dst, &entry);
-            let when = Some(ir.buffers[*dst].name.clone());
+            // The staging buffer: the destination for an input, the source for an output.
+            let staging = if ir.buffers[*dst].staging_of.is_some() { *dst } else { *src };
+            let when = Some(ir.buffers[staging].name.clone());
             (code, simple_launch(&em, "copy", ir.buffers[*src].rows.clone(), when))
         }
     };
@@ -368,6 +370,9 @@ fn summary(ir: &BlockIr, kernel: &Kernel, block: &Block) -> String {
             }
         }
         KernelKind::Col { cols } => format!("one CTA per column of {}; {outputs}", dim_text(cols)),
+        KernelKind::Copy { src, dst } if ir.buffers[*dst].role == crate::kir::Role::Output => {
+            format!("copy of {} into the output {} (runs only when the output is not aligned)", name(*src), name(*dst))
+        }
         KernelKind::Copy { src, .. } => {
             format!("padded copy of {} for the GEMM mainloop (runs only when it is not aligned)", name(*src))
         }

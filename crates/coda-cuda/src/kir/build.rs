@@ -49,6 +49,7 @@ pub(crate) fn build(block: &Block, plan: &Plan, options: &CodegenOptions) -> Res
     }
     let mut kernels: Vec<Kernel> = b.copy_kernels();
     kernels.extend(built.into_iter().flatten().filter(|k| !k.stores.is_empty() || !k.partials.is_empty()));
+    kernels.extend(b.output_copy_kernels());
     if options.row_preludes {
         let dims = crate::traffic::default_dims(block);
         kernels = super::prelude::fuse_row_preludes(kernels, &mut b.buffers, &dims);
@@ -305,20 +306,45 @@ impl Builder<'_> {
         let suffix = if dtype == DType::F32 { String::new() } else { format!(".{dtype}") };
         let cols = SymExpr::from(&shape.cols);
         let ld = if shape.rows.is_one() || shape.cols.is_one() { cols.clone() } else { cols.clone().round_up(8) };
+        let output = self.output_holding(v, dtype).map(|i| self.output_bufs[i]);
         let buf = Buffer {
             name: self.fresh(format!("tmp.{}{suffix}", self.value_name(v))),
-            role: Role::Scratch,
+            role: if output.is_some() { Role::Staging } else { Role::Scratch },
             dtype,
             rows: SymExpr::from(&shape.rows),
             cols,
             rank: 2,
             ld: Some(ld),
             accumulate: false,
-            staging_of: None,
+            staging_of: output,
         };
         let id = self.add_buffer(buf);
         self.scratch.insert((v, dtype), id);
         id
+    }
+
+    /// The block output that the materialization of `v` as `dtype` may be
+    /// (a [`Role::Staging`] buffer of the output, see [`Buffer::staging_of`]):
+    /// one of the same value and type, stored whole by the same kernel, not
+    /// accumulated or un-permuted. The kernel then stores the value once,
+    /// into the output when it is aligned for the readers (a GEMM operand
+    /// needs 16-byte rows), and otherwise into a scratch buffer copied into
+    /// the output after the block.
+    fn output_holding(&self, v: Value, dtype: DType) -> Option<usize> {
+        let v = self.c(v);
+        let kernel = self.mats.get(&(v, dtype))?;
+        // An output `bf16(v)` is `v` stored as bf16 (both round to nearest even).
+        let stored = |o: Value| match self.block.inst(self.c(o)) {
+            Inst::Cast { arg, to } if *to == dtype => self.c(*arg),
+            _ => self.c(o),
+        };
+        self.block.outputs.iter().enumerate().position(|(i, o)| {
+            stored(o.value) == v
+                && o.tensor.dtype == dtype
+                && o.tensor.rank == 2
+                && !o.accumulate
+                && self.plan.output_kernels.get(i) == Some(kernel)
+        })
     }
 
     fn build_kernel(&mut self, k: usize) -> Result<Kernel, CodegenError> {
@@ -330,14 +356,15 @@ impl Builder<'_> {
             stores.extend(self.stores_of(&mut ctx, v, buf, false, None)?);
         }
         for (i, output) in self.block.outputs.iter().enumerate() {
-            if self.plan.output_kernels.get(i) != Some(&k) {
+            let buf = self.output_bufs[i];
+            let held = self.buffers.iter().any(|b| b.role == Role::Staging && b.staging_of == Some(buf));
+            if self.plan.output_kernels.get(i) != Some(&k) || held {
                 continue;
             }
             let (value, col_perm) = match self.block.inst(self.c(output.value)) {
                 Inst::UnpermuteCols { arg, perm } => (*arg, Some(*perm)),
                 _ => (output.value, None),
             };
-            let buf = self.output_bufs[i];
             stores.extend(self.stores_of(&mut ctx, value, buf, output.accumulate, col_perm)?);
         }
         let partials = self.partials_of(&mut ctx)?;
@@ -563,6 +590,27 @@ impl Builder<'_> {
                     stores: Vec::new(),
                     partials: Vec::new(),
                 })
+            })
+            .collect()
+    }
+
+    /// The copies of scratch buffers into the outputs they stand for
+    /// ([`Self::output_holding`]), after every other kernel; each runs only
+    /// when its output is not aligned (otherwise the scratch is the output).
+    fn output_copy_kernels(&self) -> Vec<Kernel> {
+        let is_output = |b: BufId| self.buffers[b].role == Role::Output;
+        (0..self.buffers.len())
+            .filter_map(|src| Some((src, self.buffers[src].staging_of.filter(|o| is_output(*o))?)))
+            .map(|(src, dst)| Kernel {
+                why: vec![
+                    "runs only when the output is not 16-byte aligned with a leading dimension that is a multiple of 8"
+                        .into(),
+                ],
+                name: String::new(),
+                kind: KernelKind::Copy { src, dst },
+                nodes: Vec::new(),
+                stores: Vec::new(),
+                partials: Vec::new(),
             })
             .collect()
     }

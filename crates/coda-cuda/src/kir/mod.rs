@@ -479,7 +479,11 @@ pub enum Role {
     Scratch,
     /// Per-tile partial reductions (fp32).
     Partial,
-    /// A padded copy of a block input for the GEMM mainloop.
+    /// A stand-in for a block input or output (`staging_of`) that is the
+    /// tensor itself when the tensor is aligned for a GEMM mainloop, and
+    /// otherwise a padded copy: of an input for the mainloop (a copy kernel
+    /// before the others fills it), or of an output that a later kernel
+    /// reads (a copy kernel after the others empties it into the output).
     Staging,
     /// A ticket counter of a grid reduction: the host zeroes it once when
     /// it allocates it; the kernel leaves it 0 after every launch.
@@ -520,7 +524,7 @@ pub struct Buffer {
     pub ld: Option<SymExpr>,
     /// `+=` outputs.
     pub accumulate: bool,
-    /// For staging buffers: the input copied.
+    /// For staging buffers: the input or output it stands for.
     pub staging_of: Option<BufId>,
 }
 
