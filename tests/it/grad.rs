@@ -256,3 +256,44 @@ fn the_swiglu_backward_holds_both_parts_of_dz_packed() {
     }
     assert!(src.contains("constexpr bool kHold = true;") && src.contains("constexpr bool kHold = false;"));
 }
+
+/// The Llama-3 training step stores every tensor once: the saving forward's
+/// `x1` and `y` are the outputs the next GEMMs read (a copy kernel, launched
+/// only for a misaligned output, stands by for each), the saved `x_out` is
+/// the output `x2`, and the backward's `dx0` is `dx1`, the operand of the
+/// `w_o` GEMMs.
+#[test]
+fn a_training_step_stores_each_tensor_once() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/llama3_block.coda");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let checked = coda::check("examples/llama3_block.coda", &text).unwrap_or_else(|e| panic!("{e}"));
+    let view = coda::grad_view(&checked).unwrap_or_else(|e| panic!("{e}"));
+    let gradient = view.grads.first().unwrap_or_else(|| panic!("no gradient"));
+    let saved: Vec<&str> = gradient.saved.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(saved, ["x1", "z_pairs", "y", "x2"]);
+    assert_eq!(gradient.saving_forward.outputs.len(), 5, "x2, qkv and the saved x1, z_pairs, y");
+    let blocks = vec![gradient.saving_forward.clone(), gradient.backward.clone()];
+    let module = coda::ir::Module { file_name: view.module.file_name.clone(), blocks };
+    let steps = coda::Checked { module, ..view };
+    let compiled = coda::compile(&steps, &coda::CompileOptions::default()).unwrap_or_else(|e| panic!("{e}"));
+    let mut copies = Vec::new();
+    for block in &compiled.manifest.blocks {
+        for k in &block.kernels {
+            // `…; stores a (bf16), b (f32); …`: the buffers the kernel stores.
+            let stored = k.summary.split("stores ").nth(1).and_then(|rest| rest.split(';').next()).unwrap_or("");
+            let names: Vec<&str> = stored.split(", ").filter_map(|s| s.split(" (").next()).collect();
+            for output in ["x1", "y", "dx0"] {
+                assert!(!names.contains(&output), "{} stores {output} besides its scratch: {}", k.file, k.summary);
+            }
+            if k.kind == "copy" && k.summary.contains("into the output") {
+                copies.push(k.summary.clone());
+            }
+        }
+    }
+    let expected = [
+        "copy of tmp.x1.bf16 into the output x1 (runs only when the output is not aligned)",
+        "copy of tmp.y.bf16 into the output y (runs only when the output is not aligned)",
+        "copy of tmp.dx1.bf16 into the output dx0 (runs only when the output is not aligned)",
+    ];
+    assert_eq!(copies, expected);
+}

@@ -339,7 +339,7 @@ impl Builder<'_> {
             _ => self.c(o),
         };
         self.block.outputs.iter().enumerate().position(|(i, o)| {
-            stored(o.value) == v
+            (self.c(o.value) == v || stored(o.value) == v)
                 && o.tensor.dtype == dtype
                 && o.tensor.rank == 2
                 && !o.accumulate
