@@ -47,6 +47,11 @@ pub(crate) struct Emitter<'a> {
     /// current column loop, when it is one piece of a split loop: a
     /// concatenation evaluated at `k` then takes the one part covering it.
     pub(crate) k_range: Option<(i64, i64)>,
+    /// Each rotary partner column local (`kp`) with the column it is the
+    /// partner of and the rotation: the two share their pair, so a rotary
+    /// frequency of that rotation at `kp` is the one at the column, and
+    /// the angle is formed once for both.
+    rope_partners: HashMap<String, (String, RopeSpec)>,
 }
 
 impl<'a> Emitter<'a> {
@@ -62,6 +67,7 @@ impl<'a> Emitter<'a> {
             lines: Vec::new(),
             indent: 0,
             scopes: vec![HashMap::new()],
+            rope_partners: HashMap::new(),
             coop: 1,
             globals: std::collections::BTreeMap::new(),
             coherent: std::collections::BTreeSet::new(),
@@ -257,6 +263,7 @@ impl<'a> Emitter<'a> {
             Op::RopePartner(spec, a) => {
                 let args = self.rope_args(spec);
                 let idx = self.index("kp", format!("cg::rope_partner({k}, {args})"));
+                self.rope_partners.insert(idx.clone(), (k.clone(), spec.clone()));
                 return self.eval(*a, &m, &idx);
             }
             Op::Unpermute(perm, a) => {
@@ -357,6 +364,12 @@ impl<'a> Emitter<'a> {
         if matches!(op, UnaryOp::Sin | UnaryOp::Cos) {
             if let Some((x, spec)) = self.rope_angle(a) {
                 let xv = self.eval(x, m, k)?;
+                // Partners share their frequency: `cos(x · freq[kp])` is `cos(x · freq[k])`.
+                let k = match self.rope_partners.get(k) {
+                    Some((col, partner_spec)) if *partner_spec == spec => col.clone(),
+                    _ => k.to_string(),
+                };
+                let k = k.as_str();
                 let args = self.rope_args(&spec);
                 let table = self.rope_freq_table(&spec);
                 // One local per column for the sine and the cosine (and

@@ -33,7 +33,7 @@ pub(crate) fn emit_row(
     em.set_indent(if guarded { 2 } else { 1 });
     let tail = em.kernel.tail_nodes();
     let body = row_body(em, tpr, grid, &tail)?;
-    let body = if tpr == THREADS && column_stores(em) <= UNROLLED_STORES { unrolled(body, 4) } else { body };
+    let body = if tpr == THREADS && row_streams(em) <= UNROLLED_STREAMS { unrolled(body, 4) } else { body };
     em.set_indent(1);
     if let Some(g) = grid {
         let slots = g.parts.len() as u32 * g.rows_per_cta;
@@ -64,8 +64,8 @@ pub(crate) fn emit_row(
 
 /// A one-row kernel whose columns are independent (`threads_per_row == 1`,
 /// see `kir::KernelKind::Row`): thread `k` of the grid computes column `k`
-/// of every column store (all of one width); per-row values are computed by
-/// every thread and stored by the grid's first thread.
+/// of every column store at least `k + 1` wide; per-row values are
+/// computed by every thread and stored by the grid's first thread.
 pub(crate) fn emit_row_columns(em: &mut Emitter<'_>, entry: &str) -> Result<String, CodegenError> {
     em.set_indent(1);
     em.line(format!("const int k = (int)blockIdx.x * {THREADS} + (int)threadIdx.x;"));
@@ -81,10 +81,19 @@ pub(crate) fn emit_row_columns(em: &mut Emitter<'_>, entry: &str) -> Result<Stri
         let text = store_call(em, s, "0", "0", &v);
         em.stmt(format!("if (k == 0) {text}"), em.kernel.nodes[s.node].value);
     }
-    if let Some(w) = store_width(em) {
+    let width_of = |em: &Emitter<'_>, s: &Store| em.block.ty(em.kernel.nodes[s.node].value).shape.cols.clone();
+    let mut widths: Vec<Dim> = Vec::new();
+    for s in &wide {
+        let w = width_of(em, s);
+        if !widths.contains(&w) {
+            widths.push(w);
+        }
+    }
+    for w in widths {
         let we = em.dim_int(&w);
         em.open(format!("if (k < {we})"));
-        for s in wide {
+        let same: Vec<&Store> = wide.iter().copied().filter(|s| width_of(em, s) == w).collect();
+        for s in same {
             let v = em.eval(s.node, "0", "k")?;
             let text = store_call(em, s, "0", "k", &v);
             em.stmt(text, em.kernel.nodes[s.node].value);
@@ -94,13 +103,22 @@ pub(crate) fn emit_row_columns(em: &mut Emitter<'_>, entry: &str) -> Result<Stri
     Ok(wrap(em, entry, THREADS))
 }
 
-/// The width of a column-parallel one-row kernel's column stores.
+/// The columns a column-parallel one-row kernel covers: the width of its
+/// column stores, the widest when they are of several constant widths
+/// (`kir` allows several widths only when they are all constants).
 pub(crate) fn store_width(em: &Emitter<'_>) -> Option<Dim> {
-    em.kernel
+    let widths: Vec<Dim> = em
+        .kernel
         .stores
         .iter()
-        .find(|s| !is_narrow(em, s))
+        .filter(|s| !is_narrow(em, s))
         .map(|s| em.block.ty(em.kernel.nodes[s.node].value).shape.cols.clone())
+        .collect();
+    let widest = widths.iter().filter_map(Dim::as_const).max();
+    match widest {
+        Some(w) if widths.iter().all(|d| d.as_const().is_some()) => Some(Dim::constant(w)),
+        _ => widths.first().cloned(),
+    }
 }
 
 /// The row prelude of a Hopper GEMM (see `kir::RowPrelude`): the row
@@ -193,24 +211,37 @@ fn row_body(
 }
 
 /// A CTA-per-row kernel's column loops are unrolled 4 times
-/// ([`unrolled`]) when it has at most this many column stores: each thread
-/// then keeps several loads in flight, which is what such a kernel waits
-/// on. With more stores the unrolled loop's registers cost occupancy: on
-/// the H100 the Llama-3 backward's row kernels with one and two column
-/// stores went from 0.308 to 0.228 ms and from 0.179 to 0.165 ms, the one
-/// with four from 0.270 to 0.336 ms (42 registers instead of 32).
-const UNROLLED_STORES: usize = 2;
+/// ([`unrolled`]) when it streams at most this many tensors along its rows
+/// ([`row_streams`]): each thread then keeps several loads in flight,
+/// which is what such a kernel waits on. With more streams the unrolled
+/// loop's registers cost occupancy. On the H100 (M = 8192), kernels of 4
+/// to 6 streams gained (Llama-3 backward 0.297 → 0.237 and 0.179 → 0.143
+/// ms, parallel_block 0.214 → 0.167 and 0.121 → 0.105 ms, gemma_mlp
+/// 0.066 → 0.052 ms) and two of 7 and 8 lost (parallel_block 0.475 → 0.503
+/// ms with 40 registers, Llama-3 0.270 → 0.336 ms with 42 instead of 32).
+const UNROLLED_STREAMS: usize = 6;
 
-/// The number of column (full-row-width) stores of the kernel.
-fn column_stores(em: &Emitter<'_>) -> usize {
-    em.kernel.stores.iter().filter(|s| !is_narrow(em, s)).count()
+/// The tensors a row kernel streams along its rows: the buffers it loads
+/// element by element and those it stores whole rows of.
+fn row_streams(em: &Emitter<'_>) -> usize {
+    let loads: std::collections::BTreeSet<BufId> = em
+        .kernel
+        .nodes
+        .iter()
+        .filter(|n| n.space == Space::Tile)
+        .filter_map(|n| match n.op {
+            Op::Load(b) => Some(b),
+            _ => None,
+        })
+        .collect();
+    loads.len() + em.kernel.stores.iter().filter(|s| !is_narrow(em, s)).count()
 }
 
 /// The lines with every column loop (`for (int k…`, the stores' loops and
 /// the whole-row reductions' loops) unrolled `factor` times: each thread
 /// then has several loads in flight instead of one memory latency per
 /// iteration. Row preludes (a warp per row) unroll by 8; CTA-per-row
-/// kernels with few column stores by 4 ([`UNROLLED_STORES`]). Earlier
+/// kernels with few row streams by 4 ([`UNROLLED_STREAMS`]). Earlier
 /// measurements on the H100: in the 256-thread row kernels of the Llama-3
 /// backward, unrolling every kernel by 4 made two kernels faster (0.33 →
 /// 0.26 and 0.78 → 0.73 ms) and the SwiGLU backward (then a row kernel)

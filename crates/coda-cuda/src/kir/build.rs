@@ -482,9 +482,11 @@ impl Builder<'_> {
         })
     }
 
-    /// Whether every store of a row kernel that is not one value per row is
-    /// of one width, and there is at least one such store (a one-row kernel
-    /// can then put its columns in different CTAs).
+    /// Whether a row kernel has stores that are not one value per row, all
+    /// of one width or all of constant widths (a one-row kernel can then put
+    /// its columns in different CTAs, as many as the widest store needs:
+    /// the column partials of a backward's gains and biases, finished by
+    /// one thread per column instead of one CTA walking them all).
     fn one_width(&self, ctx: &Ctx, stores: &[Store]) -> bool {
         let widths: BTreeSet<String> = stores
             .iter()
@@ -492,7 +494,8 @@ impl Builder<'_> {
             .filter(|n| matches!(n.space, Space::Tile | Space::Col))
             .map(|n| self.block.ty(n.value).shape.cols.to_string())
             .collect();
-        widths.len() == 1
+        let constant = widths.iter().all(|w| w.parse::<i64>().is_ok());
+        widths.len() == 1 || (!widths.is_empty() && constant)
     }
 
     /// The partial buffers (`[CTAs, 1]` fp32, one per grid reduction) and
