@@ -86,11 +86,11 @@ fn saved_sources(fwd: &Block, x: Value, points: &[Value]) -> Option<Vec<Value>> 
     Some(found)
 }
 
-/// `F` when the `f32` value `v` of `2F` columns (a constant) is used only
+/// `F` when the float value `v` of `2F` columns (a constant) is used only
 /// through its halves `v[:, :F]` and `v[:, F:]` (the `[gate | up]` halves
 /// of a gated activation) and is not an output: then it is saved in
 /// [`SavedLayout::PairedHalves`], `interleave(v[:, :F], v[:, F:])`. Exact
-/// (a permutation of the same `f32` values), and the cheap order on both
+/// (a permutation of the same values, `f32` or 16-bit), and the cheap order on both
 /// sides: the forward computes `v` with its weight rows in pair layout
 /// (`gated-pair-layout`), so the interleave is its accumulator as it is
 /// and the store is an identity store instead of a scattered un-permuting
