@@ -210,13 +210,18 @@ fn backward_blocks_compile_and_emulate_like_the_interpreter() {
     });
 }
 
-#[test]
-fn nvrtc_compiles_the_llama3_backward() {
-    let Some(compiler) = crate::cuda::nvrtc("the compile check") else { return };
+/// `examples/llama3_block.coda` with its backward blocks ([`coda::grad_view`]).
+fn llama3_grad_view() -> coda::Checked {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/llama3_block.coda");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let checked = coda::check("examples/llama3_block.coda", &text).unwrap_or_else(|e| panic!("{e}"));
-    let view = coda::grad_view(&checked).unwrap_or_else(|e| panic!("{e}"));
+    coda::grad_view(&checked).unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[test]
+fn nvrtc_compiles_the_llama3_backward() {
+    let Some(compiler) = crate::cuda::nvrtc("the compile check") else { return };
+    let view = llama3_grad_view();
     let compiled = coda::compile(&view, &coda::CompileOptions::default()).unwrap_or_else(|e| panic!("{e}"));
     assert!(compiled.kernels.len() >= 8, "{} kernels", compiled.kernels.len());
     // The generated code is the same for every sm_80+ target; one architecture suffices here.
@@ -239,10 +244,7 @@ fn nvrtc_compiles_the_llama3_backward() {
 /// copy of the pair loop stores pair by pair.
 #[test]
 fn the_swiglu_backward_holds_both_parts_of_dz_packed() {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/llama3_block.coda");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let checked = coda::check("examples/llama3_block.coda", &text).unwrap_or_else(|e| panic!("{e}"));
-    let view = coda::grad_view(&checked).unwrap_or_else(|e| panic!("{e}"));
+    let view = llama3_grad_view();
     let compiled = coda::compile(&view, &coda::CompileOptions::default()).unwrap_or_else(|e| panic!("{e}"));
     let dswiglu: Vec<_> = compiled.kernels.iter().filter(|k| k.source.contains("z_pairs")).collect();
     let [kernel] = dswiglu.as_slice() else { panic!("{} kernels read z_pairs", dswiglu.len()) };
@@ -264,10 +266,7 @@ fn the_swiglu_backward_holds_both_parts_of_dz_packed() {
 /// `w_o` GEMMs.
 #[test]
 fn a_training_step_stores_each_tensor_once() {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/llama3_block.coda");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let checked = coda::check("examples/llama3_block.coda", &text).unwrap_or_else(|e| panic!("{e}"));
-    let view = coda::grad_view(&checked).unwrap_or_else(|e| panic!("{e}"));
+    let view = llama3_grad_view();
     let gradient = view.grads.first().unwrap_or_else(|| panic!("no gradient"));
     let saved: Vec<&str> = gradient.saved.iter().map(|s| s.name.as_str()).collect();
     assert_eq!(saved, ["x1", "z_pairs", "y", "x2"]);

@@ -153,8 +153,8 @@ fn emit_kernel(
         }
         KernelKind::Copy { src, dst } => {
             let code = rowk::emit_copy(&mut em, *src, *dst, &entry);
-            // The staging buffer: the destination for an input, the source for an output.
-            let staging = if ir.buffers[*dst].staging_of.is_some() { *dst } else { *src };
+            // The staging buffer: the source of a copy into an output, else the destination.
+            let staging = if ir.buffers[*dst].role == crate::kir::Role::Output { *src } else { *dst };
             let when = Some(ir.buffers[staging].name.clone());
             (code, simple_launch(&em, "copy", ir.buffers[*src].rows.clone(), when))
         }

@@ -75,25 +75,16 @@ pub(crate) fn emit_row_columns(em: &mut Emitter<'_>, entry: &str) -> Result<Stri
         }
     }
     let stores = em.kernel.stores.clone();
-    let (narrow, wide): (Vec<&Store>, Vec<&Store>) = stores.iter().partition(|s| is_narrow(em, s));
+    let narrow: Vec<&Store> = stores.iter().filter(|s| is_narrow(em, s)).collect();
     for s in narrow {
         let v = em.eval(s.node, "0", "0")?;
         let text = store_call(em, s, "0", "0", &v);
         em.stmt(format!("if (k == 0) {text}"), em.kernel.nodes[s.node].value);
     }
-    let width_of = |em: &Emitter<'_>, s: &Store| em.block.ty(em.kernel.nodes[s.node].value).shape.cols.clone();
-    let mut widths: Vec<Dim> = Vec::new();
-    for s in &wide {
-        let w = width_of(em, s);
-        if !widths.contains(&w) {
-            widths.push(w);
-        }
-    }
-    for w in widths {
+    for (w, same_width) in column_stores_by_width(em, &stores) {
         let we = em.dim_int(&w);
         em.open(format!("if (k < {we})"));
-        let same: Vec<&Store> = wide.iter().copied().filter(|s| width_of(em, s) == w).collect();
-        for s in same {
+        for s in same_width {
             let v = em.eval(s.node, "0", "k")?;
             let text = store_call(em, s, "0", "k", &v);
             em.stmt(text, em.kernel.nodes[s.node].value);
@@ -107,18 +98,26 @@ pub(crate) fn emit_row_columns(em: &mut Emitter<'_>, entry: &str) -> Result<Stri
 /// column stores, the widest when they are of several constant widths
 /// (`kir` allows several widths only when they are all constants).
 pub(crate) fn store_width(em: &Emitter<'_>) -> Option<Dim> {
-    let widths: Vec<Dim> = em
-        .kernel
-        .stores
-        .iter()
-        .filter(|s| !is_narrow(em, s))
-        .map(|s| em.block.ty(em.kernel.nodes[s.node].value).shape.cols.clone())
-        .collect();
-    let widest = widths.iter().filter_map(Dim::as_const).max();
-    match widest {
-        Some(w) if widths.iter().all(|d| d.as_const().is_some()) => Some(Dim::constant(w)),
-        _ => widths.first().cloned(),
+    let widths: Vec<Dim> = column_stores_by_width(em, &em.kernel.stores).into_iter().map(|(w, _)| w).collect();
+    let constants: Option<Vec<i64>> = widths.iter().map(Dim::as_const).collect();
+    match constants.and_then(|c| c.into_iter().max()) {
+        Some(widest) => Some(Dim::constant(widest)),
+        None => widths.first().cloned(),
     }
+}
+
+/// The column (full-row-width) stores of a row kernel grouped by width, in
+/// the order the widths first appear.
+fn column_stores_by_width<'s>(em: &Emitter<'_>, stores: &'s [Store]) -> Vec<(Dim, Vec<&'s Store>)> {
+    let mut groups: Vec<(Dim, Vec<&Store>)> = Vec::new();
+    for s in stores.iter().filter(|s| !is_narrow(em, s)) {
+        let w = em.block.ty(em.kernel.nodes[s.node].value).shape.cols.clone();
+        match groups.iter_mut().find(|(g, _)| *g == w) {
+            Some((_, group)) => group.push(s),
+            None => groups.push((w, vec![s])),
+        }
+    }
+    groups
 }
 
 /// The row prelude of a Hopper GEMM (see `kir::RowPrelude`): the row
@@ -173,17 +172,7 @@ fn row_body(
         let text = store_call(em, s, m, "0", &v);
         em.stmt(format!("{guard}{text}"), em.kernel.nodes[s.node].value);
     }
-    let wide: Vec<&Store> = stores.iter().filter(|s| !is_narrow(em, s)).collect();
-    let mut widths: Vec<Dim> = Vec::new();
-    for s in &wide {
-        let w = em.block.ty(em.kernel.nodes[s.node].value).shape.cols.clone();
-        if !widths.contains(&w) {
-            widths.push(w);
-        }
-    }
-    for w in widths {
-        let same_width: Vec<&Store> =
-            wide.iter().copied().filter(|s| em.block.ty(em.kernel.nodes[s.node].value).shape.cols == w).collect();
+    for (w, same_width) in column_stores_by_width(em, &stores) {
         for piece in loop_pieces(em, &w) {
             let (start, end) = match piece {
                 Some((0, hi)) => (String::new(), hi.to_string()),

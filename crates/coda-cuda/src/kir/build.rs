@@ -333,13 +333,13 @@ impl Builder<'_> {
     fn output_holding(&self, v: Value, dtype: DType) -> Option<usize> {
         let v = self.c(v);
         let kernel = self.mats.get(&(v, dtype))?;
-        // An output `bf16(v)` is `v` stored as bf16 (both round to nearest even).
-        let stored = |o: Value| match self.block.inst(self.c(o)) {
-            Inst::Cast { arg, to } if *to == dtype => self.c(*arg),
-            _ => self.c(o),
+        // `v` itself, or `bf16(v)`: `v` stored as bf16 (both round to nearest even).
+        let holds = |o: Value| {
+            let o = self.c(o);
+            o == v || matches!(self.block.inst(o), Inst::Cast { arg, to } if *to == dtype && self.c(*arg) == v)
         };
         self.block.outputs.iter().enumerate().position(|(i, o)| {
-            (self.c(o.value) == v || stored(o.value) == v)
+            holds(o.value)
                 && o.tensor.dtype == dtype
                 && o.tensor.rank == 2
                 && !o.accumulate
@@ -488,14 +488,14 @@ impl Builder<'_> {
     /// the column partials of a backward's gains and biases, finished by
     /// one thread per column instead of one CTA walking them all).
     fn one_width(&self, ctx: &Ctx, stores: &[Store]) -> bool {
-        let widths: BTreeSet<String> = stores
+        let widths: Vec<&Dim> = stores
             .iter()
             .filter_map(|s| ctx.nodes.get(s.node))
             .filter(|n| matches!(n.space, Space::Tile | Space::Col))
-            .map(|n| self.block.ty(n.value).shape.cols.to_string())
+            .map(|n| &self.block.ty(n.value).shape.cols)
             .collect();
-        let constant = widths.iter().all(|w| w.parse::<i64>().is_ok());
-        widths.len() == 1 || (!widths.is_empty() && constant)
+        let Some(first) = widths.first() else { return false };
+        widths.iter().all(|w| w == first) || widths.iter().all(|w| w.as_const().is_some())
     }
 
     /// The partial buffers (`[CTAs, 1]` fp32, one per grid reduction) and
