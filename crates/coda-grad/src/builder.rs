@@ -10,7 +10,9 @@
 use crate::names::{grad_name, Names};
 use crate::{GradError, GradSpec, Saved, SavedLayout};
 use coda_diagnostics::Span;
-use coda_ir::{Axis, BinaryOp, Block, BlockKind, Dim, Inst, Output, ReduceOp, Shape, Tensor, Ty, UnaryOp, Value};
+use coda_ir::{
+    Axis, BinaryOp, Block, BlockKind, DType, Dim, Inst, Output, ReduceOp, Shape, Tensor, Ty, UnaryOp, Value,
+};
 
 /// The even (`parity` 0) or odd columns of a saved param in pair layout,
 /// `half` of them.
@@ -225,14 +227,37 @@ impl<'f> Builder<'f> {
     }
 
     /// The finished gradient of a forward value, named `d<name>` when the value has a name.
-    pub(crate) fn take_gradient(&mut self, v: Value) -> Option<Value> {
-        let g = self.adj[v.index()]?;
+    pub(crate) fn take_gradient(&mut self, v: Value) -> Result<Option<Value>, GradError> {
+        let Some(g) = self.adj[v.index()] else { return Ok(None) };
+        let g = match self.fwd.inst(v) {
+            Inst::Cast { to, .. } => self.in_storage_type(g, *to, self.fwd.insts.span(v))?,
+            _ => g,
+        };
         if let Some(name) = &self.fwd.names[v.index()] {
             if self.bwd.names[g.index()].is_none() {
                 self.bwd.set_name(g, &grad_name(name));
             }
         }
-        Some(g)
+        Ok(Some(g))
+    }
+
+    /// `g` rounded to `dtype` when that is a 16-bit float and `g` is wider:
+    /// the gradient of a tensor stored in 16 bits is itself a 16-bit tensor,
+    /// as in PyTorch's autograd (docs/backward.md §3).
+    pub(crate) fn in_storage_type(&mut self, g: Value, dtype: DType, span: Span) -> Result<Value, GradError> {
+        if !dtype.is_half() || self.bwd.ty(g).dtype == dtype {
+            return Ok(g);
+        }
+        // A concatenation stays one, of rounded parts (a GEMM epilogue
+        // stores it a part at a time).
+        if let Inst::ConcatCols { parts } = self.bwd.inst(g).clone() {
+            let mut rounded = Vec::with_capacity(parts.len());
+            for part in parts {
+                rounded.push(self.in_storage_type(part, dtype, span)?);
+            }
+            return self.emit(Inst::ConcatCols { parts: rounded }, span);
+        }
+        self.emit(Inst::Cast { to: dtype, arg: g }, span)
     }
 
     /// Adds `contribution` to the gradient of `v` (nothing if `v` is not active).

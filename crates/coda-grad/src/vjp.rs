@@ -17,7 +17,7 @@ pub(crate) fn sweep(b: &mut Builder<'_>) -> Result<(), GradError> {
         if !b.active[v.index()] {
             continue;
         }
-        let Some(g) = b.take_gradient(v) else { continue };
+        let Some(g) = b.take_gradient(v)? else { continue };
         rule(b, v, inst, g)?;
     }
     Ok(())
@@ -250,11 +250,14 @@ fn matmul(b: &mut Builder<'_>, m: &MatMul, g: Value, span: Span) -> Result<(), G
     if b.active[m.lhs.index()] {
         let da = if m.lt { product(w, g, m.rt, true) } else { product(g, w, false, !m.rt) };
         let da = b.emit(da, span)?;
+        // The operand was rounded to the matmul's operand type: so is its gradient.
+        let da = b.in_storage_type(da, m.dtype, span)?;
         b.accumulate(m.lhs, da)?;
     }
     if b.active[m.rhs.index()] {
         let dw = if m.rt { product(g, a, true, m.lt) } else { product(a, g, !m.lt, false) };
         let dw = b.emit(dw, span)?;
+        let dw = b.in_storage_type(dw, m.dtype, span)?;
         b.accumulate(m.rhs, dw)?;
     }
     Ok(())

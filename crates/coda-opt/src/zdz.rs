@@ -51,8 +51,16 @@ fn row_dot(block: &Block, v: Value) -> Option<RowDot<'_>> {
     let rows = block.ty(v).shape.rows.clone();
     let mut summand = Vec::new();
     flatten(block, *arg, &mut summand);
-    let mut matmuls = summand.iter().filter(|f| matches!(block.inst(**f), Inst::MatMul { .. }));
-    let (Some(&dgrad), None) = (matmuls.next(), matmuls.next()) else { return None };
+    // The dgrad, or the dgrad rounded to 16 bits (a gradient stored in its
+    // tensor's type): the rewritten sum reads it exact.
+    let dgrad_of = |f: Value| match block.inst(f) {
+        Inst::MatMul { .. } => Some(f),
+        Inst::Cast { to, arg } if to.is_half() && matches!(block.inst(*arg), Inst::MatMul { .. }) => Some(*arg),
+        _ => None,
+    };
+    let mut matmuls = summand.iter().filter(|f| dgrad_of(**f).is_some());
+    let (Some(&factor), None) = (matmuls.next(), matmuls.next()) else { return None };
+    let dgrad = dgrad_of(factor)?;
     let Inst::MatMul { lhs, rhs, lhs_transposed: false, rhs_transposed, operand_dtype } = block.inst(dgrad) else {
         return None;
     };
@@ -63,7 +71,7 @@ fn row_dot(block: &Block, v: Value) -> Option<RowDot<'_>> {
     let mut operand = Vec::new();
     flatten(block, uncast(block, fact.lhs, fact.operand_dtype), &mut operand);
     let mut multipliers = Vec::new();
-    for f in summand.into_iter().filter(|f| *f != dgrad) {
+    for f in summand.into_iter().filter(|f| *f != factor) {
         match operand.iter().position(|p| *p == f) {
             Some(i) => {
                 operand.remove(i);

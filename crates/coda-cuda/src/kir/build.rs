@@ -124,6 +124,22 @@ impl Builder<'_> {
         self.block.names.get(v.index()).cloned().flatten().unwrap_or_else(|| format!("v{}", v.index()))
     }
 
+    /// The name of `v` stored as `dtype`: `v`'s own, else that of a named
+    /// cast of `v` to `dtype` (whose bits the buffer holds, see
+    /// [`Self::stored_as`]), else `v<index>`.
+    fn stored_name(&self, v: Value, dtype: DType) -> String {
+        if self.block.names[v.index()].is_none() {
+            let cast_name = self.block.insts.iter().find_map(|(x, inst)| match inst {
+                Inst::Cast { to, arg } if *to == dtype && self.c(*arg) == v => self.block.names[x.index()].clone(),
+                _ => None,
+            });
+            if let Some(name) = cast_name {
+                return name;
+            }
+        }
+        self.value_name(v)
+    }
+
     fn declare_io(&mut self) {
         for p in &self.block.params {
             let buf = io_buffer(p, Role::Input, false);
@@ -308,7 +324,7 @@ impl Builder<'_> {
         let ld = if shape.rows.is_one() || shape.cols.is_one() { cols.clone() } else { cols.clone().round_up(8) };
         let output = self.output_holding(v, dtype).map(|i| self.output_bufs[i]);
         let buf = Buffer {
-            name: self.fresh(format!("tmp.{}{suffix}", self.value_name(v))),
+            name: self.fresh(format!("tmp.{}{suffix}", self.stored_name(v, dtype))),
             role: if output.is_some() { Role::Staging } else { Role::Scratch },
             dtype,
             rows: SymExpr::from(&shape.rows),
@@ -655,10 +671,13 @@ impl Builder<'_> {
                 let buf = buf.ok_or_else(|| self.internal("column partial without a buffer"))?;
                 Node { op: Op::FinishCol(buf), space, reg: None, value: v }
             }
+            Home::Acc(x) | Home::Row(x) | Home::Col(x) | Home::Grid(x) if x < ctx.k && self.widens_narrow(v) => {
+                Node { op: self.op_of(ctx, v)?, space, reg: None, value: v }
+            }
             Home::Acc(x) | Home::Row(x) | Home::Col(x) | Home::Grid(x) | Home::Prologue(x) if x < ctx.k => {
-                let dtype = self.carry_dtype(v);
-                self.mats.entry((v, dtype)).or_insert(x);
-                Node { op: Op::Load(self.scratch_buf(v, dtype)), space, reg: None, value: v }
+                let (stored, dtype) = self.stored_as(v, self.carry_dtype(v), ctx.k);
+                self.mats.entry((stored, dtype)).or_insert(x);
+                Node { op: Op::Load(self.scratch_buf(stored, dtype)), space, reg: None, value: v }
             }
             other => return Err(self.internal(format!("kernel {} reads {v} homed at {other:?}", ctx.k))),
         };
@@ -666,6 +685,53 @@ impl Builder<'_> {
         let id = ctx.nodes.len() - 1;
         ctx.memo.insert(v, id);
         Ok(id)
+    }
+
+    /// The materialization that holds `v` as `dtype` for kernel `k`: `v`'s
+    /// own, or, for `v = cast(x)` to `dtype`, that of `x` as `dtype` when an
+    /// earlier kernel stores it (a GEMM operand): the same bits, stored once.
+    fn stored_as(&self, v: Value, dtype: DType, k: usize) -> (Value, DType) {
+        if let Inst::Cast { to, arg } = self.block.inst(v) {
+            let arg = self.c(*arg);
+            if *to == dtype && self.mats.get(&(arg, dtype)).is_some_and(|x| *x < k) {
+                return (arg, dtype);
+            }
+        }
+        (v, dtype)
+    }
+
+    /// Whether a later kernel recomputes `v` instead of loading it: an f32
+    /// tile that is one element-wise step from a 16-bit tile (a rounded
+    /// gradient times a gain), whose other operands are scalars or
+    /// broadcast vectors. Storing the 16-bit tile instead halves the traffic
+    /// of both kernels (`a·g` in f32 is 8 bytes a element, `a` in bf16 2).
+    fn widens_narrow(&self, v: Value) -> bool {
+        let is_tile = |x: Value| {
+            let shape = &self.block.ty(x).shape;
+            !shape.rows.is_one() && !shape.cols.is_one()
+        };
+        if self.carry_dtype(v) != DType::F32 || !is_tile(v) {
+            return false;
+        }
+        let operands = match self.block.inst(v) {
+            Inst::Unary { arg, .. } => vec![*arg],
+            Inst::Binary { lhs, rhs, .. } => vec![*lhs, *rhs],
+            _ => return false,
+        };
+        let narrow_tile = |x: Value| {
+            let x = self.c(x);
+            is_tile(x)
+                && self.block.ty(x).dtype.is_half()
+                && matches!(self.block.inst(x), Inst::Cast { .. })
+                && !matches!(self.plan.homes[x.index()], Home::Inline)
+        };
+        let vector = |x: Value| match self.block.inst(self.c(x)) {
+            Inst::Const(_) | Inst::DimValue(_) => true,
+            Inst::Broadcast { arg, .. } => !is_tile(*arg),
+            _ => !is_tile(x),
+        };
+        operands.iter().filter(|x| narrow_tile(**x)).count() == 1
+            && operands.iter().all(|x| narrow_tile(*x) || vector(*x))
     }
 
     fn has_mat_before(&self, v: Value, k: usize) -> bool {
