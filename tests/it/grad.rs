@@ -264,6 +264,32 @@ fn the_swiglu_backward_holds_both_parts_of_dz_packed() {
 /// only for a misaligned output, stands by for each), the saved `x_out` is
 /// the output `x2`, and the backward's `dx0` is `dx1`, the operand of the
 /// `w_o` GEMMs.
+/// Gradients go between kernels in their tensors' types (docs/backward.md
+/// §3): the Llama-3 backward passes no f32 tile from one kernel to
+/// another, only per-row statistics; the dgrads that feed the RMSNorm
+/// backward's row sums are stored in bf16, and the f32 products of a
+/// stored dgrad and a gain are recomputed where they are read.
+#[test]
+fn a_backward_passes_gradients_in_their_tensors_types() {
+    let view = llama3_grad_view();
+    let gradient = view.grads.first().unwrap_or_else(|| panic!("no gradient"));
+    let blocks = vec![gradient.backward.clone()];
+    let module = coda::ir::Module { file_name: view.module.file_name.clone(), blocks };
+    let backward = coda::Checked { module, ..view };
+    let compiled = coda::compile(&backward, &coda::CompileOptions::default()).unwrap_or_else(|e| panic!("{e}"));
+    let block = &compiled.manifest.blocks[0];
+    let scratch: Vec<(&str, &str, &str)> = block
+        .buffers
+        .iter()
+        .filter(|b| b.role == "scratch")
+        .map(|b| (b.name.as_str(), b.dtype.as_str(), b.shape[1].as_str()))
+        .collect();
+    for (name, dtype, cols) in &scratch {
+        assert!(*dtype != "f32" || *cols == "1", "{name}: an f32 tile passed between kernels ({cols} columns)");
+    }
+    assert!(scratch.iter().any(|(n, d, _)| *n == "tmp.dx_out.bf16" && *d == "bf16"), "{scratch:?}");
+}
+
 #[test]
 fn a_training_step_stores_each_tensor_once() {
     let view = llama3_grad_view();

@@ -8,7 +8,7 @@
 use crate::builder::Builder;
 use crate::GradError;
 use coda_diagnostics::Span;
-use coda_ir::{Axis, BinaryOp, Dim, Inst, ReduceOp, Shape, UnaryOp, Value};
+use coda_ir::{Axis, BinaryOp, Block, DType, Dim, Inst, ReduceOp, Shape, UnaryOp, Value};
 
 /// Walks the forward in reverse, propagating every finished gradient.
 pub(crate) fn sweep(b: &mut Builder<'_>) -> Result<(), GradError> {
@@ -250,17 +250,60 @@ fn matmul(b: &mut Builder<'_>, m: &MatMul, g: Value, span: Span) -> Result<(), G
     if b.active[m.lhs.index()] {
         let da = if m.lt { product(w, g, m.rt, true) } else { product(g, w, false, !m.rt) };
         let da = b.emit(da, span)?;
-        // The operand was rounded to the matmul's operand type: so is its gradient.
-        let da = b.in_storage_type(da, m.dtype, span)?;
+        let da = round_stored_gradient(b, m.lhs, da, m.dtype, span)?;
         b.accumulate(m.lhs, da)?;
     }
     if b.active[m.rhs.index()] {
         let dw = if m.rt { product(g, a, true, m.lt) } else { product(a, g, !m.lt, false) };
         let dw = b.emit(dw, span)?;
-        let dw = b.in_storage_type(dw, m.dtype, span)?;
+        let dw = round_stored_gradient(b, m.rhs, dw, m.dtype, span)?;
         b.accumulate(m.rhs, dw)?;
     }
     Ok(())
+}
+
+/// The gradient `d` of a matmul operand `x` (rounded to `dtype` by the
+/// matmul), rounded to `dtype` too when it is stored: when `x` is computed
+/// element-wise from a row statistic (a norm's output), its backward
+/// reduces `d` along each whole row, which no GEMM tile holds, so `d`
+/// leaves the GEMM that computes it. It is then stored in the operand's
+/// type, as PyTorch keeps the gradient of a 16-bit tensor; a gradient used
+/// only inside its GEMM's epilogue (an activation's backward) stays f32.
+fn round_stored_gradient(
+    b: &mut Builder<'_>,
+    x: Value,
+    d: Value,
+    dtype: DType,
+    span: Span,
+) -> Result<Value, GradError> {
+    if reads_row_statistic(b.fwd, x) {
+        b.in_storage_type(d, dtype, span)
+    } else {
+        Ok(d)
+    }
+}
+
+/// Whether `v` is computed element-wise (through broadcasts and casts)
+/// from a reduction along rows (`reduce.*.cols`), stopping at matmuls and
+/// params.
+fn reads_row_statistic(block: &Block, v: Value) -> bool {
+    let mut stack = vec![v];
+    let mut seen = vec![false; block.insts.len()];
+    while let Some(x) = stack.pop() {
+        if std::mem::replace(&mut seen[x.index()], true) {
+            continue;
+        }
+        match block.inst(x) {
+            Inst::Reduce { axis: Axis::Cols, .. } => return true,
+            Inst::Unary { .. }
+            | Inst::Binary { .. }
+            | Inst::Select { .. }
+            | Inst::Cast { .. }
+            | Inst::Broadcast { .. } => stack.extend(block.inst(x).operands()),
+            _ => {}
+        }
+    }
+    false
 }
 
 /// Reductions along one axis; `ŷ`, `ĝ` are `y`, `g` broadcast back to `x`'s shape.

@@ -407,7 +407,7 @@ impl Builder<'_> {
             let mut stores = Vec::new();
             let mut offset = 0;
             for part in parts.clone() {
-                let node = self.node_of(ctx, part)?;
+                let node = self.stored_node(ctx, part, buf, accumulate)?;
                 stores.push(Store { node, buf, accumulate, col_perm: None, col_offset: Some(offset) });
                 let width = self.block.ty(part).shape.cols.as_const();
                 offset += width.ok_or_else(|| self.internal("a stored concatenation part of run-time width"))?;
@@ -416,6 +416,22 @@ impl Builder<'_> {
         }
         let node = self.node_of(ctx, v)?;
         Ok(vec![Store { node, buf, accumulate, col_perm, col_offset: None }])
+    }
+
+    /// The node a store of the concatenation part `v` into `buf` writes:
+    /// that of `x` for `v = cast(x)` to the buffer's type (a rounded
+    /// gradient stored a part at a time): the store rounds to that type, to
+    /// nearest even like the cast, and the part is used nowhere else, so
+    /// the kernel does not round twice nor keep both values.
+    fn stored_node(&mut self, ctx: &mut Ctx, v: Value, buf: BufId, accumulate: bool) -> Result<NodeId, CodegenError> {
+        let v = self.c(v);
+        match self.block.inst(v) {
+            Inst::Cast { to, arg } if !accumulate && *to == self.buffers[buf].dtype && to.is_half() => {
+                let arg = *arg;
+                self.node_of(ctx, arg)
+            }
+            _ => self.node_of(ctx, v),
+        }
     }
 
     /// Why the values computed by row or column kernel `k` found no GEMM
