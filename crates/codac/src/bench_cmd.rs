@@ -97,7 +97,8 @@ pub(crate) fn bench(args: &BenchArgs, color: ColorChoice) -> Result<Outcome> {
     } else {
         Vec::new()
     };
-    let (options, compiled) = tune::with_tuning(&checked, &options, compiled, &device, &store, &dims)?;
+    let (options, mut compiled) = tune::with_tuning(&checked, &options, compiled, &device, &store, &dims)?;
+    crate::overrides::apply(&mut compiled)?;
     let profiles = coda::profile(&checked, &options, &dims)?;
     warm_up_nvrtc(compiler, &device)?;
     let (major, minor) = compiler.nvrtc_version();

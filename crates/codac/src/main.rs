@@ -13,6 +13,7 @@ mod commands;
 mod compile_cmd;
 mod grad_cmd;
 mod npy;
+mod overrides;
 mod run_cmd;
 mod tune;
 

@@ -42,7 +42,8 @@ pub(crate) fn run(args: &RunArgs, color: ColorChoice) -> Result<Outcome> {
     let options = args.kernels.compile_options(device.arch().to_string(), args.block.clone(), launch);
     let store = coda_runtime::TuningStore::from_env();
     let compiled = coda::compile(&checked, &options)?;
-    let (tuned, compiled) = crate::tune::with_tuning(&checked, &options, compiled, &device, &store, &dims)?;
+    let (tuned, mut compiled) = crate::tune::with_tuning(&checked, &options, compiled, &device, &store, &dims)?;
+    crate::overrides::apply(&mut compiled)?;
     if tuned.tiles != options.tiles {
         let path = store.path().map_or(String::new(), |p| format!(" ({})", p.display()));
         println!("tile configurations tuned by `codac bench --autotune`{path}");
