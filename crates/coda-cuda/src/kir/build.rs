@@ -129,15 +129,27 @@ impl Builder<'_> {
     /// [`Self::stored_as`]), else `v<index>`.
     fn stored_name(&self, v: Value, dtype: DType) -> String {
         if self.block.names[v.index()].is_none() {
-            let cast_name = self.block.insts.iter().find_map(|(x, inst)| match inst {
-                Inst::Cast { to, arg } if *to == dtype && self.c(*arg) == v => self.block.names[x.index()].clone(),
-                _ => None,
-            });
-            if let Some(name) = cast_name {
-                return name;
+            let named_cast = self
+                .block
+                .insts
+                .iter()
+                .map(|(x, _)| x)
+                .find(|x| self.block.names[x.index()].is_some() && self.cast_of(*x, dtype) == Some(v));
+            if let Some(x) = named_cast {
+                return self.value_name(x);
             }
         }
         self.value_name(v)
+    }
+
+    /// `x` (canonical) when `v` is `cast(x)` to `dtype`: a value whose bits,
+    /// stored as `dtype`, are those of `x` stored as `dtype` (both round to
+    /// nearest even).
+    fn cast_of(&self, v: Value, dtype: DType) -> Option<Value> {
+        match self.block.inst(self.c(v)) {
+            Inst::Cast { to, arg } if *to == dtype => Some(self.c(*arg)),
+            _ => None,
+        }
     }
 
     fn declare_io(&mut self) {
@@ -349,11 +361,8 @@ impl Builder<'_> {
     fn output_holding(&self, v: Value, dtype: DType) -> Option<usize> {
         let v = self.c(v);
         let kernel = self.mats.get(&(v, dtype))?;
-        // `v` itself, or `bf16(v)`: `v` stored as bf16 (both round to nearest even).
-        let holds = |o: Value| {
-            let o = self.c(o);
-            o == v || matches!(self.block.inst(o), Inst::Cast { arg, to } if *to == dtype && self.c(*arg) == v)
-        };
+        // `v` itself, or `bf16(v)`: `v` stored as bf16.
+        let holds = |o: Value| self.c(o) == v || self.cast_of(o, dtype) == Some(v);
         self.block.outputs.iter().enumerate().position(|(i, o)| {
             holds(o.value)
                 && o.tensor.dtype == dtype
@@ -424,12 +433,9 @@ impl Builder<'_> {
     /// nearest even like the cast, and the part is used nowhere else, so
     /// the kernel does not round twice nor keep both values.
     fn stored_node(&mut self, ctx: &mut Ctx, v: Value, buf: BufId, accumulate: bool) -> Result<NodeId, CodegenError> {
-        let v = self.c(v);
-        match self.block.inst(v) {
-            Inst::Cast { to, arg } if !accumulate && *to == self.buffers[buf].dtype && to.is_half() => {
-                let arg = *arg;
-                self.node_of(ctx, arg)
-            }
+        let dtype = self.buffers[buf].dtype;
+        match self.cast_of(v, dtype) {
+            Some(x) if !accumulate && dtype.is_half() => self.node_of(ctx, x),
             _ => self.node_of(ctx, v),
         }
     }
@@ -707,13 +713,10 @@ impl Builder<'_> {
     /// own, or, for `v = cast(x)` to `dtype`, that of `x` as `dtype` when an
     /// earlier kernel stores it (a GEMM operand): the same bits, stored once.
     fn stored_as(&self, v: Value, dtype: DType, k: usize) -> (Value, DType) {
-        if let Inst::Cast { to, arg } = self.block.inst(v) {
-            let arg = self.c(*arg);
-            if *to == dtype && self.mats.get(&(arg, dtype)).is_some_and(|x| *x < k) {
-                return (arg, dtype);
-            }
+        match self.cast_of(v, dtype) {
+            Some(x) if self.mats.get(&(x, dtype)).is_some_and(|kx| *kx < k) => (x, dtype),
+            _ => (v, dtype),
         }
-        (v, dtype)
     }
 
     /// Whether a later kernel recomputes `v` instead of loading it: an f32
@@ -729,11 +732,11 @@ impl Builder<'_> {
         if self.carry_dtype(v) != DType::F32 || !is_tile(v) {
             return false;
         }
-        let operands = match self.block.inst(v) {
-            Inst::Unary { arg, .. } => vec![*arg],
-            Inst::Binary { lhs, rhs, .. } => vec![*lhs, *rhs],
-            _ => return false,
-        };
+        let inst = self.block.inst(v);
+        if !matches!(inst, Inst::Unary { .. } | Inst::Binary { .. }) {
+            return false;
+        }
+        let operands = inst.operands();
         let narrow_tile = |x: Value| {
             let x = self.c(x);
             is_tile(x)
@@ -741,8 +744,8 @@ impl Builder<'_> {
                 && matches!(self.block.inst(x), Inst::Cast { .. })
                 && !matches!(self.plan.homes[x.index()], Home::Inline)
         };
+        // A scalar or vector, or one broadcast to a tile.
         let vector = |x: Value| match self.block.inst(self.c(x)) {
-            Inst::Const(_) | Inst::DimValue(_) => true,
             Inst::Broadcast { arg, .. } => !is_tile(*arg),
             _ => !is_tile(x),
         };
