@@ -344,6 +344,41 @@ fn tuned_tile_configurations_replace_only_alternatives() {
     assert!(!out.has_warnings(), "{}", out.log);
 }
 
+/// Every Hopper tile configuration, asked for by name (`--tile-config`),
+/// fits the 227 KiB of shared memory of a Hopper CTA in every GEMM of
+/// every example and GPU case, forward and backward: the emitter stages no
+/// more column vectors than fit beside the configuration's ring and
+/// scratches (the ping-pong tiles with 192 accumulators leave room for
+/// three, not the four of `tests/cuda-cases/column_vectors.coda`).
+#[test]
+fn every_tile_configuration_fits_shared_memory() {
+    use coda::cuda::config::{TileConfig, SM90_MAX_SMEM};
+    for path in inputs() {
+        let text = std::fs::read_to_string(&path).expect("input");
+        let name = display_name(&path);
+        if expects_error(&path, &text) {
+            continue;
+        }
+        let checked = coda::check(&name, &text).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let backward = coda::grad_view(&checked).unwrap_or_else(|e| panic!("{name}: {e}"));
+        for view in [&checked, &backward] {
+            for config in TileConfig::ALL.into_iter().filter(|c| c.is_sm90()) {
+                let options = coda::CompileOptions { tile_config: Some(config), ..Default::default() };
+                let compiled = coda::compile(view, &options).unwrap_or_else(|e| panic!("{name}: {e}"));
+                for k in compiled.manifest.blocks.iter().flat_map(|b| &b.kernels) {
+                    assert!(
+                        k.smem_bytes <= SM90_MAX_SMEM,
+                        "{name} {} with {}: {} bytes",
+                        k.name,
+                        config.name(),
+                        k.smem_bytes
+                    );
+                }
+            }
+        }
+    }
+}
+
 /// `CompileOptions::launch`: with the run-time dimensions known, the
 /// tile-count model (`config::for_shape`) gives the QKV GEMM of the 8B block
 /// 128×128 tiles at 1000 tokens (measured 0.084 against 0.101 ms on the

@@ -211,7 +211,12 @@ struct Sm90Config {
 
     static_assert(kWgRows % 64 == 0 && kSlabs >= 1, "rows per consumer warpgroup must be a multiple of 64");
     static_assert(BN == 64 || BN == 128 || BN == 192 || BN == 256, "BN must be 64, 128, 192 or 256");
-    static_assert(kSlabs * BN <= 256, "at most 128 accumulators per consumer thread");
+    // Cooperative tiles keep at most 128 accumulators per consumer thread;
+    // a ping-pong warpgroup owns its whole tile and may hold 192 (the
+    // 192x128 and 128x192 tiles): 240 registers leave 48 for the K loop
+    // and the epilogue.
+    static_assert(kSlabs * BN <= (PINGPONG ? 384 : 256),
+                  "at most 128 accumulators per consumer thread (192 for ping-pong)");
     static_assert(kStages >= 2, "at least 2 stages");
     static_assert(kClusterM == 1 || (kClusterM == 2 && !PINGPONG && !EPI_WG && (BN / 64) % kClusterM == 0),
                   "clusters of 2 CTAs along M, cooperative mainloop only");
@@ -230,6 +235,8 @@ struct Sm90Config {
 //   Sm90Cfg128x128    128x128   cooperative  5       199760           648             620
 //   Sm90Cfg128x128pp  128x128   ping-pong    4       201792           683             694
 //   Sm90Cfg64x256pp   64x256    ping-pong    3       191536           515             519
+//   Sm90Cfg192x128pp  192x128   ping-pong    3       228416           562 (bench, M = 8192, session 16)
+//   Sm90Cfg128x192pp  128x192   ping-pong    3       226368
 //   Sm90Cfg128x192ew  128x192   epi. warpgroup 4       226928
 //   Sm90Cfg128x256c2  128x256   cooperative, 3       216128
 //                               clusters of 2 along M, B multicast
@@ -241,6 +248,8 @@ typedef Sm90Config<256, 128, 3, false, 8> Sm90Cfg256x128;
 typedef Sm90Config<128, 128, 5, false> Sm90Cfg128x128;
 typedef Sm90Config<128, 128, 4, true> Sm90Cfg128x128pp;
 typedef Sm90Config<64, 256, 3, true> Sm90Cfg64x256pp;
+typedef Sm90Config<192, 128, 3, true, 8> Sm90Cfg192x128pp;
+typedef Sm90Config<128, 192, 3, true> Sm90Cfg128x192pp;
 typedef Sm90Config<128, 192, 4, false, 16, true> Sm90Cfg128x192ew;
 typedef Sm90Config<128, 256, 3, false, 16, false, 2> Sm90Cfg128x256c2;
 

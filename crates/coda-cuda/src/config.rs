@@ -28,9 +28,13 @@
 //!
 //! These rules know `N` but not the run-time `M`; `codac bench --autotune`
 //! measures a Hopper choice's [`TileConfig::alternatives`] for one `M` and
-//! files the winner, which `CodegenOptions::tiles` then applies. Three of
+//! files the winner, which `CodegenOptions::tiles` then applies. Five of
 //! them are never chosen by the rules, since they measured slower on the
 //! H100: the ping-pong `Sm90Cfg128x128pp` (its GEMMs run about 10% slower),
+//! the ping-pong `Sm90Cfg192x128pp` and `Sm90Cfg128x192pp` with 192
+//! accumulators per thread (bare GEMMs 1.10–1.24× the time of
+//! `Sm90Cfg128x256`, fused ones slower still; beside their two full-tile
+//! staging scratches only a 3-stage ring fits; session 16),
 //! the clusters of `Sm90Cfg128x256c2` (bare GEMMs 1.01–1.02×, the fused
 //! Llama-3 block 5% slower: session 13)
 //! and the epilogue-warpgroup `Sm90Cfg128x192ew` (its bare GEMMs run at
@@ -45,6 +49,9 @@ use coda_ir::Dim;
 
 /// Register values above which an epilogue counts as heavy.
 pub const HEAVY_NODES: usize = 12;
+
+/// The dynamic shared memory one CTA may have on Hopper (227 KiB).
+pub const SM90_MAX_SMEM: u32 = 232_448;
 
 /// The code-generation target: which mainloops exist.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,6 +93,12 @@ pub enum TileConfig {
     /// Hopper: 128×128×64, ping-pong (each consumer warpgroup owns whole
     /// tiles, one's epilogue overlapping the other's K loop), 4 stages.
     Sm90Cfg128x128pp,
+    /// Hopper: 192×128×64, ping-pong with 192 accumulators per consumer
+    /// thread (three m64n128 slabs per warpgroup), 3 stages.
+    Sm90Cfg192x128pp,
+    /// Hopper: 128×192×64, ping-pong with 192 accumulators per consumer
+    /// thread (two m64n192 slabs per warpgroup), 3 stages.
+    Sm90Cfg128x192pp,
     /// Hopper: 128×192×64, two cooperative consumer warpgroups that hand
     /// each tile's accumulators to an epilogue warpgroup through shared
     /// memory, a 64-row slab at a time, and go on with the next tile (the
@@ -109,6 +122,8 @@ impl TileConfig {
             TileConfig::Sm90Cfg128x256 => "Sm90Cfg128x256",
             TileConfig::Sm90Cfg128x128 => "Sm90Cfg128x128",
             TileConfig::Sm90Cfg128x128pp => "Sm90Cfg128x128pp",
+            TileConfig::Sm90Cfg192x128pp => "Sm90Cfg192x128pp",
+            TileConfig::Sm90Cfg128x192pp => "Sm90Cfg128x192pp",
             TileConfig::Sm90Cfg128x192ew => "Sm90Cfg128x192ew",
             TileConfig::Sm90Cfg128x256c2 => "Sm90Cfg128x256c2",
         }
@@ -121,13 +136,15 @@ impl TileConfig {
             TileConfig::Sm90Cfg128x256
                 | TileConfig::Sm90Cfg128x128
                 | TileConfig::Sm90Cfg128x128pp
+                | TileConfig::Sm90Cfg192x128pp
+                | TileConfig::Sm90Cfg128x192pp
                 | TileConfig::Sm90Cfg128x192ew
                 | TileConfig::Sm90Cfg128x256c2
         )
     }
 
     /// Every configuration, for lookups by name.
-    pub const ALL: [TileConfig; 9] = [
+    pub const ALL: [TileConfig; 11] = [
         TileConfig::Cfg64x64,
         TileConfig::Cfg128x128,
         TileConfig::Cfg128x128w4,
@@ -135,6 +152,8 @@ impl TileConfig {
         TileConfig::Sm90Cfg128x256,
         TileConfig::Sm90Cfg128x128,
         TileConfig::Sm90Cfg128x128pp,
+        TileConfig::Sm90Cfg192x128pp,
+        TileConfig::Sm90Cfg128x192pp,
         TileConfig::Sm90Cfg128x192ew,
         TileConfig::Sm90Cfg128x256c2,
     ];
@@ -153,10 +172,12 @@ impl TileConfig {
     /// registers where the rules avoided it (a wide epilogue), which the
     /// measurement then shows. Portable configurations have none.
     pub fn alternatives(self) -> Vec<TileConfig> {
-        const HOPPER: [TileConfig; 5] = [
+        const HOPPER: [TileConfig; 7] = [
             TileConfig::Sm90Cfg128x256,
             TileConfig::Sm90Cfg128x128,
             TileConfig::Sm90Cfg128x128pp,
+            TileConfig::Sm90Cfg192x128pp,
+            TileConfig::Sm90Cfg128x192pp,
             TileConfig::Sm90Cfg128x192ew,
             TileConfig::Sm90Cfg128x256c2,
         ];
@@ -168,14 +189,14 @@ impl TileConfig {
 
     /// The ping-pong Hopper mainloop (two tiles in flight).
     pub fn is_ping_pong(self) -> bool {
-        self == TileConfig::Sm90Cfg128x128pp
+        matches!(self, TileConfig::Sm90Cfg128x128pp | TileConfig::Sm90Cfg192x128pp | TileConfig::Sm90Cfg128x192pp)
     }
 
     /// Whether the mainloop takes an A prologue (gains applied on load, row
     /// sums of squares) and a fused row prelude: the cooperative ones do,
     /// the ping-pong, epilogue-warpgroup and cluster ones do not.
     pub fn takes_a_prologue(self) -> bool {
-        !matches!(self, TileConfig::Sm90Cfg128x128pp) && !self.has_epilogue_warpgroup() && self.cluster() == 1
+        !self.is_ping_pong() && !self.has_epilogue_warpgroup() && self.cluster() == 1
     }
 
     /// CTAs per thread-block cluster (along M); 1 without clusters. The
@@ -209,7 +230,8 @@ impl TileConfig {
             TileConfig::Cfg128x128 | TileConfig::Cfg128x128w4 => (128, 128, 32),
             TileConfig::Cfg128x256 | TileConfig::Sm90Cfg128x256 | TileConfig::Sm90Cfg128x256c2 => (128, 256, 64),
             TileConfig::Sm90Cfg128x128 | TileConfig::Sm90Cfg128x128pp => (128, 128, 64),
-            TileConfig::Sm90Cfg128x192ew => (128, 192, 64),
+            TileConfig::Sm90Cfg192x128pp => (192, 128, 64),
+            TileConfig::Sm90Cfg128x192ew | TileConfig::Sm90Cfg128x192pp => (128, 192, 64),
         }
     }
 
@@ -233,7 +255,9 @@ impl TileConfig {
             TileConfig::Sm90Cfg128x256
             | TileConfig::Sm90Cfg128x256c2
             | TileConfig::Sm90Cfg128x128
-            | TileConfig::Sm90Cfg128x128pp => 384,
+            | TileConfig::Sm90Cfg128x128pp
+            | TileConfig::Sm90Cfg192x128pp
+            | TileConfig::Sm90Cfg128x192pp => 384,
             TileConfig::Sm90Cfg128x192ew => 512,
         }
     }
@@ -244,7 +268,9 @@ impl TileConfig {
             TileConfig::Cfg64x64
             | TileConfig::Cfg128x256
             | TileConfig::Sm90Cfg128x256
-            | TileConfig::Sm90Cfg128x256c2 => 3,
+            | TileConfig::Sm90Cfg128x256c2
+            | TileConfig::Sm90Cfg192x128pp
+            | TileConfig::Sm90Cfg128x192pp => 3,
             TileConfig::Cfg128x128
             | TileConfig::Cfg128x128w4
             | TileConfig::Sm90Cfg128x128pp
@@ -409,7 +435,7 @@ mod tests {
             assert!(alternatives.iter().all(|a| a.is_sm90() == c.is_sm90()), "{c:?}: the mainloop family is kept");
         }
         assert_eq!(TileConfig::from_name("Sm90Cfg64x64"), None);
-        assert_eq!(TileConfig::Sm90Cfg128x256.alternatives().len(), 5);
+        assert_eq!(TileConfig::Sm90Cfg128x256.alternatives().len(), 7);
         // Clusters: the shared memory of the plain tile, no prologue, two CTAs.
         let c2 = TileConfig::Sm90Cfg128x256c2;
         assert_eq!((c2.cluster(), TileConfig::Sm90Cfg128x256.cluster()), (2, 1));
@@ -420,6 +446,16 @@ mod tests {
         assert_eq!(TileConfig::Sm90Cfg128x128pp.tiles_in_flight(), 2);
         // Two scratches of 128 x 136 bf16, a 4-stage ring: the header's formula.
         assert_eq!(TileConfig::Sm90Cfg128x128pp.smem_bytes(), 1024 + 4 * 256 * 64 * 2 + 2 * 34_816 + 16 * 4 + 16);
+        // 192 accumulators per thread: two full-tile scratches and a 3-stage
+        // ring, the header's formula.
+        let pp = TileConfig::Sm90Cfg192x128pp;
+        assert_eq!((pp.tile(), pp.stages(), pp.tiles_in_flight()), ((192, 128, 64), 3, 2));
+        assert_eq!(pp.smem_bytes(), 1024 + 3 * 320 * 64 * 2 + 2 * 192 * 136 * 2 + 16 * 3 + 16);
+        assert_eq!(TileConfig::Sm90Cfg128x192pp.smem_bytes(), 226_368);
+        // Three staged column vectors fit beside them, not four (the
+        // emitter stages no more than fit: `col_slot`).
+        assert!(pp.smem_bytes_with(3) <= SM90_MAX_SMEM && pp.smem_bytes_with(4) > SM90_MAX_SMEM);
+        assert!(!pp.takes_a_prologue());
         // A 4-stage ring of 128 + 192 rows, a 64 x 192 float hand-off
         // buffer, the staging scratch of a 32-row tile, and the ring's
         // mbarriers plus turn[2], filled[2] and loaded[2]: the header's

@@ -86,6 +86,7 @@ pub(crate) fn emit(
         staged_load: None,
         col_vecs: Vec::new(),
         stage_cols: spec.config.is_sm90(),
+        config: spec.config,
         put_staged: false,
         packed: Vec::new(),
     };
@@ -334,6 +335,9 @@ struct Gemm {
     /// Whether column vectors may be staged (the Hopper mainloop, whose
     /// prefetch hook issues the copies).
     stage_cols: bool,
+    /// The tile configuration (whose shared memory bounds the staged
+    /// column vectors).
+    config: crate::config::TileConfig,
     /// The tile operand read through shared memory: its buffer and the
     /// template and call arguments of `coda::stage_tile_finish` (before the
     /// loop) and `coda::stage_tile_async` (the prefetch hook).
@@ -847,7 +851,9 @@ impl Gemm {
     /// The slot of a column vector read at the pair's own columns that is
     /// staged per tile (see `cg::stage_col_async`), if it is: a 16- or
     /// 32-bit float vector on the Hopper mainloop, at most
-    /// `MAX_STAGED_COL_VECS` of them (their slots add to shared memory).
+    /// `MAX_STAGED_COL_VECS` of them, and no more than the configuration's
+    /// shared memory has room for (their slots add to it: three beside the
+    /// ping-pong tiles with 192 accumulators).
     fn col_slot(&mut self, em: &Emitter<'_>, buf: usize, map: &ColMap, row: &str) -> Option<usize> {
         let dtype = em.ir.buffers[buf].dtype;
         let float = dtype.is_half() || dtype == coda_ir::DType::F32;
@@ -857,7 +863,8 @@ impl Gemm {
         if let Some(slot) = self.col_vecs.iter().position(|b| *b == buf) {
             return Some(slot);
         }
-        (self.col_vecs.len() < MAX_STAGED_COL_VECS).then(|| {
+        let room = self.config.smem_bytes_with(self.col_vecs.len() + 1) <= crate::config::SM90_MAX_SMEM;
+        (self.col_vecs.len() < MAX_STAGED_COL_VECS && room).then(|| {
             self.col_vecs.push(buf);
             self.col_vecs.len() - 1
         })
