@@ -8,7 +8,9 @@ Cases (M tokens, default 8192; weights are nn.Linear [out, in], bf16):
   gate_up   z = h @ w_gu.T, y = silu(z[:, :F]) * z[:, F:]       (M x 2F x D)
   down      x2 = x1 + y @ w_down.T                              (M x D x F)
   qkv       u = rmsnorm(x2) * g @ w_qkv.T, RoPE (half) on q, k  (M x Q x D)
-  block     all four in order (8B and 1B shapes)
+  block     all four in order
+Every case is at the 8B shapes; with the suffix _1b (block_1b, gate_up_1b,
+...) at the 1B ones.
 "cuBLAS" is the case's matrix products alone (torch.mm on the same
 operands); "eager" is the case written in plain PyTorch; "compile" is the
 same function through torch.compile (default mode, no CUDA graphs).
@@ -251,7 +253,7 @@ def main():
         print(f"codac: {line}")
     rows = []
     for case in args.cases.split(","):
-        model, name = ("1b", "block") if case == "block_1b" else ("8b", case)
+        model, name = ("1b", case[: -len("_1b")]) if case.endswith("_1b") else ("8b", case)
         p = MODELS[model]
         fn, mm, names = make_ops(p)[name]
         sets, one = make_copies(names, shapes(p, args.m), p["HD"], args.seed)

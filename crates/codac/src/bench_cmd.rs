@@ -22,7 +22,7 @@
 
 use crate::bench_report::{
     gbps, render_text, tflops, BareReport, BlockReport, CompileReport, DeviceReport, GemmReport, KernelReport, Report,
-    StepReport, Timing, TuneReport, SCHEMA,
+    StepReport, Timing, TuneBlockCheck, TuneReport, SCHEMA,
 };
 use crate::bench_rig::{Rig, RigSpec};
 use crate::cli::KernelFlags;
@@ -92,10 +92,10 @@ pub(crate) fn bench(args: &BenchArgs, color: ColorChoice) -> Result<Outcome> {
     let options = args.kernels.compile_options(device.arch().to_string(), args.block.clone(), launch);
     let compiled = coda::compile(&checked, &options)?;
     let mut store = TuningStore::from_env();
-    let tuned = if args.autotune {
+    let (tuned, tuned_blocks) = if args.autotune {
         autotune(args, &checked, &options, &compiled, &device, &dims, &mut store)?
     } else {
-        Vec::new()
+        (Vec::new(), Vec::new())
     };
     let (options, mut compiled) = tune::with_tuning(&checked, &options, compiled, &device, &store, &dims)?;
     crate::overrides::apply(&mut compiled)?;
@@ -121,6 +121,7 @@ pub(crate) fn bench(args: &BenchArgs, color: ColorChoice) -> Result<Outcome> {
         blocks: Vec::new(),
         steps: Vec::new(),
         autotune: tuned,
+        autotune_blocks: tuned_blocks,
     };
     let bench = Bench { device: &device, compiler, warmup: args.warmup as usize, iters: args.iters as usize };
     for manifest in &compiled.manifest.blocks {
@@ -146,7 +147,8 @@ pub(crate) fn bench(args: &BenchArgs, color: ColorChoice) -> Result<Outcome> {
 
 /// `--autotune`: tunes every block of the file (`compiled` with the rules'
 /// configurations, from `options`) and saves the winners (a store that
-/// cannot be written only loses them for later runs).
+/// cannot be written only loses them for later runs): each kernel's
+/// measurements and each block's check of its winners together.
 fn autotune(
     args: &BenchArgs,
     checked: &coda::Checked,
@@ -155,11 +157,11 @@ fn autotune(
     device: &Device,
     dims: &DimBindings,
     store: &mut TuningStore,
-) -> Result<Vec<TuneReport>> {
+) -> Result<(Vec<TuneReport>, Vec<TuneBlockCheck>)> {
     let profiles = coda::profile(checked, options, dims)?;
     let (warmup, iters) = (args.warmup as usize, args.iters as usize);
     let tuner = tune::Autotune { device, checked, options, dims, warmup, iters };
-    let mut reports = Vec::new();
+    let (mut reports, mut checks) = (Vec::new(), Vec::new());
     for manifest in &compiled.manifest.blocks {
         let Some(block) = checked.module.block(&manifest.block) else { continue };
         check_dims_known(block, dims)?;
@@ -167,7 +169,9 @@ fn autotune(
         let profile = profiles.iter().find(|p| p.block == manifest.block);
         let kernel_bytes = profile.iter().flat_map(|p| &p.kernels).map(|k| (k.name.clone(), k.bytes_moved)).collect();
         let block = tune::TuneBlock { manifest, inputs: &inputs, kernel_bytes: &kernel_bytes };
-        reports.extend(tuner.block(compiled, &block, store)?);
+        let (kernels, check) = tuner.block(compiled, &block, store)?;
+        reports.extend(kernels);
+        checks.extend(check);
     }
     match store.save() {
         Ok(()) => eprintln!(
@@ -177,7 +181,7 @@ fn autotune(
         ),
         Err(e) => eprintln!("warning: the tuning results were not saved: {e}"),
     }
-    Ok(reports)
+    Ok((reports, checks))
 }
 
 /// Opens device 0; every way of finding no usable GPU is a "no GPU" error.

@@ -29,6 +29,10 @@ pub(crate) struct Report {
     /// With `--autotune`: what was timed for each GEMM kernel and kept.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub(crate) autotune: Vec<TuneReport>,
+    /// With `--autotune`: each block whose kernels had winners, timed
+    /// with all of them against the rules' configurations.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) autotune_blocks: Vec<TuneBlockCheck>,
 }
 
 /// The autotuner's measurements for one GEMM kernel (`--autotune`).
@@ -42,8 +46,41 @@ pub(crate) struct TuneReport {
     pub(crate) trials: Vec<TuneTrial>,
     /// Alternatives not timed because they change the block's kernel list.
     pub(crate) skipped: Vec<String>,
-    /// The configuration filed for it.
+    /// The fastest configuration of the kernel timed alone (by
+    /// `tune::MARGIN`).
+    pub(crate) alone: String,
+    /// The configuration filed for it: `alone`, unless the block ran no
+    /// faster with the winners ([`TuneBlockCheck`]).
     pub(crate) chosen: String,
+}
+
+/// A block timed with every kernel's winner against the rules'
+/// configurations (`--autotune`): the winners are filed only if the block
+/// runs faster with them.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub(crate) struct TuneBlockCheck {
+    pub(crate) block: String,
+    /// `kernel config` of each winner.
+    pub(crate) winners: Vec<String>,
+    /// Medians of the block with the winners and with the rules' configurations (ms).
+    pub(crate) median_ms: f32,
+    pub(crate) rules_median_ms: f32,
+    /// Whether the winners were filed.
+    pub(crate) kept: bool,
+}
+
+impl TuneBlockCheck {
+    /// The progress line printed on standard error.
+    pub(crate) fn line(&self) -> String {
+        let verb = if self.kept { "keeps them" } else { "drops them (the rules' configurations stay)" };
+        format!(
+            "autotune {}: the block with {} {:.3} ms against {:.3} ms with the rules' configurations: {verb}",
+            self.block,
+            self.winners.join(", "),
+            self.median_ms,
+            self.rules_median_ms
+        )
+    }
 }
 
 /// One alternative against the rules' configuration: both medians (ms).
@@ -63,6 +100,9 @@ impl TuneReport {
         }
         for s in &self.skipped {
             line += &format!(", {s} skipped (it changes the kernel list)");
+        }
+        if self.chosen == self.rules && self.alone != self.rules {
+            return line + &format!(": {} wins alone, not in the block: keeps {}", self.alone, self.chosen);
         }
         let verb = if self.chosen == self.rules { "keeps" } else { "takes" };
         line + &format!(": {verb} {}", self.chosen)
@@ -462,6 +502,7 @@ mod tests {
             blocks: vec![block],
             steps: Vec::new(),
             autotune: Vec::new(),
+            autotune_blocks: Vec::new(),
         }
     }
 
@@ -474,6 +515,7 @@ mod tests {
             rules: "Sm90Cfg128x256".into(),
             trials: vec![trial("Sm90Cfg128x128", 0.084), trial("Sm90Cfg128x128pp", 0.089)],
             skipped: Vec::new(),
+            alone: "Sm90Cfg128x128".into(),
             chosen: "Sm90Cfg128x128".into(),
         };
         assert_eq!(
@@ -484,10 +526,25 @@ mod tests {
         let kept = TuneReport {
             trials: Vec::new(),
             skipped: vec!["Sm90Cfg128x128pp".into()],
+            alone: "Sm90Cfg128x256".into(),
             chosen: "Sm90Cfg128x256".into(),
             ..tuned.clone()
         };
         assert!(kept.line().ends_with("Sm90Cfg128x128pp skipped (it changes the kernel list): keeps Sm90Cfg128x256"));
+        let dropped = TuneReport { chosen: "Sm90Cfg128x256".into(), ..tuned.clone() };
+        assert!(dropped.line().ends_with(": Sm90Cfg128x128 wins alone, not in the block: keeps Sm90Cfg128x256"));
+        let check = TuneBlockCheck {
+            block: "llama3_layer".into(),
+            winners: vec!["k5 Sm90Cfg128x128pp".into(), "k6 Sm90Cfg128x128pp".into()],
+            median_ms: 1.693,
+            rules_median_ms: 1.616,
+            kept: false,
+        };
+        assert_eq!(
+            check.line(),
+            "autotune llama3_layer: the block with k5 Sm90Cfg128x128pp, k6 Sm90Cfg128x128pp 1.693 ms against 1.616 ms \
+             with the rules' configurations: drops them (the rules' configurations stay)"
+        );
         let mut r = report();
         assert!(
             serde_json::to_value(&r).unwrap_or_default().get("autotune").is_none(),
@@ -497,6 +554,10 @@ mod tests {
         let json = serde_json::to_value(&r).unwrap_or_default();
         assert_eq!(json["autotune"][0]["chosen"], "Sm90Cfg128x128");
         assert_eq!(json["autotune"][0]["trials"][1]["config"], "Sm90Cfg128x128pp");
+        assert!(json.get("autotune_blocks").is_none(), "no block check without winners");
+        r.autotune_blocks = vec![check];
+        let json = serde_json::to_value(&r).unwrap_or_default();
+        assert_eq!(json["autotune_blocks"][0]["kept"], false);
     }
 
     #[test]
