@@ -56,7 +56,7 @@ pub(crate) struct TuneReport {
 
 /// A block timed with every kernel's winner against the rules'
 /// configurations (`--autotune`): the winners are filed only if the block
-/// runs faster with them.
+/// runs at least 2% faster with them (`tune::MARGIN`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub(crate) struct TuneBlockCheck {
     pub(crate) block: String,
