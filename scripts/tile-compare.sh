@@ -14,8 +14,9 @@
 #      M = $COMPARE_M (default 8192) with `codac bench --tile-config`, each
 #      kernel interleaved with its bare GEMM on the rules' configuration, so
 #      the ratio column says what the configuration gains or costs.
-# Logs go under $OUT (default /tmp/codac-tile-compare); a summary table of
-# the block totals is printed last.
+# Logs go under $OUT (default /tmp/codac-tile-compare); printed last: each
+# configuration's GEMM rows and block totals, then one line per check and
+# bench with its exit code.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 

@@ -131,10 +131,9 @@ impl Autotune<'_> {
         let dims = dims_text(manifest, self.dims);
         let (mut reports, mut winners, mut keys) = (Vec::new(), BTreeMap::new(), Vec::new());
         for (ordinal, kernel) in gemm_kernels(manifest) {
-            let Some(report) = self.kernel(&rig, block, ordinal, kernel)? else { continue };
+            let Some((report, best)) = self.kernel(&rig, block, ordinal, kernel)? else { continue };
             if report.alone != report.rules {
-                let config = TileConfig::from_name(&report.alone).context("an unknown winner")?;
-                winners.insert(ordinal, (kernel.name.clone(), config));
+                winners.insert(ordinal, (kernel.name.clone(), best));
             }
             keys.push(key(self.device, source_of(compiled, kernel)?, &dims));
             reports.push(report);
@@ -159,14 +158,15 @@ impl Autotune<'_> {
     }
 
     /// GEMM kernel `kernel` (the `ordinal`-th of the block) timed against
-    /// each alternative of its configuration; `None` when it has none.
+    /// each alternative of its configuration, with the fastest; `None` when
+    /// it has none.
     fn kernel(
         &self,
         rig: &Rig,
         block: &TuneBlock<'_>,
         ordinal: usize,
         kernel: &KernelSpec,
-    ) -> Result<Option<TuneReport>> {
+    ) -> Result<Option<(TuneReport, TileConfig)>> {
         let Some(rules) = kernel.config.as_deref().and_then(TileConfig::from_name) else { return Ok(None) };
         let alternatives = rules.alternatives();
         if alternatives.len() < 2 {
@@ -185,7 +185,7 @@ impl Autotune<'_> {
                 best = (alternative, ratio);
             }
         }
-        Ok(Some(TuneReport {
+        let report = TuneReport {
             block: block.manifest.block.clone(),
             kernel: kernel.name.clone(),
             rules: rules.name().into(),
@@ -193,7 +193,8 @@ impl Autotune<'_> {
             skipped,
             alone: best.0.name().into(),
             chosen: best.0.name().into(),
-        }))
+        };
+        Ok(Some((report, best.0)))
     }
 
     /// The block with every kernel's winner (`winners`, by GEMM ordinal)

@@ -85,7 +85,6 @@ pub(crate) fn emit(
         scratch: None,
         staged_load: None,
         col_vecs: Vec::new(),
-        stage_cols: spec.config.is_sm90(),
         config: spec.config,
         put_staged: false,
         packed: Vec::new(),
@@ -332,11 +331,9 @@ struct Gemm {
     /// Stores held packed in the accumulators until the loop ends, by
     /// index, in slot order (`packed.rs`); only without a staged store.
     packed: Vec<usize>,
-    /// Whether column vectors may be staged (the Hopper mainloop, whose
-    /// prefetch hook issues the copies).
-    stage_cols: bool,
-    /// The tile configuration (whose shared memory bounds the staged
-    /// column vectors).
+    /// The tile configuration: column vectors are staged only on the Hopper
+    /// mainloop (whose prefetch hook issues the copies), as many as its
+    /// shared memory holds.
     config: crate::config::TileConfig,
     /// The tile operand read through shared memory: its buffer and the
     /// template and call arguments of `coda::stage_tile_finish` (before the
@@ -857,7 +854,7 @@ impl Gemm {
     fn col_slot(&mut self, em: &Emitter<'_>, buf: usize, map: &ColMap, row: &str) -> Option<usize> {
         let dtype = em.ir.buffers[buf].dtype;
         let float = dtype.is_half() || dtype == coda_ir::DType::F32;
-        if row != "0" || !self.stage_cols || !float || map.offset != 0 || map.stride != 1 {
+        if row != "0" || !self.config.is_sm90() || !float || map.offset != 0 || map.stride != 1 {
             return None;
         }
         if let Some(slot) = self.col_vecs.iter().position(|b| *b == buf) {
