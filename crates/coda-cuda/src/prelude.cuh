@@ -566,6 +566,32 @@ template <int TPR>
 __device__ __forceinline__ float finish_max(const float* p, long long ld, int r, int T, float* red) {
     return block_max<TPR>(fold_partials<TPR>(p, ld, r, T, coda::neg_inf(), MaxPartial()), red);
 }
+// The same in a GEMM epilogue's row stage, where the four lanes of a quad
+// hold the same rows: each lane loads every fourth partial (the first 16
+// of a row without a loop, so that the loads of all the thread's rows are
+// in flight together: four rows of 16 partials had cost eight memory
+// latencies one after the other), then the quad combines its four values
+// by butterfly.  Every lane gets the same bits (the combination is
+// commutative at each step).  All four lanes must call it with the same r.
+template <class Op>
+__device__ __forceinline__ float quad_fold_partials(const float* p, long long ld, int r, int T, float id, Op op) {
+    const float* row = p + (long long)r * ld;
+    const int q = (int)(threadIdx.x & 3u);
+    float v[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) v[u] = q + 4 * u < T ? row[q + 4 * u] : id;
+    float s = op(op(v[0], v[1]), op(v[2], v[3]));
+#pragma unroll 1
+    for (int t = q + 16; t < T; t += 4) s = op(s, row[t]);
+    s = op(s, coda::shfl_xor(s, 1));
+    return op(s, coda::shfl_xor(s, 2));
+}
+__device__ __forceinline__ float finish_sum_quad(const float* p, long long ld, int r, int T) {
+    return quad_fold_partials(p, ld, r, T, 0.0f, AddPartial());
+}
+__device__ __forceinline__ float finish_max_quad(const float* p, long long ld, int r, int T) {
+    return quad_fold_partials(p, ld, r, T, coda::neg_inf(), MaxPartial());
+}
 template <int TPR>
 __device__ __forceinline__ float finish_lse(const float* pm, const float* ps, long long ld, int r, int T, float* red) {
     float m = coda::neg_inf(), s = 0.0f, bad = 0.0f;

@@ -36,6 +36,10 @@ pub(crate) struct Emitter<'a> {
     /// Threads per row that may run a cooperative (block-wide) reduction
     /// at the current point; 1 where only sequential code is allowed.
     pub(crate) coop: u32,
+    /// Whether the current point is a GEMM epilogue's row stage, where the
+    /// four lanes of a quad hold the same rows and run the same code (row
+    /// partials are then finished by the quad together).
+    pub(crate) quad_rows: bool,
     /// File-scope declarations the kernel needs (rotary frequency tables),
     /// by name, emitted before the kernel.
     pub(crate) globals: std::collections::BTreeMap<String, String>,
@@ -69,6 +73,7 @@ impl<'a> Emitter<'a> {
             scopes: vec![HashMap::new()],
             rope_partners: HashMap::new(),
             coop: 1,
+            quad_rows: false,
             globals: std::collections::BTreeMap::new(),
             coherent: std::collections::BTreeSet::new(),
             k_range: None,
@@ -347,10 +352,15 @@ impl<'a> Emitter<'a> {
         let red = if tpr > 32 { "red" } else { "nullptr" };
         let first = *bufs.first().ok_or_else(|| self.internal("partial without a buffer"))?;
         let b = self.buf(first);
+        let quad = self.quad_rows && tpr == 1;
         Ok(match kind {
+            PartialKind::RowSum | PartialKind::RowSumSq | PartialKind::RowPick | PartialKind::ColSum if quad => {
+                format!("cg::finish_sum_quad({b}, {b}_ld, {m}, {b}_cols)")
+            }
             PartialKind::RowSum | PartialKind::RowSumSq | PartialKind::RowPick | PartialKind::ColSum => {
                 format!("cg::finish_sum<{tpr}>({b}, {b}_ld, {m}, {b}_cols, {red})")
             }
+            PartialKind::RowMax if quad => format!("cg::finish_max_quad({b}, {b}_ld, {m}, {b}_cols)"),
             PartialKind::RowMax => format!("cg::finish_max<{tpr}>({b}, {b}_ld, {m}, {b}_cols, {red})"),
             PartialKind::RowLse => {
                 let second = *bufs.get(1).ok_or_else(|| self.internal("lse partial without its sums"))?;

@@ -502,10 +502,14 @@ impl Gemm {
         em.line("#pragma unroll");
         em.open("for (int i = 0; i < Frag::RI; ++i)");
         em.line("const int m = f.row_in(i) ? f.row(i) : 0;");
+        // Every thread runs this loop, and a quad's lanes share m.
+        em.quad_rows = true;
         for (id, array) in self.rows.clone() {
-            let v = em.eval(id, "m", "0")?;
+            let v = em.eval(id, "m", "0");
+            let v = v.inspect_err(|_| em.quad_rows = false)?;
             em.line(format!("{array}[i] = {v};"));
         }
+        em.quad_rows = false;
         // Per-row values later kernels read: one thread per row, in the
         // first column tile.
         for store in em.kernel.stores.clone().iter().filter(|s| em.kernel.nodes[s.node].reg.is_none()) {
