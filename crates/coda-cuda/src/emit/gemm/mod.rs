@@ -505,8 +505,7 @@ impl Gemm {
         // Every thread runs this loop, and a quad's lanes share m.
         em.quad_rows = true;
         for (id, array) in self.rows.clone() {
-            let v = em.eval(id, "m", "0");
-            let v = v.inspect_err(|_| em.quad_rows = false)?;
+            let v = em.eval(id, "m", "0")?;
             em.line(format!("{array}[i] = {v};"));
         }
         em.quad_rows = false;
