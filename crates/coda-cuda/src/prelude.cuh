@@ -739,20 +739,34 @@ __device__ __forceinline__ unsigned stream_slot(const Frag& f, float* smem, int 
     const float* at = smem + (((s * kSlots + q) * Frag::RI + i) * Frag::kThreads + f.thread_index()) * 4;
     return static_cast<unsigned>(__cvta_generic_to_shared(at));
 }
-// Copies the quad at (m, k) into slot (s, q, i), or zeros when it is not
-// whole (stream_quad then reads it element by element).
+// Copies the quad at (m, k) into slot (s, q, i). A quad that is not whole
+// (ragged edge, misaligned buffer: only with kChecked) is read here instead,
+// element by element (zeros outside the buffer), and stored into the slot by
+// this thread, so stream_quad reads every quad from shared memory and the
+// pair loop holds no element fallback.
 template <class Frag, int kSlots, bool kChecked = true, class T>
 __device__ __forceinline__ void stream_issue(const Frag& f, float* smem, int s, int q, int i, const T* p, long long ld,
                                              int m, int k, int rows, int cols) {
-    const bool whole = !kChecked || whole_quad(p, ld, m, k, rows, cols);
-    const T* src = whole ? p + (long long)m * ld + k : p;
     const unsigned dst = stream_slot<Frag, kSlots>(f, smem, s, q, i);
+    const T* src = p + (long long)m * ld + k;
+    if (!kChecked || whole_quad(p, ld, m, k, rows, cols)) {
+        if constexpr (sizeof(T) == 4) {
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+        } else {
+            asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(dst), "l"(src) : "memory");
+        }
+        return;
+    }
+    unsigned each = 0;
+#pragma unroll
+    for (int d = 0; d < 4; ++d) each |= inside(m, k + d, rows, cols) ? 1u << d : 0u;
     if constexpr (sizeof(T) == 4) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(whole ? 16 : 0)
+        const uint4 w = ldg_w4_if(src, false, each);
+        asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst), "r"(w.x), "r"(w.y), "r"(w.z), "r"(w.w)
                      : "memory");
     } else {
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src), "r"(whole ? 8 : 0)
-                     : "memory");
+        const uint2 w = ldg_h4_if(src, false, each);
+        asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n" ::"r"(dst), "r"(w.x), "r"(w.y) : "memory");
     }
 }
 __device__ __forceinline__ void stream_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
@@ -760,64 +774,19 @@ template <int N>
 __device__ __forceinline__ void stream_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
-// The quad at (m, k) from slot (s, q, i) (after stream_wait), or, when it
-// is not whole, its elements inside the buffer from global memory (loads
-// predicated off otherwise; one asm statement, four registers).
-template <class Frag, int kSlots, bool kChecked = true, class T>
-__device__ __forceinline__ float4 stream_quad(const Frag& f, float* smem, int s, int q, int i, const T* p, long long ld,
-                                              int m, int k, int rows, int cols) {
-    if constexpr (!kChecked) {
-        const unsigned at = stream_slot<Frag, kSlots>(f, smem, s, q, i);
-        if constexpr (sizeof(T) == 4) {
-            float4 v;
-            asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
-                         : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-                         : "r"(at));
-            return v;
-        } else {
-            uint2 w;
-            asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n" : "=r"(w.x), "=r"(w.y) : "r"(at));
-            return quad_floats<T>(w);
-        }
-    }
-    const bool whole = whole_quad(p, ld, m, k, rows, cols);
-    unsigned each = 0;
-#pragma unroll
-    for (int d = 0; d < 4; ++d) each |= (!whole && inside(m, k + d, rows, cols)) ? 1u << d : 0u;
-    const T* g = p + (long long)m * ld + k;
+// The quad of slot (s, q, i) as floats (after stream_wait), of element
+// type T (p only names it).
+template <class Frag, int kSlots, class T>
+__device__ __forceinline__ float4 stream_quad(const Frag& f, float* smem, int s, int q, int i, const T*) {
     const unsigned at = stream_slot<Frag, kSlots>(f, smem, s, q, i);
     if constexpr (sizeof(T) == 4) {
-        uint4 v;
-        asm volatile(
-            "{\n\t.reg .pred e0, e1, e2, e3;\n\t.reg .b32 t;\n\t"
-            CG_ELEMENT_PREDICATES("%6")
-            "ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n\t"
-            "@e0 ld.global.nc.b32 %0, [%5];\n\t"
-            "@e1 ld.global.nc.b32 %1, [%5+4];\n\t"
-            "@e2 ld.global.nc.b32 %2, [%5+8];\n\t"
-            "@e3 ld.global.nc.b32 %3, [%5+12];\n\t}"
-            : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-            : "r"(at), "l"(g), "r"(each)
-            : "memory");
-        return quad_floats(v);
+        float4 v;
+        asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(at));
+        return v;
     } else {
-        uint2 v;
-        asm volatile(
-            "{\n\t.reg .pred e0, e1, e2, e3, nw;\n\t.reg .b32 t;\n\t.reg .b16 h0, h1, h2, h3;\n\t"
-            "setp.eq.b32 nw, %5, 0;\n\t"
-            CG_ELEMENT_PREDICATES("%4")
-            "mov.b16 h0, 0;\n\tmov.b16 h1, 0;\n\tmov.b16 h2, 0;\n\tmov.b16 h3, 0;\n\t"
-            "ld.shared.v2.b32 {%0, %1}, [%2];\n\t"
-            "@e0 ld.global.nc.b16 h0, [%3];\n\t"
-            "@e1 ld.global.nc.b16 h1, [%3+2];\n\t"
-            "@e2 ld.global.nc.b16 h2, [%3+4];\n\t"
-            "@e3 ld.global.nc.b16 h3, [%3+6];\n\t"
-            "@nw mov.b32 %0, {h0, h1};\n\t"
-            "@nw mov.b32 %1, {h2, h3};\n\t}"
-            : "=r"(v.x), "=r"(v.y)
-            : "r"(at), "l"(g), "r"(each), "r"((int)whole)
-            : "memory");
-        return quad_floats<T>(v);
+        uint2 w;
+        asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n" : "=r"(w.x), "=r"(w.y) : "r"(at));
+        return quad_floats<T>(w);
     }
 }
 

@@ -94,18 +94,6 @@ impl<'a> Emitter<'a> {
         self.lines.push(format!("{pad}{}", text.as_ref()));
     }
 
-    /// How many lines have been emitted so far (see `indent_lines_from`).
-    pub(crate) fn lines_len(&self) -> usize {
-        self.lines.len()
-    }
-
-    /// Indents the lines emitted since `start` by one more level.
-    pub(crate) fn indent_lines_from(&mut self, start: usize) {
-        for line in self.lines.iter_mut().skip(start) {
-            line.insert_str(0, "    ");
-        }
-    }
-
     /// A statement computing IR value `value`, with its source location.
     pub(crate) fn stmt(&mut self, text: impl AsRef<str>, value: Value) {
         let loc = self.loc(value);

@@ -37,38 +37,30 @@ impl Gemm {
     /// (the `y @ w_down.T` GEMM of the Llama-3 saving forward: 192 bytes,
     /// 3% slower).
     ///
-    /// With stores held packed in the accumulators (`packed.rs`), `kHold`
-    /// says where the loop holds them: on the interior copy, whose `tail`
-    /// (their stores) follows it, or on the only loop, followed by `tail`;
-    /// the edge copy stores them pair by pair.
+    /// Stores held packed in the accumulators (`packed.rs`) are held by
+    /// both copies and stored once, by `tail`, after them: the edge copy
+    /// differs from the interior one only in its checks, which keeps it as
+    /// short (the dSwiGLU GEMM's edge copy had stored its two outputs pair
+    /// by pair with checked stores, and took two thirds of the kernel's
+    /// compile time).
     pub(super) fn interior_split(&self, lines: Vec<String>, tail: Vec<String>) -> Vec<String> {
         let pad = "    ".repeat(2);
-        let hold = |on: bool| -> Vec<String> {
-            if self.packed.is_empty() {
-                Vec::new()
-            } else {
-                vec![format!("{pad}constexpr bool kHold = {on};  // packed stores (see coda::store_tile_packed)")]
-            }
-        };
         if self.fast.is_empty() || !self.fast_load {
             let edge = match self.fast.is_empty() {
                 true => Vec::new(),
                 false => vec![format!("{pad}constexpr bool kEdge = true;  // no unchecked load: one checked loop")],
             };
-            return [edge, hold(true), lines, tail].concat();
+            return [edge, lines, tail].concat();
         }
         let conditions = self.fast.join(&format!("\n{pad}    && "));
         let mut out = vec![format!("{pad}const bool interior = {conditions};")];
         for (head, edge) in [("if (interior) {", "false"), ("} else {", "true")] {
             out.push(format!("{pad}{head}"));
             out.push(format!("{pad}    constexpr bool kEdge = {edge};"));
-            out.extend(hold(edge == "false").into_iter().map(|l| format!("    {l}")));
             out.extend(lines.iter().map(|l| format!("    {l}")));
-            if edge == "false" {
-                out.extend(tail.iter().map(|l| format!("    {l}")));
-            }
         }
         out.push(format!("{pad}}}"));
+        out.extend(tail);
         out
     }
 
@@ -178,7 +170,7 @@ impl Gemm {
         self.streaming = self.may_stream && self.staged_load.is_none();
         let s = position_or_push(&mut self.ahead, (buf, in_n, check));
         let load = if self.streaming {
-            format!("cg::stream_quad<Frag, kStreamSlots, {check}>(f, smem, {s}, j % kStreamSlots, i, {access})")
+            format!("cg::stream_quad<Frag, kStreamSlots>(f, smem, {s}, j % kStreamSlots, i, {})", em.buf(buf))
         } else {
             format!("cg::load4<{check}>({access})")
         };

@@ -32,8 +32,7 @@
 //! several partials), a Hopper epilogue holds up to two 16-bit full-tile
 //! outputs packed in the accumulator registers until the loop ends and
 //! stores them through the scratch then (`packed.rs`,
-//! `coda::store_tile_packed`), on the interior tiles; edge tiles store
-//! them pair by pair.
+//! `coda::store_tile_packed`, which bounds the edge tiles' rows and columns).
 //!
 //! Likewise one full-tile 16-bit operand read at the accumulator's own
 //! columns (a residual) is staged into shared memory with coalesced 16-byte
@@ -623,7 +622,7 @@ impl Gemm {
         for (slot, idx) in self.packed.clone().into_iter().enumerate() {
             let store = em.kernel.stores[idx].clone();
             let vars = self.slot_values(em, store.node, "packed store")?;
-            packed::pack_lines(em, slot, &store, &vars, |em| self.store(em, &store))?;
+            packed::pack_line(em, slot, &store, &vars)?;
         }
         em.pop_scope();
         let body = drop_unused_indices(em.take_lines());

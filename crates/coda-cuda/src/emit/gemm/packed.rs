@@ -44,27 +44,12 @@ fn part_end(em: &Emitter<'_>, s: &Store) -> Option<i64> {
     Some(width + s.col_offset?)
 }
 
-/// The pair loop's last statements for a packed store: its values, rounded,
-/// into the pair's accumulator register `slot` where the loop holds them
-/// (`kHold`: interior tiles, or every tile without an interior copy of the
-/// loop), the pair store of `store_pair` on the edge tiles' copy, which
-/// would otherwise keep every accumulator live across a second loop.
-pub(super) fn pack_lines(
-    em: &mut Emitter<'_>,
-    slot: usize,
-    store: &Store,
-    vars: &[String],
-    store_pair: impl FnOnce(&mut Emitter<'_>) -> Result<(), CodegenError>,
-) -> Result<(), CodegenError> {
+/// The pair loop's last statement for a packed store: its values, rounded,
+/// into the pair's accumulator register `slot`.
+pub(super) fn pack_line(em: &mut Emitter<'_>, slot: usize, store: &Store, vars: &[String]) -> Result<(), CodegenError> {
     let [v0, v1] = vars else { return Err(em.internal("a packed store of one slot")) };
     let t = super::super::params::c_type(em.ir.buffers[store.buf].dtype);
-    em.line("if constexpr (kHold) {");
-    em.stmt(format!("    f.acc[i][j][{slot}] = coda::pack_acc<{t}>({v0}, {v1});"), em.kernel.nodes[store.node].value);
-    em.line("} else {");
-    let start = em.lines_len();
-    store_pair(em)?;
-    em.indent_lines_from(start);
-    em.line("}");
+    em.stmt(format!("f.acc[i][j][{slot}] = coda::pack_acc<{t}>({v0}, {v1});"), em.kernel.nodes[store.node].value);
     Ok(())
 }
 
