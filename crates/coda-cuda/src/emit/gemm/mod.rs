@@ -720,8 +720,8 @@ impl Gemm {
     /// Whether every column of every tile is a column of `map`, so that a
     /// partial over it needs no column check: the map starts at the
     /// accumulator's first column and spans its N, a constant multiple of
-    /// BN (checks of 128 pairs cost the Llama-3 out-projection's epilogue
-    /// 8% of its cold compile).
+    /// BN (two checks per accumulator pair had cost the Llama-3
+    /// out-projection 8% of its cold compile).
     fn spans_every_tile(&self, map: &ColMap) -> bool {
         let Some(n) = self.whole_col_tiles else { return false };
         map.offset == 0 && map.len.as_const().is_some_and(|len| len * map.stride == n)
