@@ -106,6 +106,10 @@ struct AccFrag {
     // Whether the epilogue scratch is free during the K loop, so that a
     // tile operand can be staged asynchronously (stage_tile_async).
     static constexpr bool kAsyncStage = false;
+    // Columns the staged stores hold in shared memory at a time (the whole
+    // tile here; a Hopper configuration may stage subtiles).
+    static constexpr int kStageN = BN;
+    static constexpr int kStageRegions = 1;
 
     float acc[RI][CJ][2];
     // With an A prologue that keeps row statistics (Pro::kRowSumSq): the sum
@@ -531,11 +535,11 @@ struct RowChunks {
 // bounds checks whose addresses advance by a constant stride: each thread
 // keeps one chunk column and steps down the rows, so the per-chunk index
 // arithmetic (and the registers it pinned) is gone.
-template <class T, class Frag, int W>
+template <class T, class Frag, int W, int PITCH = Frag::BN + 8>
 __device__ __forceinline__ void store_staged_rows(const Frag& f, const TileInfo& t, const unsigned char* s, T* out,
                                                   long long ld, int origin, int out_cols) {
     constexpr int kVec = 16 / (int)sizeof(T);
-    constexpr int kRowBytes = (Frag::BN + 8) * (int)sizeof(T);
+    constexpr int kRowBytes = PITCH * (int)sizeof(T);
     constexpr int kChunksPerRow = W / kVec;
     constexpr int kChunks = Frag::BM * kChunksPerRow;
     typedef RowChunks<Frag, kChunksPerRow> Chunks;
@@ -576,13 +580,13 @@ __device__ __forceinline__ void store_staged_rows(const Frag& f, const TileInfo&
 // ld allow aligned 16-byte stores (uniform over the CTA), else bounded
 // element stores in a loop that is not unrolled (a rare path: an output
 // that is not codac's own, kept small so that it does not slow the compile).
-template <class T, class Frag, int W>
+template <class T, class Frag, int W, int PITCH = Frag::BN + 8>
 __device__ __forceinline__ void store_staged_out(const Frag& f, const TileInfo& t, const unsigned char* s, T* out,
                                                  long long ld, int origin, int out_cols) {
     constexpr int kVec = 16 / (int)sizeof(T);
-    constexpr int kRowBytes = (Frag::BN + 8) * (int)sizeof(T);
+    constexpr int kRowBytes = PITCH * (int)sizeof(T);
     if ((ld % kVec) == 0 && (reinterpret_cast<unsigned long long>(out) & 15) == 0) {
-        store_staged_rows<T, Frag, W>(f, t, s, out, ld, origin, out_cols);
+        store_staged_rows<T, Frag, W, PITCH>(f, t, s, out, ld, origin, out_cols);
         return;
     }
 #pragma unroll 1
@@ -930,6 +934,173 @@ __device__ __forceinline__ float2 staged_pair(const Frag& f, int i, int j, const
     constexpr int kRowBytes = (Frag::BN + 8) * 2;
     const unsigned char* s = reinterpret_cast<const unsigned char*>(smem);
     return unpack_pair(*reinterpret_cast<const unsigned*>(s + f.local_row(i) * kRowBytes + f.local_col(j) * 2), T());
+}
+
+// ---------------------------------------------------------------------------
+// Staged subtiles (a configuration whose Frag::kStageN < BN, e.g. the
+// ping-pong Sm90Cfg128x192pps): the scratch holds kStageRegions regions of
+// BM x kStageN elements (rows padded to kStageN + 8), enough for a
+// kStageN-column subtile of a tile operand and of two outputs, instead of
+// whole tiles; the ring gets the shared memory saved.  The pair loop walks
+// the columns in order (j outer), and every kStageN / 8 column pairs form
+// subtile c = j / (kStageN / 8):
+//   sub_begin      before subtile c > 0: the previous subtile's stores
+//                  have read the scratch (subtile 0: the caller's barrier);
+//   sub_load       then a 16-bit tile operand's subtile into region 0
+//                  (16-byte copies, zero outside the operand), waited for;
+//   sub_pair       the operand's pair (i, j) from region 0;
+//   sub_put        an output's pair into region R, where Map sends it; a put
+//                  into region 0 replaces the operand's pair, so each thread
+//                  reads its pair before putting its own (every position
+//                  belongs to one thread: no barrier needed);
+//   sub_end        after the subtile's last pair: region R to the output
+//                  (the first sub_end of a subtile, kSync, waits for every
+//                  thread's puts).
+// Maps: StagedOwnCols and StagedHalfCols keep a subtile's columns in one run
+// of the output; StagedUnpermuteCols<START, END, GROUP> (GROUP a multiple of
+// 2 kStageN, START of GROUP) sends a subtile's even and odd columns to two
+// runs of kStageN / 2 columns (the two halves of a rotary pair group), or,
+// outside [START, END), keeps them as two runs in order.  Without room for
+// the regions (a static property of the configuration), sub_put stores
+// directly (bounded) and the other helpers do nothing but sub_pair, which
+// then reads global memory.
+// ---------------------------------------------------------------------------
+template <class Frag>
+struct StagedSub {
+    static constexpr int kCols = Frag::kStageN;
+    static constexpr int kPairs = kCols / 8;  // j per subtile
+    static constexpr int kPitch = kCols + 8;  // elements per scratch row
+    static constexpr int kRegionBytes = Frag::BM * kPitch * 2;
+    static __device__ __forceinline__ int first_col(const TileInfo& t, int j) { return t.tile_n0 + j / kPairs * kCols; }
+    static __device__ __forceinline__ int local_col(const Frag& f, int j) { return f.local_col(j) - j / kPairs * kCols; }
+};
+template <class Frag>
+__device__ __forceinline__ bool sub_fits(const TileInfo& t) {
+    return Frag::kStageRegions * StagedSub<Frag>::kRegionBytes <= t.smem_bytes;
+}
+// Where a map sends subtile-local column lc + e (-1: not stored) and the
+// output runs of a subtile whose first accumulator column is n0.
+template <class Map, class Frag>
+struct SubRuns {  // StagedOwnCols, StagedHalfCols: one run
+    static constexpr int kRuns = 1;
+    static constexpr int kWidth = Map::template width<StagedSub<Frag>::kCols>();
+    static __device__ __forceinline__ int dest(int n0, int lc, int e) { return Map::dest(n0, lc, e); }
+    static __device__ __forceinline__ int origin(int n0, int) { return Map::origin(n0); }
+};
+template <int START, int END, int GROUP, class Frag>
+struct SubRuns<StagedUnpermuteCols<START, END, GROUP>, Frag> {
+    static constexpr int kCols = StagedSub<Frag>::kCols;
+    static_assert(GROUP % (2 * kCols) == 0, "a rotary group must hold whole subtile pairs");
+    static constexpr int kRuns = 2;
+    static constexpr int kWidth = kCols / 2;
+    static __device__ __forceinline__ bool paired(int n0) { return n0 >= START && n0 < END; }
+    static __device__ __forceinline__ int dest(int n0, int lc, int e) {
+        const int c = lc + e;
+        return paired(n0) ? (c & 1) * kWidth + (c >> 1) : c;
+    }
+    static __device__ __forceinline__ int origin(int n0, int run) {
+        if (!paired(n0)) return n0 + run * kWidth;
+        const int local = n0 - START, j = local % GROUP;
+        return START + (local - j) + run * (GROUP / 2) + j / 2;
+    }
+};
+template <class Frag>
+__device__ __forceinline__ void sub_begin(const Frag& f, const TileInfo& t, int j) {
+    if (j > 0 && j % StagedSub<Frag>::kPairs == 0 && sub_fits<Frag>(t)) f.sync();
+}
+template <class T, class Frag>
+__device__ __forceinline__ void sub_load(const Frag& f, const TileInfo& t, int j, const T* src, long long ld, int rows,
+                                         int cols, float* smem) {
+    static_assert(sizeof(T) == 2, "a staged operand is 16-bit");
+    typedef StagedSub<Frag> Sub;
+    constexpr int kChunksPerRow = Sub::kCols / 8;
+    constexpr int kChunks = Frag::BM * kChunksPerRow;
+    if (j % Sub::kPairs != 0 || !sub_fits<Frag>(t)) return;
+    const int n0 = Sub::first_col(t, j);
+    const bool vec_ok = stage_tile_vec_ok(src, ld);
+    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+#pragma unroll
+    for (int c0 = 0; c0 < kChunks; c0 += Frag::kThreads) {
+        const int c = c0 + f.thread_index();
+        if (kChunks % Frag::kThreads != 0 && c >= kChunks) break;
+        const int r = c / kChunksPerRow, ch = c % kChunksPerRow;
+        const int grow = t.tile_m0 + r, gcol = n0 + ch * 8;
+        const unsigned dst = s + r * Sub::kPitch * 2 + ch * 16;
+        if (vec_ok) {
+            const bool in = grow < rows && gcol < cols;
+            const int bytes = in ? 2 * (cols - gcol < 8 ? cols - gcol : 8) : 0;
+            const T* p = in ? src + (long long)grow * ld + gcol : src;
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(p), "r"(bytes) : "memory");
+        } else {
+            unsigned short e[8];
+#pragma unroll
+            for (int k = 0; k < 8; ++k)
+                e[k] = grow < rows && gcol + k < cols
+                           ? __ldg(reinterpret_cast<const unsigned short*>(src + (long long)grow * ld + gcol + k))
+                           : (unsigned short)0;
+            asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst), "r"(e[0] | ((unsigned)e[1] << 16)),
+                         "r"(e[2] | ((unsigned)e[3] << 16)), "r"(e[4] | ((unsigned)e[5] << 16)),
+                         "r"(e[6] | ((unsigned)e[7] << 16))
+                         : "memory");
+        }
+    }
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+    f.sync();
+}
+template <class T, class Frag>
+__device__ __forceinline__ float2 sub_pair(const Frag& f, const TileInfo& t, int i, int j, const T* src, long long ld,
+                                           int rows, int cols, const float* smem) {
+    typedef StagedSub<Frag> Sub;
+    if (!sub_fits<Frag>(t)) {
+        const int r = f.row(i), c = f.col(j);
+        const bool in = r < rows;
+        return make_float2(in && c < cols ? to_float(src[(long long)r * ld + c]) : 0.0f,
+                           in && c + 1 < cols ? to_float(src[(long long)r * ld + c + 1]) : 0.0f);
+    }
+    const unsigned char* s = reinterpret_cast<const unsigned char*>(smem);
+    return unpack_pair(*reinterpret_cast<const unsigned*>(s + f.local_row(i) * Sub::kPitch * 2 + Sub::local_col(f, j) * 2),
+                       T());
+}
+template <class T, class Map, int R, class Frag>
+__device__ __forceinline__ void sub_put(const Frag& f, const TileInfo& t, int i, int j, T* out, long long ld,
+                                        int out_cols, float* smem, float v0, float v1) {
+    typedef StagedSub<Frag> Sub;
+    typedef SubRuns<Map, Frag> Runs;
+    static_assert(sizeof(T) == 2 && R < Frag::kStageRegions, "16-bit outputs, one region each");
+    const int n0 = Sub::first_col(t, j), lc = Sub::local_col(f, j);
+    if (!sub_fits<Frag>(t)) {
+        const int ofs = Map::origin(t.tile_n0);
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const int d = Map::dest(t.tile_n0, f.local_col(j), e);
+            if (d >= 0) store_at(out, ld, f.row(i), ofs + d, f.m, out_cols, e == 0 ? v0 : v1);
+        }
+        return;
+    }
+    unsigned char* row = reinterpret_cast<unsigned char*>(smem) + R * Sub::kRegionBytes + f.local_row(i) * Sub::kPitch * 2;
+    if constexpr (is_same<Map, StagedOwnCols>::value) {
+        *reinterpret_cast<unsigned*>(row + lc * 2) = PairBits<T>::pack(v0, v1);
+    } else {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const int d = Runs::dest(n0, lc, e);
+            if (d >= 0) store1(reinterpret_cast<T*>(row) + d, e == 0 ? v0 : v1);
+        }
+    }
+}
+template <class T, class Map, int R, bool kSync, class Frag>
+__device__ __forceinline__ void sub_end(const Frag& f, const TileInfo& t, int j, T* out, long long ld, int out_cols,
+                                        float* smem) {
+    typedef StagedSub<Frag> Sub;
+    typedef SubRuns<Map, Frag> Runs;
+    if (j % Sub::kPairs != Sub::kPairs - 1 || !sub_fits<Frag>(t)) return;
+    const int n0 = Sub::first_col(t, j);
+    if (kSync) f.sync();
+    const unsigned char* s = reinterpret_cast<const unsigned char*>(smem) + R * Sub::kRegionBytes;
+#pragma unroll
+    for (int run = 0; run < Runs::kRuns; ++run)
+        store_staged_out<T, Frag, Runs::kWidth, Sub::kPitch>(f, t, s + run * Runs::kWidth * 2, out, ld,
+                                                             Runs::origin(n0, run), out_cols);
 }
 
 }  // namespace coda

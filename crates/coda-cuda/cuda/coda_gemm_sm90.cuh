@@ -159,7 +159,8 @@ struct alignas(128) TmaDesc {
 // m64 slabs per warpgroup).  Ping-pong: one warpgroup per tile (BM = 64 or
 // 128).  Accumulators per consumer thread: (BM / warpgroups per tile) * BN / 128
 // <= 128.  GROUP_M: rasterization group (tiles along M).
-template <int BM_, int BN_, int STAGES, bool PINGPONG, int GROUP_M = 16, bool EPI_WG = false, int CLUSTER_M = 1>
+template <int BM_, int BN_, int STAGES, bool PINGPONG, int GROUP_M = 16, bool EPI_WG = false, int CLUSTER_M = 1,
+          int STAGE_N = 0, int STAGE_REGIONS = 1>
 struct Sm90Config {
     static constexpr bool kIsSm90 = true;
     static constexpr int BM = BM_;
@@ -177,6 +178,12 @@ struct Sm90Config {
     // tile column and each loads 1 / kClusterM of the shared B tile,
     // multicast into every CTA of the cluster.
     static constexpr int kClusterM = CLUSTER_M;
+    // Columns the epilogue stages through shared memory at a time: the
+    // whole tile (0), or subtiles of kStageN columns in kStageRegions
+    // regions (coda::sub_put: a staged operand's and outputs'), whose
+    // smaller scratch leaves room for a deeper ring.
+    static constexpr int kStageN = STAGE_N ? STAGE_N : BN_;
+    static constexpr int kStageRegions = STAGE_REGIONS;
     static constexpr int kThreads = EPI_WG ? 512 : 384;
     static constexpr int kMinBlocks = 1;
     static constexpr int kUnitWGs = PINGPONG ? 1 : 2;   // consumer warpgroups per tile
@@ -218,6 +225,7 @@ struct Sm90Config {
     static_assert(kSlabs * BN <= (PINGPONG ? 384 : 256),
                   "at most 128 accumulators per consumer thread (192 for ping-pong)");
     static_assert(kStages >= 2, "at least 2 stages");
+    static_assert(BN % kStageN == 0 && kStageN % 16 == 0, "staged subtiles must divide the tile in 16-column steps");
     static_assert(kClusterM == 1 || (kClusterM == 2 && !PINGPONG && !EPI_WG && (BN / 64) % kClusterM == 0),
                   "clusters of 2 CTAs along M, cooperative mainloop only");
     static_assert(!EPI_WG || (!PINGPONG && kSlabs == 1 && BN <= 192),
@@ -252,6 +260,12 @@ typedef Sm90Config<192, 128, 3, true, 8> Sm90Cfg192x128pp;
 typedef Sm90Config<128, 192, 3, true> Sm90Cfg128x192pp;
 typedef Sm90Config<128, 192, 4, false, 16, true> Sm90Cfg128x192ew;
 typedef Sm90Config<128, 256, 3, false, 16, false, 2> Sm90Cfg128x256c2;
+// Ping-pong with staged subtiles (32 columns at a time, one region): two
+// 10 KiB scratches instead of two full tiles leave room for 5 ring stages.
+typedef Sm90Config<128, 192, 5, true, 16, false, 1, 32, 1> Sm90Cfg128x192pps;
+// The same with two regions (a staged operand's subtile beside an output's,
+// or two outputs') and a 4-stage ring.
+typedef Sm90Config<128, 192, 4, true, 16, false, 1, 32, 2> Sm90Cfg128x192pps2;
 
 // The epilogue fragment: AccFrag (same layout and members) whose sync() is a
 // named barrier over the threads running the epilogue.  Without an epilogue
@@ -262,6 +276,8 @@ struct Sm90Frag : AccFrag<Cfg::kEpiRI, Cfg::BN / 8, 64, Cfg::kEpiBM, Cfg::BN, Cf
     // Private scratch per tile in flight; the epilogue warpgroup's scratch
     // is the hand-off buffer, busy during the next tile's K loop.
     static constexpr bool kAsyncStage = !Cfg::kEpiWG;
+    static constexpr int kStageN = Cfg::kStageN;
+    static constexpr int kStageRegions = Cfg::kStageRegions;
     int bar_id;  // named barrier of this tile's threads (1 or 2)
     __device__ __forceinline__ void sync() const {
         asm volatile("bar.sync %0, %1;\n" ::"r"(bar_id), "n"(Cfg::kEpiThreads) : "memory");
@@ -300,7 +316,7 @@ struct EpiColVecs<E, decltype(void(E::kColVecs))> {
 template <class Cfg, class Epi>
 __host__ __device__ constexpr int sm90_scratch_core_bytes() {
     typedef Sm90Frag<Cfg> F;
-    constexpr int a = staged_store_bytes<Cfg::kEpiBM, Cfg::BN, bf16>();
+    constexpr int a = Cfg::kStageRegions * staged_store_bytes<Cfg::kEpiBM, Cfg::kStageN, bf16>();
     constexpr int b = 4 * Epi::kSmemFloats;
     constexpr int c = 4 * F::kReduceFloats;
     constexpr int m = a > b ? (a > c ? a : c) : (b > c ? b : c);

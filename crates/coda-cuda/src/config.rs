@@ -26,6 +26,12 @@
 //! mainloop unless its permuted range and groups are multiples of 64 rows
 //! (what one TMA box of the pair-order view covers).
 //!
+//! Once a GEMM's epilogue is built, one the rules gave `Sm90Cfg128x256`
+//! moves to ping-pong tiles with staged subtiles ([`subtiles_pay`]:
+//! `Sm90Cfg128x192pps`, or `Sm90Cfg128x192pps2` for two outputs) when that
+//! epilogue is light (no tile operand, no partials) and `N` fills a
+//! 192-column grid.
+//!
 //! These rules know `N` but not the run-time `M`; `codac bench --autotune`
 //! measures a Hopper choice's [`TileConfig::alternatives`] for one `M` and
 //! files the winner, which `CodegenOptions::tiles` then applies. Five of
@@ -109,6 +115,13 @@ pub enum TileConfig {
     /// M that share their B tile: each loads half of it with TMA multicast
     /// into both, so B costs the L2 half as much.
     Sm90Cfg128x256c2,
+    /// Hopper: 128×192×64 ping-pong whose epilogue stages 32 columns at a
+    /// time (`coda::sub_put`), so two small scratches leave room for a
+    /// 5-stage ring.
+    Sm90Cfg128x192pps,
+    /// Hopper: `Sm90Cfg128x192pps` with two regions (a staged operand's
+    /// subtile beside an output's, or two outputs') and a 4-stage ring.
+    Sm90Cfg128x192pps2,
 }
 
 impl TileConfig {
@@ -126,6 +139,8 @@ impl TileConfig {
             TileConfig::Sm90Cfg128x192pp => "Sm90Cfg128x192pp",
             TileConfig::Sm90Cfg128x192ew => "Sm90Cfg128x192ew",
             TileConfig::Sm90Cfg128x256c2 => "Sm90Cfg128x256c2",
+            TileConfig::Sm90Cfg128x192pps => "Sm90Cfg128x192pps",
+            TileConfig::Sm90Cfg128x192pps2 => "Sm90Cfg128x192pps2",
         }
     }
 
@@ -140,11 +155,13 @@ impl TileConfig {
                 | TileConfig::Sm90Cfg128x192pp
                 | TileConfig::Sm90Cfg128x192ew
                 | TileConfig::Sm90Cfg128x256c2
+                | TileConfig::Sm90Cfg128x192pps
+                | TileConfig::Sm90Cfg128x192pps2
         )
     }
 
     /// Every configuration, for lookups by name.
-    pub const ALL: [TileConfig; 11] = [
+    pub const ALL: [TileConfig; 13] = [
         TileConfig::Cfg64x64,
         TileConfig::Cfg128x128,
         TileConfig::Cfg128x128w4,
@@ -156,6 +173,8 @@ impl TileConfig {
         TileConfig::Sm90Cfg128x192pp,
         TileConfig::Sm90Cfg128x192ew,
         TileConfig::Sm90Cfg128x256c2,
+        TileConfig::Sm90Cfg128x192pps,
+        TileConfig::Sm90Cfg128x192pps2,
     ];
 
     /// The configuration of a C++ type name ([`TileConfig::name`]).
@@ -172,7 +191,7 @@ impl TileConfig {
     /// registers where the rules avoided it (a wide epilogue), which the
     /// measurement then shows. Portable configurations have none.
     pub fn alternatives(self) -> Vec<TileConfig> {
-        const HOPPER: [TileConfig; 7] = [
+        const HOPPER: [TileConfig; 9] = [
             TileConfig::Sm90Cfg128x256,
             TileConfig::Sm90Cfg128x128,
             TileConfig::Sm90Cfg128x128pp,
@@ -180,6 +199,8 @@ impl TileConfig {
             TileConfig::Sm90Cfg128x192pp,
             TileConfig::Sm90Cfg128x192ew,
             TileConfig::Sm90Cfg128x256c2,
+            TileConfig::Sm90Cfg128x192pps,
+            TileConfig::Sm90Cfg128x192pps2,
         ];
         if !self.is_sm90() {
             return vec![self];
@@ -189,7 +210,36 @@ impl TileConfig {
 
     /// The ping-pong Hopper mainloop (two tiles in flight).
     pub fn is_ping_pong(self) -> bool {
-        matches!(self, TileConfig::Sm90Cfg128x128pp | TileConfig::Sm90Cfg192x128pp | TileConfig::Sm90Cfg128x192pp)
+        matches!(
+            self,
+            TileConfig::Sm90Cfg128x128pp
+                | TileConfig::Sm90Cfg192x128pp
+                | TileConfig::Sm90Cfg128x192pp
+                | TileConfig::Sm90Cfg128x192pps
+                | TileConfig::Sm90Cfg128x192pps2
+        )
+    }
+
+    /// Columns the epilogue stages through shared memory at a time, when
+    /// fewer than the tile's: then the scratch holds
+    /// [`TileConfig::stage_regions`] regions of that many columns
+    /// (`coda::sub_put`), and nothing that needs a whole tile (streamed
+    /// quads) goes through it.
+    pub fn stage_cols(self) -> Option<i64> {
+        match self {
+            TileConfig::Sm90Cfg128x192pps | TileConfig::Sm90Cfg128x192pps2 => Some(32),
+            _ => None,
+        }
+    }
+
+    /// Regions of staged subtiles in the scratch: with one, a subtile holds
+    /// one output (a staged operand or a second output would need another;
+    /// they are read and written in global memory then).
+    pub fn stage_regions(self) -> i64 {
+        match self {
+            TileConfig::Sm90Cfg128x192pps2 => 2,
+            _ => 1,
+        }
     }
 
     /// Whether the mainloop takes an A prologue (gains applied on load, row
@@ -231,7 +281,10 @@ impl TileConfig {
             TileConfig::Cfg128x256 | TileConfig::Sm90Cfg128x256 | TileConfig::Sm90Cfg128x256c2 => (128, 256, 64),
             TileConfig::Sm90Cfg128x128 | TileConfig::Sm90Cfg128x128pp => (128, 128, 64),
             TileConfig::Sm90Cfg192x128pp => (192, 128, 64),
-            TileConfig::Sm90Cfg128x192ew | TileConfig::Sm90Cfg128x192pp => (128, 192, 64),
+            TileConfig::Sm90Cfg128x192ew
+            | TileConfig::Sm90Cfg128x192pp
+            | TileConfig::Sm90Cfg128x192pps
+            | TileConfig::Sm90Cfg128x192pps2 => (128, 192, 64),
         }
     }
 
@@ -257,7 +310,9 @@ impl TileConfig {
             | TileConfig::Sm90Cfg128x128
             | TileConfig::Sm90Cfg128x128pp
             | TileConfig::Sm90Cfg192x128pp
-            | TileConfig::Sm90Cfg128x192pp => 384,
+            | TileConfig::Sm90Cfg128x192pp
+            | TileConfig::Sm90Cfg128x192pps
+            | TileConfig::Sm90Cfg128x192pps2 => 384,
             TileConfig::Sm90Cfg128x192ew => 512,
         }
     }
@@ -274,8 +329,9 @@ impl TileConfig {
             TileConfig::Cfg128x128
             | TileConfig::Cfg128x128w4
             | TileConfig::Sm90Cfg128x128pp
-            | TileConfig::Sm90Cfg128x192ew => 4,
-            TileConfig::Sm90Cfg128x128 => 5,
+            | TileConfig::Sm90Cfg128x192ew
+            | TileConfig::Sm90Cfg128x192pps2 => 4,
+            TileConfig::Sm90Cfg128x128 | TileConfig::Sm90Cfg128x192pps => 5,
         }
     }
 
@@ -300,7 +356,10 @@ impl TileConfig {
         let ring = self.stages() * (bm + bn) * bk * 2;
         // The staged store of the functor's tile, rounded to 128 bytes.
         let (ebm, _) = self.epilogue_tile();
-        let staging = (ebm * (bn + 8) * 2 + 127) / 128 * 128;
+        let staging = match self.stage_cols() {
+            Some(cols) => self.stage_regions() * ebm * (cols + 8) * 2,
+            None => (ebm * (bn + 8) * 2 + 127) / 128 * 128,
+        };
         let bytes = if self.has_epilogue_warpgroup() {
             // One consumer warpgroup's slab of floats, then the staging
             // scratch; no column-vector slots (that epilogue stages nothing
@@ -375,6 +434,33 @@ pub fn for_shape(chosen: TileConfig, m: Option<i64>, n: Option<i64>, multiproces
     }
 }
 
+/// The staged-subtile configuration a GEMM the rules gave `chosen` runs
+/// faster on, if any: a `Sm90Cfg128x256` GEMM whose epilogue needs
+/// `regions` regions (one per stored value, no tile operand, no partials:
+/// see `kir::build`) and whose constant `N` leaves at most 1% of a
+/// 192-column tile grid empty; `Sm90Cfg128x192pps` for one region,
+/// `Sm90Cfg128x192pps2` for two. Measured on the H100
+/// (`docs/benchmarks.md`, session 19): the Llama-3 8B gate/up GEMM with its
+/// SwiGLU 2.752 ms against 2.951 on `Sm90Cfg128x256`, its bare GEMM 2.600
+/// against 2.666, the saving forward's (which also stores the
+/// pre-activation) 2.880 / 2.887 against 3.235 / 3.159 on
+/// `Sm90Cfg128x192pps2`; but the 4096-column out-projection's bare GEMM,
+/// whose last column tile is a third full, 0.412 against 0.387, the
+/// epilogues that read a residual (k7) 1.507 against 1.399, and the
+/// rotations of k8 0.802 against 0.673.
+pub fn subtiles_pay(chosen: TileConfig, n: &Dim, regions: Option<i64>) -> Option<TileConfig> {
+    let (_, bn, _) = TileConfig::Sm90Cfg128x192pps.tile();
+    let little_waste = n.as_const().is_some_and(|n| n >= bn && (bn - n % bn) % bn * 100 <= n);
+    if chosen != TileConfig::Sm90Cfg128x256 || !little_waste {
+        return None;
+    }
+    match regions {
+        Some(1) => Some(TileConfig::Sm90Cfg128x192pps),
+        Some(2) => Some(TileConfig::Sm90Cfg128x192pps2),
+        _ => None,
+    }
+}
+
 /// The configuration of a GEMM on `target` (see the module docs):
 /// `portable` is [`choose`]'s answer, `wide` whether the epilogue reads
 /// per-column vectors beside per-row values (`wide_epilogue`), `b_pairs` the B operand's pair order if
@@ -435,7 +521,7 @@ mod tests {
             assert!(alternatives.iter().all(|a| a.is_sm90() == c.is_sm90()), "{c:?}: the mainloop family is kept");
         }
         assert_eq!(TileConfig::from_name("Sm90Cfg64x64"), None);
-        assert_eq!(TileConfig::Sm90Cfg128x256.alternatives().len(), 7);
+        assert_eq!(TileConfig::Sm90Cfg128x256.alternatives().len(), 9);
         // Clusters: the shared memory of the plain tile, no prologue, two CTAs.
         let c2 = TileConfig::Sm90Cfg128x256c2;
         assert_eq!((c2.cluster(), TileConfig::Sm90Cfg128x256.cluster()), (2, 1));
@@ -467,6 +553,14 @@ mod tests {
         assert_eq!(ew.epilogue_tile(), (32, 192));
         assert_eq!(TileConfig::Sm90Cfg128x256.epilogue_tile(), (128, 256));
         assert!(!ew.takes_a_prologue() && TileConfig::Sm90Cfg128x128.takes_a_prologue());
+        // Staged subtiles: one region of 128 x (32 + 8) bf16 per tile in
+        // flight leaves room for a 5-stage ring and three staged column
+        // vectors.
+        let pps = TileConfig::Sm90Cfg128x192pps;
+        assert_eq!((pps.stages(), pps.stage_cols(), pps.tiles_in_flight()), (5, Some(32), 2));
+        assert_eq!(pps.smem_bytes(), 1024 + 5 * 320 * 64 * 2 + 2 * (128 * 40 * 2) + 16 * 5 + 16);
+        assert!(pps.smem_bytes_with(3) <= SM90_MAX_SMEM && pps.smem_bytes_with(4) > SM90_MAX_SMEM);
+        assert_eq!(TileConfig::Sm90Cfg128x256.stage_cols(), None);
     }
 
     #[test]
@@ -484,6 +578,24 @@ mod tests {
         assert_eq!(for_shape(t, Some(1000), Some(768), 132), TileConfig::Sm90Cfg128x128);
         assert_eq!(for_shape(t, None, Some(768), 132), t);
         assert_eq!(for_shape(TileConfig::Cfg128x256, Some(1000), Some(768), 132), TileConfig::Cfg128x256);
+    }
+
+    #[test]
+    fn subtiles_where_the_192_column_grid_is_nearly_full() {
+        let t = TileConfig::Sm90Cfg128x256;
+        let pps = Some(TileConfig::Sm90Cfg128x192pps);
+        assert_eq!(subtiles_pay(t, &Dim::constant(28672), Some(1)), pps); // 149.3 tiles: 0.4% empty
+        assert_eq!(subtiles_pay(t, &Dim::constant(28672), Some(2)), Some(TileConfig::Sm90Cfg128x192pps2));
+        assert_eq!(subtiles_pay(t, &Dim::constant(14336), Some(1)), pps);
+        assert_eq!(subtiles_pay(t, &Dim::constant(6144), Some(1)), pps); // 32 whole tiles
+        assert_eq!(subtiles_pay(t, &Dim::constant(4096), Some(1)), None); // 21.3 tiles: 4.9% empty
+        assert_eq!(subtiles_pay(t, &Dim::constant(28672), None), None);
+        assert_eq!(subtiles_pay(t, &Dim::constant(28672), Some(3)), None);
+        assert_eq!(subtiles_pay(t, &Dim::symbol("N"), Some(1)), None);
+        assert_eq!(subtiles_pay(TileConfig::Sm90Cfg128x128, &Dim::constant(28672), Some(1)), None);
+        let pps2 = TileConfig::Sm90Cfg128x192pps2;
+        assert_eq!((pps2.stages(), pps2.stage_cols(), pps2.stage_regions()), (4, Some(32), 2));
+        assert_eq!(pps2.smem_bytes(), 1024 + 4 * 320 * 64 * 2 + 2 * (2 * 128 * 40 * 2) + 16 * 4 + 16);
     }
 
     #[test]

@@ -38,6 +38,7 @@ pub(crate) fn build(block: &Block, plan: &Plan, options: &CodegenOptions) -> Res
         mats: plan.mats.clone(),
         staging: BTreeMap::new(),
         configs: BTreeMap::new(),
+        rules_chose: BTreeSet::new(),
         used_names: BTreeSet::new(),
     };
     b.declare_io();
@@ -87,6 +88,10 @@ struct Builder<'a> {
     mats: BTreeMap<(Value, DType), usize>,
     staging: BTreeMap<usize, BufId>,
     configs: BTreeMap<usize, TileConfig>,
+    /// The GEMMs (by plan kernel) whose configuration the rules chose (none
+    /// asked for, no A prologue): those may move to staged subtiles once
+    /// their epilogue is built ([`config::subtiles_pay`]).
+    rules_chose: BTreeSet<usize>,
     used_names: BTreeSet<String>,
 }
 
@@ -212,7 +217,11 @@ impl Builder<'_> {
             // The ping-pong and epilogue-warpgroup mainloops have no A prologue.
             let fits = |c: &TileConfig| chosen.alternatives().contains(c) && (!prologue || c.takes_a_prologue());
             let asked = [self.tile_config, self.tiles.get(&ordinal).copied()];
-            let chosen = asked.into_iter().flatten().find(fits).unwrap_or(chosen);
+            let asked = asked.into_iter().flatten().find(fits);
+            if asked.is_none() && !prologue {
+                self.rules_chose.insert(k);
+            }
+            let chosen = asked.unwrap_or(chosen);
             ordinal += 1;
             self.configs.insert(k, chosen);
         }
@@ -283,6 +292,23 @@ impl Builder<'_> {
             }
         }
         finishes && vectors.len() >= 2
+    }
+
+    /// The regions of staged subtiles a GEMM epilogue would need, if it
+    /// suits them: one per stored value (at most two, each into 16-bit
+    /// buffers, none accumulated or a concatenation part), no per-tile
+    /// partials, and no tile operand (the configurations that would stage
+    /// a residual measured slower: `config::subtiles_pay`).
+    fn subtile_regions(&self, nodes: &[Node], stores: &[Store], partials: &[PartialOut]) -> Option<i64> {
+        let plain = |s: &Store| {
+            !s.accumulate && s.col_offset.is_none() && s.col_perm.is_none() && self.buffers[s.buf].dtype.is_half()
+        };
+        let tile_operand = nodes.iter().any(|n| matches!(n.op, Op::Load(_)) && n.space == Space::Tile);
+        if !partials.is_empty() || tile_operand || !stores.iter().all(plain) {
+            return None;
+        }
+        let values: BTreeSet<NodeId> = stores.iter().map(|s| s.node).collect();
+        i64::try_from(values.len()).ok().filter(|n| (1..=2).contains(n))
     }
 
     fn declare_partials(&mut self) {
@@ -393,7 +419,15 @@ impl Builder<'_> {
             stores.extend(self.stores_of(&mut ctx, value, buf, output.accumulate, col_perm)?);
         }
         let partials = self.partials_of(&mut ctx)?;
-        let kind = self.kernel_kind(&ctx, &stores)?;
+        let mut kind = self.kernel_kind(&ctx, &stores)?;
+        if let KernelKind::Gemm(spec) = &mut kind {
+            let regions = self.subtile_regions(&ctx.nodes, &stores, &partials);
+            if let Some(subtiled) = config::subtiles_pay(spec.config, &spec.n, regions) {
+                if self.rules_chose.contains(&k) {
+                    spec.config = subtiled;
+                }
+            }
+        }
         let why = self.why_not_epilogue(k);
         Ok(Kernel { name: String::new(), kind, nodes: ctx.nodes, stores, partials, why })
     }

@@ -44,9 +44,14 @@
 //! tile's K loop (`coda::stage_tile_async`), together with those of up to
 //! [`MAX_STAGED_COL_VECS`] column vectors read at the pair's own columns
 //! (`cg::stage_col_async`, read back with `cg::col_pair`).
+//!
+//! A configuration that stages subtiles (`TileConfig::stage_cols`) puts the
+//! same staged stores and operand through two small regions instead, a few
+//! columns at a time, from inside the pair loop (`subtile.rs`).
 
 mod ahead;
 mod packed;
+mod subtile;
 
 use ahead::Access;
 
@@ -92,7 +97,11 @@ pub(crate) fn emit(
     g.staged = staged_store(em, spec);
     g.twins = g.staged.map_or_else(Vec::new, |(first, how)| twin_stores(em, spec, first, how));
     g.scratch = g.staged.and_then(|(first, _)| scratch_store(em, spec, first, &g.twins));
-    g.may_stream = spec.config.is_sm90() && g.staged.is_none() && g.scratch.is_none();
+    if spec.config.stage_cols().is_some() && spec.config.stage_regions() < 2 {
+        g.scratch = None; // one region holds the staged store's subtiles only
+    }
+    let subtiled = spec.config.stage_cols().is_some();
+    g.may_stream = spec.config.is_sm90() && !subtiled && g.staged.is_none() && g.scratch.is_none();
     if g.staged.is_none() {
         g.packed = packed::stores(em, spec);
     }
@@ -101,12 +110,13 @@ pub(crate) fn emit(
     g.row_values(em)?;
     g.partial_decls(em)?;
     g.main_loop(em)?;
-    if let Some(idx) = g.scratch {
+    // Staged subtiles were stored in the loop.
+    if let Some(idx) = g.scratch.filter(|_| !subtiled) {
         let store = em.kernel.stores[idx].clone();
         let call = put_finish_call(em, store.buf, Staging::Identity, OutCols::GemmN);
         em.stmt(call, em.kernel.nodes[store.node].value);
     }
-    if let Some((idx, how)) = g.staged {
+    if let Some((idx, how)) = g.staged.filter(|_| !subtiled) {
         let store = em.kernel.stores[idx].clone();
         let call = if g.put_staged {
             put_finish_call(em, store.buf, how, OutCols::Buffer)
@@ -124,8 +134,9 @@ pub(crate) fn emit(
     g.reductions(em)?;
     let body = em.take_lines().join("\n");
     let pro = prologue_struct(em, spec, &epi);
-    let mut prefetches: Vec<String> =
-        g.staged_load.iter().map(|(_, call)| format!("coda::stage_tile_async{call};")).collect();
+    let mut prefetches: Vec<String> = (g.staged_load.iter().filter(|_| !subtiled))
+        .map(|(_, call)| format!("coda::stage_tile_async{call};"))
+        .collect();
     for (slot, buf) in g.col_vecs.iter().enumerate() {
         let b = em.buf(*buf);
         prefetches.push(format!("cg::stage_col_async(f, t, {slot}, smem, {b}, {b}_cols);"));
@@ -369,7 +380,8 @@ fn staged_store(em: &Emitter<'_>, spec: &GemmSpec) -> Option<(usize, Staging)> {
     if !roomy || em.kernel.partials.len() > 1 {
         return None;
     }
-    em.kernel.stores.iter().enumerate().find_map(|(i, s)| staging(em, spec, s).map(|how| (i, how)))
+    let fits = |how: &Staging| spec.config.stage_cols().is_none_or(|cols| subtile::fits(*how, cols));
+    em.kernel.stores.iter().enumerate().find_map(|(i, s)| staging(em, spec, s).filter(fits).map(|how| (i, how)))
 }
 
 /// How store `s` could be staged through shared memory, if it can: a full
@@ -602,7 +614,7 @@ impl Gemm {
                 continue;
             }
             if self.scratch == Some(idx) {
-                self.put(em, &store, Staging::Identity, OutCols::GemmN)?;
+                self.put(em, &store, Staging::Identity, OutCols::GemmN, 0)?;
             } else {
                 self.store(em, &store)?;
             }
@@ -610,12 +622,13 @@ impl Gemm {
         for (idx, part) in em.kernel.partials.clone().iter().enumerate() {
             self.accumulate(em, idx, part)?;
         }
-        self.put_staged = self.staged.is_some() && self.staged_load.is_none() && self.scratch.is_none();
+        let subtiled = self.config.stage_cols().is_some();
+        self.put_staged = self.staged.is_some() && (subtiled || (self.staged_load.is_none() && self.scratch.is_none()));
         if let Some((idx, how)) = self.staged {
             let store = em.kernel.stores[idx].clone();
             let vars = self.slot_values(em, store.node, "staged store")?;
             if self.put_staged {
-                self.put(em, &store, how, OutCols::Buffer)?;
+                self.put(em, &store, how, OutCols::Buffer, self.staged_region())?;
             } else {
                 for (slot, v) in vars.iter().enumerate() {
                     em.line(format!("f.acc[i][j][{slot}] = {v};"));
@@ -638,7 +651,7 @@ impl Gemm {
         // combines its pairs in increasing j, so partial sums keep their order.
         let pad = |n: usize| "    ".repeat(n);
         let mut lines = outer;
-        if let Some((_, call)) = &self.staged_load {
+        if let Some((_, call)) = self.staged_load.as_ref().filter(|_| !subtiled) {
             lines.push(format!("{}coda::stage_tile_finish{call};", pad(2)));
         } else if (self.scratch.is_some() || self.put_staged) && self.col_vecs.is_empty() {
             lines.push(format!("{}f.sync();  // the loop writes the scratch", pad(2)));
@@ -652,6 +665,10 @@ impl Gemm {
         let outer_lines = std::mem::take(&mut lines);
         lines.push(format!("{}#pragma unroll", pad(2)));
         lines.push(format!("{}for (int j = 0; j < Frag::CJ; ++j) {{", pad(2)));
+        if subtiled {
+            let operand = self.staged_load.as_ref().map(|(buf, _)| *buf);
+            lines.extend(subtile::begin_lines(em, operand).into_iter().map(|l| format!("{}{l}", pad(3))));
+        }
         lines.extend(ahead.into_iter().map(|l| format!("{}{l}", pad(3))));
         if uses(&text, "n") {
             lines.push(format!("{}const int n = f.col(j);", pad(3)));
@@ -678,6 +695,10 @@ impl Gemm {
         for idx in &col_sums {
             lines.push(format!("{}coda::col_keep<coda::SumOp>(f, j, part{idx}_j, part{idx});", pad(3)));
         }
+        if subtiled {
+            let stores = self.sub_stores(em);
+            lines.extend(subtile::end_lines(em, &stores).into_iter().map(|l| format!("{}{l}", pad(3))));
+        }
         lines.push(format!("{}}}", pad(2)));
         let mut tail = Vec::new();
         for (slot, idx) in self.packed.clone().into_iter().enumerate() {
@@ -691,6 +712,35 @@ impl Gemm {
         }
         em.set_indent(2);
         Ok(())
+    }
+
+    /// The scratch region of the staged store when subtiles are staged:
+    /// region 1 beside a staged operand or a scratch store (region 0).
+    fn staged_region(&self) -> usize {
+        usize::from(self.staged_load.is_some() || self.scratch.is_some())
+    }
+
+    /// The stores written through the regions of staged subtiles, in the
+    /// order their subtiles are stored: the scratch store, the staged
+    /// store, its twins.
+    fn sub_stores(&self, em: &Emitter<'_>) -> Vec<subtile::SubStore> {
+        let buf = |idx: usize| em.kernel.stores[idx].buf;
+        let scratch = self.scratch.map(|idx| subtile::SubStore {
+            buf: buf(idx),
+            how: Staging::Identity,
+            cols: OutCols::GemmN,
+            region: 0,
+        });
+        let staged = self.staged.into_iter().flat_map(|(idx, how)| {
+            let region = self.staged_region();
+            std::iter::once(idx).chain(self.twins.iter().copied()).map(move |i| subtile::SubStore {
+                buf: buf(i),
+                how,
+                cols: OutCols::Buffer,
+                region,
+            })
+        });
+        scratch.into_iter().chain(staged).collect()
     }
 
     /// The slot values of register node `node`, evaluated earlier in the
@@ -842,7 +892,12 @@ impl Gemm {
                 self.staged_load = Some((buf, format!("<{t}>(f, t, {b}, {b}_ld, {b}_rows, {b}_cols, smem)")));
             }
             let t = super::params::c_type(em.ir.buffers[buf].dtype);
-            em.stmt(format!("const float2 {name} = coda::staged_pair<{t}>(f, i, j, smem);"), value);
+            let read = if self.config.stage_cols().is_some() {
+                subtile::pair_call(em, buf)
+            } else {
+                format!("coda::staged_pair<{t}>(f, i, j, smem)")
+            };
+            em.stmt(format!("const float2 {name} = {read};"), value);
             self.pairs.insert(key, name.clone());
             return name;
         }
@@ -889,7 +944,10 @@ impl Gemm {
     fn can_stage(&self, em: &Emitter<'_>, buf: usize, map: &ColMap) -> bool {
         let half = em.ir.buffers[buf].dtype.is_half();
         let own = map.offset == 0 && map.stride == 1;
-        half && own && !self.streaming && self.staged_load.as_ref().is_none_or(|(b, _)| *b == buf)
+        // Staged subtiles keep the operand in region 0 and the outputs beside
+        // it, so they need two regions.
+        let room = self.config.stage_cols().is_none() || self.config.stage_regions() >= 2;
+        half && own && room && !self.streaming && self.staged_load.as_ref().is_none_or(|(b, _)| *b == buf)
     }
 
     fn slot_expr(
@@ -1001,10 +1059,15 @@ impl Gemm {
         store: &crate::kir::Store,
         how: Staging,
         cols: OutCols,
+        region: usize,
     ) -> Result<(), CodegenError> {
         let vars = self.slot_values(em, store.node, "store")?;
         let (Some(v0), Some(v1)) = (vars.first(), vars.last()) else { return Err(em.internal("put store slots")) };
-        let text = put_call(em, store.buf, how, cols, (v0, v1));
+        let text = if self.config.stage_cols().is_some() {
+            subtile::put_call(em, subtile::SubStore { buf: store.buf, how, cols, region }, (v0, v1))
+        } else {
+            put_call(em, store.buf, how, cols, (v0, v1))
+        };
         em.stmt(text, em.kernel.nodes[store.node].value);
         Ok(())
     }
