@@ -260,10 +260,11 @@ typedef Sm90Config<192, 128, 3, true, 8> Sm90Cfg192x128pp;
 typedef Sm90Config<128, 192, 3, true> Sm90Cfg128x192pp;
 typedef Sm90Config<128, 192, 4, false, 16, true> Sm90Cfg128x192ew;
 typedef Sm90Config<128, 256, 3, false, 16, false, 2> Sm90Cfg128x256c2;
-// Ping-pong with staged subtiles (32 columns at a time, one region): two
-// 10 KiB scratches instead of two full tiles leave room for 5 ring stages.
-typedef Sm90Config<128, 192, 5, true, 16, false, 1, 32, 1> Sm90Cfg128x192pps;
-// The same with two regions (a staged operand's subtile beside an output's,
+// Ping-pong with staged subtiles: two 18 KiB scratches (64 columns at a
+// time, one region) instead of two full tiles leave room for 4 ring stages
+// (5 stages of 32-column subtiles measured slower: more barriers).
+typedef Sm90Config<128, 192, 4, true, 16, false, 1, 64, 1> Sm90Cfg128x192pps;
+// Two regions of 32 columns (a staged operand's subtile beside an output's,
 // or two outputs') and a 4-stage ring.
 typedef Sm90Config<128, 192, 4, true, 16, false, 1, 32, 2> Sm90Cfg128x192pps2;
 

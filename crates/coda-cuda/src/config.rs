@@ -115,12 +115,13 @@ pub enum TileConfig {
     /// M that share their B tile: each loads half of it with TMA multicast
     /// into both, so B costs the L2 half as much.
     Sm90Cfg128x256c2,
-    /// Hopper: 128×192×64 ping-pong whose epilogue stages 32 columns at a
+    /// Hopper: 128×192×64 ping-pong whose epilogue stages 64 columns at a
     /// time (`coda::sub_put`), so two small scratches leave room for a
-    /// 5-stage ring.
+    /// 4-stage ring.
     Sm90Cfg128x192pps,
-    /// Hopper: `Sm90Cfg128x192pps` with two regions (a staged operand's
-    /// subtile beside an output's, or two outputs') and a 4-stage ring.
+    /// Hopper: 128×192×64 ping-pong with two regions of 32-column staged
+    /// subtiles (a staged operand's subtile beside an output's, or two
+    /// outputs') and a 4-stage ring.
     Sm90Cfg128x192pps2,
 }
 
@@ -227,7 +228,8 @@ impl TileConfig {
     /// quads) goes through it.
     pub fn stage_cols(self) -> Option<i64> {
         match self {
-            TileConfig::Sm90Cfg128x192pps | TileConfig::Sm90Cfg128x192pps2 => Some(32),
+            TileConfig::Sm90Cfg128x192pps => Some(64),
+            TileConfig::Sm90Cfg128x192pps2 => Some(32),
             _ => None,
         }
     }
@@ -330,8 +332,9 @@ impl TileConfig {
             | TileConfig::Cfg128x128w4
             | TileConfig::Sm90Cfg128x128pp
             | TileConfig::Sm90Cfg128x192ew
+            | TileConfig::Sm90Cfg128x192pps
             | TileConfig::Sm90Cfg128x192pps2 => 4,
-            TileConfig::Sm90Cfg128x128 | TileConfig::Sm90Cfg128x192pps => 5,
+            TileConfig::Sm90Cfg128x128 => 5,
         }
     }
 
@@ -440,14 +443,14 @@ pub fn for_shape(chosen: TileConfig, m: Option<i64>, n: Option<i64>, multiproces
 /// see `kir::build`) and whose constant `N` leaves at most 1% of a
 /// 192-column tile grid empty; `Sm90Cfg128x192pps` for one region,
 /// `Sm90Cfg128x192pps2` for two. Measured on the H100
-/// (`docs/benchmarks.md`, session 19): the Llama-3 8B gate/up GEMM with its
-/// SwiGLU 2.752 ms against 2.951 on `Sm90Cfg128x256`, its bare GEMM 2.600
-/// against 2.666, the saving forward's (which also stores the
-/// pre-activation) 2.880 / 2.887 against 3.235 / 3.159 on
-/// `Sm90Cfg128x192pps2`; but the 4096-column out-projection's bare GEMM,
-/// whose last column tile is a third full, 0.412 against 0.387, the
-/// epilogues that read a residual (k7) 1.507 against 1.399, and the
-/// rotations of k8 0.802 against 0.673.
+/// (`docs/benchmarks.md`, session 19, M = 8192): the Llama-3 8B gate/up
+/// GEMM with its SwiGLU 2.690 / 2.867 ms against 2.895 / 2.895 with
+/// 32-column subtiles and 2.95–3.08 on `Sm90Cfg128x256`; the saving
+/// forward's (which also stores the pre-activation) 2.880 / 2.887 against
+/// 3.235 / 3.159 on `Sm90Cfg128x192pps2`; but the 4096-column
+/// out-projection's bare GEMM, whose last column tile is a third full,
+/// 0.412 against 0.387, the epilogues that read a residual (k7) 1.507
+/// against 1.399, and the rotations of k8 0.79–0.80 against 0.67–0.71.
 pub fn subtiles_pay(chosen: TileConfig, n: &Dim, regions: Option<i64>) -> Option<TileConfig> {
     let (_, bn, _) = TileConfig::Sm90Cfg128x192pps.tile();
     let little_waste = n.as_const().is_some_and(|n| n >= bn && (bn - n % bn) % bn * 100 <= n);
@@ -553,13 +556,13 @@ mod tests {
         assert_eq!(ew.epilogue_tile(), (32, 192));
         assert_eq!(TileConfig::Sm90Cfg128x256.epilogue_tile(), (128, 256));
         assert!(!ew.takes_a_prologue() && TileConfig::Sm90Cfg128x128.takes_a_prologue());
-        // Staged subtiles: one region of 128 x (32 + 8) bf16 per tile in
-        // flight leaves room for a 5-stage ring and three staged column
-        // vectors.
+        // Staged subtiles: one region of 128 x (64 + 8) bf16 per tile in
+        // flight beside a 4-stage ring, with room for four staged column
+        // vectors (the emitter's limit).
         let pps = TileConfig::Sm90Cfg128x192pps;
-        assert_eq!((pps.stages(), pps.stage_cols(), pps.tiles_in_flight()), (5, Some(32), 2));
-        assert_eq!(pps.smem_bytes(), 1024 + 5 * 320 * 64 * 2 + 2 * (128 * 40 * 2) + 16 * 5 + 16);
-        assert!(pps.smem_bytes_with(3) <= SM90_MAX_SMEM && pps.smem_bytes_with(4) > SM90_MAX_SMEM);
+        assert_eq!((pps.stages(), pps.stage_cols(), pps.tiles_in_flight()), (4, Some(64), 2));
+        assert_eq!(pps.smem_bytes(), 1024 + 4 * 320 * 64 * 2 + 2 * (128 * 72 * 2) + 16 * 4 + 16);
+        assert!(pps.smem_bytes_with(4) <= SM90_MAX_SMEM);
         assert_eq!(TileConfig::Sm90Cfg128x256.stage_cols(), None);
     }
 
