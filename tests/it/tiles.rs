@@ -1,6 +1,8 @@
 //! Tile configurations asked for by name (`--tile-config`,
-//! `CodegenOptions::tile_config`): the clusters of `Sm90Cfg128x256c2` and,
-//! above all, the epilogue-warpgroup mainloop `Sm90Cfg128x192ew`: which
+//! `CodegenOptions::tile_config`): the clusters of `Sm90Cfg128x256c2`, the
+//! staged subtiles of `Sm90Cfg128x192pps` / `pps2` (which the rules also
+//! choose) and, above all, the epilogue-warpgroup mainloop
+//! `Sm90Cfg128x192ew`: which
 //! GEMMs take them, that their kernels compile with NVRTC without warnings
 //! (`CODAC_REQUIRE_NVRTC=1` makes a missing NVRTC a failure, as in
 //! `cuda.rs`), that cluster kernels launch whole clusters, and that the
@@ -17,6 +19,8 @@ use coda_runtime::Arch;
 
 const EW: TileConfig = TileConfig::Sm90Cfg128x192ew;
 const C2: TileConfig = TileConfig::Sm90Cfg128x256c2;
+const PPS: TileConfig = TileConfig::Sm90Cfg128x192pps;
+const PPS2: TileConfig = TileConfig::Sm90Cfg128x192pps2;
 
 /// The forward and backward views of an example, checked.
 fn views(file: &str) -> Vec<coda::Checked> {
@@ -128,5 +132,101 @@ fn epilogue_warpgroup_kernels_emulate_like_the_interpreter() {
     assert!(!wants_a_prologue(&backward.source.text));
     for block in &backward.module.blocks {
         emulate_block_with(&backward.source.name, block, &backward.source, 3, Some(EW));
+    }
+}
+
+#[test]
+fn staged_subtiles_go_to_every_gemm_that_can_take_them() {
+    for asked in [PPS, PPS2] {
+        let specs = asked_configuration_goes_to_every_gemm_that_can_take_it(asked);
+        assert!(specs.iter().all(|k| k.cluster == 1 && k.persistent), "{}", asked.name());
+    }
+}
+
+/// The rules give staged subtiles to the Llama-3 gate/up GEMMs (one stored
+/// value in the forward: `pps`; the SwiGLU output and the saved
+/// pre-activation in the saving forward: `pps2`, one region each) and to the
+/// bare weight gradient of `w_down`, and keep the cooperative tiles for the
+/// GEMMs with a residual, partials or a 4096-column grid.
+#[test]
+fn the_rules_give_staged_subtiles_to_light_epilogues() {
+    let mut both = views("examples/llama3_block.coda").into_iter();
+    let (Some(forward), Some(backward)) = (both.next(), both.next()) else { panic!("llama3_block: two views") };
+    let configs = |c: &coda::Compiled| -> Vec<(String, String)> {
+        gemms(c).into_iter().map(|(file, config, _, _)| (file, config)).collect()
+    };
+    let plain = configs(&compile(&forward, None, false));
+    let staged: Vec<&str> = plain.iter().filter(|(_, c)| c.contains("pps")).map(|(f, _)| f.as_str()).collect();
+    assert_eq!(staged, ["llama3_layer_k6.cu"], "{plain:?}");
+    // The training step: each saving forward, then its backward block.
+    let blocks = backward.grads.iter().flat_map(|g| [g.saving_forward.clone(), g.backward.clone()]).collect();
+    let module = coda::ir::Module { file_name: backward.module.file_name.clone(), blocks };
+    let step = compile(&coda::Checked { module, ..backward }, None, false);
+    let by_file: std::collections::BTreeMap<String, String> = configs(&step).into_iter().collect();
+    assert_eq!(by_file["llama3_layer_saving_k6.cu"], PPS2.name());
+    assert_eq!(by_file["llama3_layer_grad_k11.cu"], PPS.name());
+    assert_eq!(by_file["llama3_layer_saving_k5.cu"], "Sm90Cfg128x256", "a residual and partials");
+    let saving_k6 = step.kernels.iter().find(|k| k.file_name == "llama3_layer_saving_k6.cu").map(|k| &k.source);
+    let src = saving_k6.unwrap_or_else(|| panic!("no saving k6"));
+    for call in [
+        "coda::sub_put<__nv_bfloat16, coda::StagedOwnCols, 0>(f, t, i, j, p.z_pairs,",
+        "coda::sub_put<__nv_bfloat16, coda::StagedHalfCols, 1>(f, t, i, j, p.tmp_y_bf16,",
+        "coda::sub_end<__nv_bfloat16, coda::StagedOwnCols, 0, true>(f, t, j, p.z_pairs,",
+        "coda::sub_end<__nv_bfloat16, coda::StagedHalfCols, 1, false>(f, t, j, p.tmp_y_bf16,",
+        "coda::sub_begin(f, t, j);",
+    ] {
+        assert!(src.contains(call), "saving k6: no `{call}`");
+    }
+    assert!(!src.contains("coda::staged_put_finish<"), "subtiles are stored in the loop");
+}
+
+/// With two regions, a residual's subtile is copied into region 0 at each
+/// subtile's first column pair and read there, the second output (the
+/// scratch store) written over it and the staged store beside it; nothing
+/// is staged before the K loop.
+#[test]
+fn two_regions_stage_a_residual_subtile_beside_the_outputs() {
+    let forward = &views("examples/llama3_block.coda")[0];
+    let compiled = compile(forward, Some(PPS2), false);
+    let k5 = compiled.kernels.iter().find(|k| k.file_name == "llama3_layer_k5.cu").map(|k| &k.source);
+    let src = k5.unwrap_or_else(|| panic!("no k5"));
+    for call in [
+        "coda::sub_load<__nv_bfloat16>(f, t, j, p.x0, p.x0_ld, p.x0_rows, p.x0_cols, smem);",
+        "coda::sub_pair<__nv_bfloat16>(f, t, i, j, p.x0,",
+        "coda::sub_put<__nv_bfloat16, coda::StagedOwnCols, 0>(f, t, i, j, p.tmp_x1_g_ffn_bf16,",
+        "coda::sub_put<__nv_bfloat16, coda::StagedOwnCols, 1>(f, t, i, j, p.tmp_x1_bf16,",
+    ] {
+        assert!(src.contains(call), "k5: no `{call}`");
+    }
+    assert!(
+        !src.contains("coda::stage_tile_async<__nv_bfloat16>(f, t, p.x0"),
+        "no whole-tile prefetch of the residual"
+    );
+    // One region: the residual is read from global memory pair by pair.
+    let one = compile(forward, Some(PPS), false);
+    let k5 = one.kernels.iter().find(|k| k.file_name == "llama3_layer_k5.cu").map(|k| &k.source);
+    assert!(!k5.unwrap_or_else(|| panic!("no k5")).contains("coda::sub_load<"));
+}
+
+/// The cases of `tests/cuda-cases` (sizes 1 and 37) on both staged-subtile
+/// configurations (192-column tiles, so partial buffers count other tile
+/// columns), emulated against the interpreter.
+#[test]
+fn staged_subtile_kernels_emulate_like_the_interpreter() {
+    for path in inputs().into_iter().filter(|p| !display_name(p).starts_with("examples/")) {
+        let name = display_name(&path);
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        if expects_error(&path, &text) {
+            continue;
+        }
+        let checked = coda::check(&name, &text).unwrap_or_else(|e| panic!("{name}: {e}"));
+        for block in &checked.module.blocks {
+            let block = coda::opt::reparameterize(block, &coda::opt::Options::default())
+                .unwrap_or_else(|e| panic!("{name}: {e}"))
+                .block;
+            for config in [PPS, PPS2] {
+                emulate_block_with(&name, &block, &checked.source, 37, Some(config));
+            }
+        }
     }
 }
