@@ -937,11 +937,11 @@ __device__ __forceinline__ float2 staged_pair(const Frag& f, int i, int j, const
 }
 
 // ---------------------------------------------------------------------------
-// Staged subtiles (a configuration whose Frag::kStageN < BN, e.g. the
-// ping-pong Sm90Cfg128x192pps): the scratch holds kStageRegions regions of
-// BM x kStageN elements (rows padded to kStageN + 8), enough for a
-// kStageN-column subtile of a tile operand and of two outputs, instead of
-// whole tiles; the ring gets the shared memory saved.  The pair loop walks
+// Staged subtiles (a configuration whose Frag::kStageN < BN: the ping-pong
+// Sm90Cfg128x192pps and Sm90Cfg128x192pps2): the scratch holds
+// kStageRegions regions of BM x kStageN elements (rows padded to kStageN +
+// 8), each a kStageN-column subtile of one output or of a tile operand,
+// instead of whole tiles; the ring gets the shared memory saved.  The pair loop walks
 // the columns in order (j outer), and every kStageN / 8 column pairs form
 // subtile c = j / (kStageN / 8):
 //   sub_begin      before subtile c > 0: the previous subtile's stores

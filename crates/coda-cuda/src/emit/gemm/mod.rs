@@ -653,7 +653,8 @@ impl Gemm {
         let mut lines = outer;
         if let Some((_, call)) = self.staged_load.as_ref().filter(|_| !subtiled) {
             lines.push(format!("{}coda::stage_tile_finish{call};", pad(2)));
-        } else if (self.scratch.is_some() || self.put_staged) && self.col_vecs.is_empty() {
+        } else if (self.scratch.is_some() || self.put_staged || self.staged_load.is_some()) && self.col_vecs.is_empty()
+        {
             lines.push(format!("{}f.sync();  // the loop writes the scratch", pad(2)));
         }
         if !self.col_vecs.is_empty() {
