@@ -107,11 +107,10 @@ fn clusters_go_to_every_gemm_that_can_take_them_in_whole_clusters() {
     }
 }
 
-/// The cases of `tests/cuda-cases` (sizes 1 and 37) and the gpt2 training
-/// step (row and column partials, pair layouts) on the epilogue-warpgroup
-/// configuration, emulated against the interpreter.
-#[test]
-fn epilogue_warpgroup_kernels_emulate_like_the_interpreter() {
+/// Every block of the `tests/cuda-cases` files, reparameterized, on each
+/// configuration in `configs` at each size in `sizes`, emulated against the
+/// interpreter.
+fn emulate_cases(configs: &[TileConfig], sizes: &[i64]) {
     for path in inputs().into_iter().filter(|p| !display_name(p).starts_with("examples/")) {
         let name = display_name(&path);
         let text = std::fs::read_to_string(&path).unwrap_or_default();
@@ -123,11 +122,21 @@ fn epilogue_warpgroup_kernels_emulate_like_the_interpreter() {
             let block = coda::opt::reparameterize(block, &coda::opt::Options::default())
                 .unwrap_or_else(|e| panic!("{name}: {e}"))
                 .block;
-            for m in [1, 37] {
-                emulate_block_with(&name, &block, &checked.source, m, Some(EW));
+            for config in configs {
+                for m in sizes {
+                    emulate_block_with(&name, &block, &checked.source, *m, Some(*config));
+                }
             }
         }
     }
+}
+
+/// The cases of `tests/cuda-cases` (sizes 1 and 37) and the gpt2 training
+/// step (row and column partials, pair layouts) on the epilogue-warpgroup
+/// configuration, emulated against the interpreter.
+#[test]
+fn epilogue_warpgroup_kernels_emulate_like_the_interpreter() {
+    emulate_cases(&[EW], &[1, 37]);
     let backward = &views("examples/gpt2_block.coda")[1];
     assert!(!wants_a_prologue(&backward.source.text));
     for block in &backward.module.blocks {
@@ -208,25 +217,10 @@ fn two_regions_stage_a_residual_subtile_beside_the_outputs() {
     assert!(!k5.unwrap_or_else(|| panic!("no k5")).contains("coda::sub_load<"));
 }
 
-/// The cases of `tests/cuda-cases` (sizes 1 and 37) on both staged-subtile
+/// The cases of `tests/cuda-cases` (size 37) on both staged-subtile
 /// configurations (192-column tiles, so partial buffers count other tile
 /// columns), emulated against the interpreter.
 #[test]
 fn staged_subtile_kernels_emulate_like_the_interpreter() {
-    for path in inputs().into_iter().filter(|p| !display_name(p).starts_with("examples/")) {
-        let name = display_name(&path);
-        let text = std::fs::read_to_string(&path).unwrap_or_default();
-        if expects_error(&path, &text) {
-            continue;
-        }
-        let checked = coda::check(&name, &text).unwrap_or_else(|e| panic!("{name}: {e}"));
-        for block in &checked.module.blocks {
-            let block = coda::opt::reparameterize(block, &coda::opt::Options::default())
-                .unwrap_or_else(|e| panic!("{name}: {e}"))
-                .block;
-            for config in [PPS, PPS2] {
-                emulate_block_with(&name, &block, &checked.source, 37, Some(config));
-            }
-        }
-    }
+    emulate_cases(&[PPS, PPS2], &[37]);
 }

@@ -821,6 +821,42 @@ __device__ __forceinline__ void store_staged_again(const Frag& f, const TileInfo
 // writes scratch starts with a barrier, so the operand must be read (all
 // staged_pair calls) before it.
 // ---------------------------------------------------------------------------
+// The 16-byte chunk of a 16-bit operand at (grow, gcol .. gcol + 7), 0
+// outside rows x cols: one vector load when `vec` (an aligned base and ld)
+// and the chunk is whole, else element by element.
+template <class T>
+__device__ __forceinline__ uint4 load_chunk8(const T* src, long long ld, int grow, int gcol, int rows, int cols,
+                                             bool vec) {
+    uint4 val = make_uint4(0u, 0u, 0u, 0u);
+    if (grow < rows) {
+        const T* p = src + (long long)grow * ld + gcol;
+        if (vec && gcol + 8 <= cols) {
+            val = __ldg(reinterpret_cast<const uint4*>(p));
+        } else {
+            unsigned short e[8];
+#pragma unroll
+            for (int k = 0; k < 8; ++k)
+                e[k] = gcol + k < cols ? __ldg(reinterpret_cast<const unsigned short*>(p + k)) : (unsigned short)0;
+            val.x = e[0] | ((unsigned)e[1] << 16);
+            val.y = e[2] | ((unsigned)e[3] << 16);
+            val.z = e[4] | ((unsigned)e[5] << 16);
+            val.w = e[6] | ((unsigned)e[7] << 16);
+        }
+    }
+    return val;
+}
+// The same chunk copied asynchronously into shared address dst (cp.async
+// with a source size: the bytes outside the operand are zero-filled); needs
+// an aligned base and ld.
+template <class T>
+__device__ __forceinline__ void cp_async_chunk8(unsigned dst, const T* src, long long ld, int grow, int gcol, int rows,
+                                                int cols) {
+    const bool in = grow < rows && gcol < cols;
+    const int bytes = in ? 2 * (cols - gcol < 8 ? cols - gcol : 8) : 0;
+    const T* p = in ? src + (long long)grow * ld + gcol : src;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(p), "r"(bytes) : "memory");
+}
+
 template <class T, class Frag>
 __device__ __forceinline__ void stage_tile(const Frag& f, const TileInfo& t, const T* src, long long ld, int rows,
                                            int cols, float* smem) {
@@ -838,22 +874,7 @@ __device__ __forceinline__ void stage_tile(const Frag& f, const TileInfo& t, con
         if (kChunks % Frag::kThreads != 0 && c >= kChunks) break;
         const int r = c / kChunksPerRow, ch = c % kChunksPerRow;
         const int grow = t.tile_m0 + r, gcol = t.tile_n0 + ch * kVec;
-        uint4 val = make_uint4(0u, 0u, 0u, 0u);
-        if (grow < rows) {
-            const T* p = src + (long long)grow * ld + gcol;
-            if (vec_ok && gcol + kVec <= cols) {
-                val = __ldg(reinterpret_cast<const uint4*>(p));
-            } else {
-                unsigned short e[kVec];
-#pragma unroll
-                for (int k = 0; k < kVec; ++k)
-                    e[k] = gcol + k < cols ? __ldg(reinterpret_cast<const unsigned short*>(p + k)) : (unsigned short)0;
-                val.x = e[0] | ((unsigned)e[1] << 16);
-                val.y = e[2] | ((unsigned)e[3] << 16);
-                val.z = e[4] | ((unsigned)e[5] << 16);
-                val.w = e[6] | ((unsigned)e[7] << 16);
-            }
-        }
+        const uint4 val = load_chunk8(src, ld, grow, gcol, rows, cols, vec_ok);
         *reinterpret_cast<uint4*>(s + r * kRowBytes + ch * 16) = val;
     }
     f.sync();
@@ -960,13 +981,13 @@ __device__ __forceinline__ float2 staged_pair(const Frag& f, int i, int j, const
 // of the output; StagedUnpermuteCols<START, END, GROUP> (GROUP a multiple of
 // 2 kStageN, START of GROUP) sends a subtile's even and odd columns to two
 // runs of kStageN / 2 columns (the two halves of a rotary pair group), or,
-// outside [START, END), keeps them as two runs in order.  Without room for
-// the regions (a static property of the configuration), sub_put stores
-// directly (bounded) and the other helpers do nothing but sub_pair, which
-// then reads global memory.
+// outside [START, END), keeps them as two runs in order.  The scratch always
+// holds the regions: a configuration's scratch is sized for them
+// (sm90_scratch_core_bytes), and only such configurations call these.
 // ---------------------------------------------------------------------------
 template <class Frag>
 struct StagedSub {
+    static_assert(Frag::kStageN < Frag::BN, "staged subtiles are narrower than the tile");
     static constexpr int kCols = Frag::kStageN;
     static constexpr int kPairs = kCols / 8;  // j per subtile
     static constexpr int kPitch = kCols + 8;  // elements per scratch row
@@ -974,10 +995,6 @@ struct StagedSub {
     static __device__ __forceinline__ int first_col(const TileInfo& t, int j) { return t.tile_n0 + j / kPairs * kCols; }
     static __device__ __forceinline__ int local_col(const Frag& f, int j) { return f.local_col(j) - j / kPairs * kCols; }
 };
-template <class Frag>
-__device__ __forceinline__ bool sub_fits(const TileInfo& t) {
-    return Frag::kStageRegions * StagedSub<Frag>::kRegionBytes <= t.smem_bytes;
-}
 // Where a map sends subtile-local column lc + e (-1: not stored) and the
 // output runs of a subtile whose first accumulator column is n0.
 template <class Map, class Frag>
@@ -1006,7 +1023,7 @@ struct SubRuns<StagedUnpermuteCols<START, END, GROUP>, Frag> {
 };
 template <class Frag>
 __device__ __forceinline__ void sub_begin(const Frag& f, const TileInfo& t, int j) {
-    if (j > 0 && j % StagedSub<Frag>::kPairs == 0 && sub_fits<Frag>(t)) f.sync();
+    if (j > 0 && j % StagedSub<Frag>::kPairs == 0) f.sync();
 }
 template <class T, class Frag>
 __device__ __forceinline__ void sub_load(const Frag& f, const TileInfo& t, int j, const T* src, long long ld, int rows,
@@ -1015,48 +1032,31 @@ __device__ __forceinline__ void sub_load(const Frag& f, const TileInfo& t, int j
     typedef StagedSub<Frag> Sub;
     constexpr int kChunksPerRow = Sub::kCols / 8;
     constexpr int kChunks = Frag::BM * kChunksPerRow;
-    if (j % Sub::kPairs != 0 || !sub_fits<Frag>(t)) return;
+    if (j % Sub::kPairs != 0) return;
     const int n0 = Sub::first_col(t, j);
     const bool vec_ok = stage_tile_vec_ok(src, ld);
-    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+    unsigned char* s = reinterpret_cast<unsigned char*>(smem);
 #pragma unroll
     for (int c0 = 0; c0 < kChunks; c0 += Frag::kThreads) {
         const int c = c0 + f.thread_index();
         if (kChunks % Frag::kThreads != 0 && c >= kChunks) break;
         const int r = c / kChunksPerRow, ch = c % kChunksPerRow;
-        const int grow = t.tile_m0 + r, gcol = n0 + ch * 8;
-        const unsigned dst = s + r * Sub::kPitch * 2 + ch * 16;
-        if (vec_ok) {
-            const bool in = grow < rows && gcol < cols;
-            const int bytes = in ? 2 * (cols - gcol < 8 ? cols - gcol : 8) : 0;
-            const T* p = in ? src + (long long)grow * ld + gcol : src;
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(p), "r"(bytes) : "memory");
-        } else {
-            unsigned short e[8];
-#pragma unroll
-            for (int k = 0; k < 8; ++k)
-                e[k] = grow < rows && gcol + k < cols
-                           ? __ldg(reinterpret_cast<const unsigned short*>(src + (long long)grow * ld + gcol + k))
-                           : (unsigned short)0;
-            asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst), "r"(e[0] | ((unsigned)e[1] << 16)),
-                         "r"(e[2] | ((unsigned)e[3] << 16)), "r"(e[4] | ((unsigned)e[5] << 16)),
-                         "r"(e[6] | ((unsigned)e[7] << 16))
-                         : "memory");
-        }
+        unsigned char* dst = s + r * Sub::kPitch * 2 + ch * 16;
+        if (vec_ok)
+            cp_async_chunk8(static_cast<unsigned>(__cvta_generic_to_shared(dst)), src, ld, t.tile_m0 + r, n0 + ch * 8,
+                            rows, cols);
+        else
+            *reinterpret_cast<uint4*>(dst) = load_chunk8(src, ld, t.tile_m0 + r, n0 + ch * 8, rows, cols, false);
     }
     asm volatile("cp.async.wait_all;\n" ::: "memory");
     f.sync();
 }
+// (The operand's arguments, as sub_load's, name the operand region 0 holds;
+// the pair is read from there.)
 template <class T, class Frag>
-__device__ __forceinline__ float2 sub_pair(const Frag& f, const TileInfo& t, int i, int j, const T* src, long long ld,
-                                           int rows, int cols, const float* smem) {
+__device__ __forceinline__ float2 sub_pair(const Frag& f, const TileInfo&, int i, int j, const T*, long long, int, int,
+                                           const float* smem) {
     typedef StagedSub<Frag> Sub;
-    if (!sub_fits<Frag>(t)) {
-        const int r = f.row(i), c = f.col(j);
-        const bool in = r < rows;
-        return make_float2(in && c < cols ? to_float(src[(long long)r * ld + c]) : 0.0f,
-                           in && c + 1 < cols ? to_float(src[(long long)r * ld + c + 1]) : 0.0f);
-    }
     const unsigned char* s = reinterpret_cast<const unsigned char*>(smem);
     return unpack_pair(*reinterpret_cast<const unsigned*>(s + f.local_row(i) * Sub::kPitch * 2 + Sub::local_col(f, j) * 2),
                        T());
@@ -1068,15 +1068,6 @@ __device__ __forceinline__ void sub_put(const Frag& f, const TileInfo& t, int i,
     typedef SubRuns<Map, Frag> Runs;
     static_assert(sizeof(T) == 2 && R < Frag::kStageRegions, "16-bit outputs, one region each");
     const int n0 = Sub::first_col(t, j), lc = Sub::local_col(f, j);
-    if (!sub_fits<Frag>(t)) {
-        const int ofs = Map::origin(t.tile_n0);
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-            const int d = Map::dest(t.tile_n0, f.local_col(j), e);
-            if (d >= 0) store_at(out, ld, f.row(i), ofs + d, f.m, out_cols, e == 0 ? v0 : v1);
-        }
-        return;
-    }
     unsigned char* row = reinterpret_cast<unsigned char*>(smem) + R * Sub::kRegionBytes + f.local_row(i) * Sub::kPitch * 2;
     if constexpr (is_same<Map, StagedOwnCols>::value) {
         *reinterpret_cast<unsigned*>(row + lc * 2) = PairBits<T>::pack(v0, v1);
@@ -1093,7 +1084,7 @@ __device__ __forceinline__ void sub_end(const Frag& f, const TileInfo& t, int j,
                                         float* smem) {
     typedef StagedSub<Frag> Sub;
     typedef SubRuns<Map, Frag> Runs;
-    if (j % Sub::kPairs != Sub::kPairs - 1 || !sub_fits<Frag>(t)) return;
+    if (j % Sub::kPairs != Sub::kPairs - 1) return;
     const int n0 = Sub::first_col(t, j);
     if (kSync) f.sync();
     const unsigned char* s = reinterpret_cast<const unsigned char*>(smem) + R * Sub::kRegionBytes;

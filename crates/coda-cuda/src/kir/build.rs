@@ -420,12 +420,10 @@ impl Builder<'_> {
         }
         let partials = self.partials_of(&mut ctx)?;
         let mut kind = self.kernel_kind(&ctx, &stores)?;
-        if let KernelKind::Gemm(spec) = &mut kind {
+        if let (KernelKind::Gemm(spec), true) = (&mut kind, self.rules_chose.contains(&k)) {
             let regions = self.subtile_regions(&ctx.nodes, &stores, &partials);
             if let Some(subtiled) = config::subtiles_pay(spec.config, &spec.n, regions) {
-                if self.rules_chose.contains(&k) {
-                    spec.config = subtiled;
-                }
+                spec.config = subtiled;
             }
         }
         let why = self.why_not_epilogue(k);

@@ -97,10 +97,10 @@ pub(crate) fn emit(
     g.staged = staged_store(em, spec);
     g.twins = g.staged.map_or_else(Vec::new, |(first, how)| twin_stores(em, spec, first, how));
     g.scratch = g.staged.and_then(|(first, _)| scratch_store(em, spec, first, &g.twins));
-    if spec.config.stage_cols().is_some() && spec.config.stage_regions() < 2 {
+    let subtiled = g.subtiled();
+    if subtiled && spec.config.stage_regions() < 2 {
         g.scratch = None; // one region holds the staged store's subtiles only
     }
-    let subtiled = spec.config.stage_cols().is_some();
     g.may_stream = spec.config.is_sm90() && !subtiled && g.staged.is_none() && g.scratch.is_none();
     if g.staged.is_none() {
         g.packed = packed::stores(em, spec);
@@ -622,7 +622,7 @@ impl Gemm {
         for (idx, part) in em.kernel.partials.clone().iter().enumerate() {
             self.accumulate(em, idx, part)?;
         }
-        let subtiled = self.config.stage_cols().is_some();
+        let subtiled = self.subtiled();
         self.put_staged = self.staged.is_some() && (subtiled || (self.staged_load.is_none() && self.scratch.is_none()));
         if let Some((idx, how)) = self.staged {
             let store = em.kernel.stores[idx].clone();
@@ -713,6 +713,11 @@ impl Gemm {
         }
         em.set_indent(2);
         Ok(())
+    }
+
+    /// Whether the configuration stages subtiles (`subtile.rs`).
+    fn subtiled(&self) -> bool {
+        self.config.stage_cols().is_some()
     }
 
     /// The scratch region of the staged store when subtiles are staged:
@@ -893,7 +898,7 @@ impl Gemm {
                 self.staged_load = Some((buf, format!("<{t}>(f, t, {b}, {b}_ld, {b}_rows, {b}_cols, smem)")));
             }
             let t = super::params::c_type(em.ir.buffers[buf].dtype);
-            let read = if self.config.stage_cols().is_some() {
+            let read = if self.subtiled() {
                 subtile::pair_call(em, buf)
             } else {
                 format!("coda::staged_pair<{t}>(f, i, j, smem)")
@@ -947,7 +952,7 @@ impl Gemm {
         let own = map.offset == 0 && map.stride == 1;
         // Staged subtiles keep the operand in region 0 and the outputs beside
         // it, so they need two regions.
-        let room = self.config.stage_cols().is_none() || self.config.stage_regions() >= 2;
+        let room = !self.subtiled() || self.config.stage_regions() >= 2;
         half && own && room && !self.streaming && self.staged_load.as_ref().is_none_or(|(b, _)| *b == buf)
     }
 
@@ -1064,7 +1069,7 @@ impl Gemm {
     ) -> Result<(), CodegenError> {
         let vars = self.slot_values(em, store.node, "store")?;
         let (Some(v0), Some(v1)) = (vars.first(), vars.last()) else { return Err(em.internal("put store slots")) };
-        let text = if self.config.stage_cols().is_some() {
+        let text = if self.subtiled() {
             subtile::put_call(em, subtile::SubStore { buf: store.buf, how, cols, region }, (v0, v1))
         } else {
             put_call(em, store.buf, how, cols, (v0, v1))
