@@ -5,6 +5,8 @@
 # $OUT.  Parse the CSVs with scripts/stall-table.py (here or on the GPU
 # machine).  GPU machine only; needs a release build of codac.
 #   OUT=$OUT KERNELS='k5|k6' bash scripts/profile-stalls.sh [FILE] [M]
+# RUN_ARGS adds options to the profiled `codac run` (e.g. "--grad" for a
+# training step's kernels, "--tile-config NAME").
 set -u
 OUT=${OUT:-/tmp/codac-prof}
 CODAC=${CODAC:-target/release/codac}
@@ -14,8 +16,8 @@ KERNELS=${KERNELS:-k5|k6|k7|k8}
 mkdir -p "$OUT"
 if ! command -v ncu >/dev/null; then echo "skipped: no ncu"; exit 0; fi
 ncu --clock-control none -k "regex:_(${KERNELS})\$" --launch-count 8 \
-    --section SpeedOfLight --section WarpStateStats --section SourceCounters \
-    -f -o "$OUT/prof" "$CODAC" run "$FILE" --dims "M=$M" --random >"$OUT/ncu.log" 2>&1
+    --section SpeedOfLight --section WarpStateStats --section SourceCounters --section MemoryWorkloadAnalysis \
+    -f -o "$OUT/prof" "$CODAC" run "$FILE" --dims "M=$M" --random ${RUN_ARGS:-} >"$OUT/ncu.log" 2>&1
 echo "ncu exit $?"; tail -5 "$OUT/ncu.log"
 ncu -i "$OUT/prof.ncu-rep" --page details --csv >"$OUT/details.csv" 2>&1
 IFS='|' read -ra KS <<<"$KERNELS"

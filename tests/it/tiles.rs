@@ -154,9 +154,11 @@ fn staged_subtiles_go_to_every_gemm_that_can_take_them() {
 
 /// The rules give staged subtiles to the Llama-3 gate/up GEMMs (one stored
 /// value in the forward: `pps`; the SwiGLU output and the saved
-/// pre-activation in the saving forward: `pps2`, one region each) and to the
-/// bare weight gradient of `w_down`, and keep the cooperative tiles for the
-/// GEMMs with a residual, partials or a 4096-column grid.
+/// pre-activation in the saving forward: `pps2`, one region each), to the
+/// QKV GEMM (its rotated output put back from pair order), to the dSwiGLU
+/// backward (two concatenation parts) and to the bare weight gradient of
+/// `w_down`, and keep the cooperative tiles for the GEMMs with a residual,
+/// partials or a 4096-column grid.
 #[test]
 fn the_rules_give_staged_subtiles_to_light_epilogues() {
     let mut both = views("examples/llama3_block.coda").into_iter();
@@ -164,9 +166,14 @@ fn the_rules_give_staged_subtiles_to_light_epilogues() {
     let configs = |c: &coda::Compiled| -> Vec<(String, String)> {
         gemms(c).into_iter().map(|(file, config, _, _)| (file, config)).collect()
     };
-    let plain = configs(&compile(&forward, None, false));
+    let compiled_forward = compile(&forward, None, false);
+    let plain = configs(&compiled_forward);
     let staged: Vec<&str> = plain.iter().filter(|(_, c)| c.contains("pps")).map(|(f, _)| f.as_str()).collect();
-    assert_eq!(staged, ["llama3_layer_k6.cu"], "{plain:?}");
+    assert_eq!(staged, ["llama3_layer_k6.cu", "llama3_layer_k8.cu"], "{plain:?}");
+    let k8 = compiled_forward.kernels.iter().find(|k| k.file_name == "llama3_layer_k8.cu");
+    let k8 = k8.map_or("", |k| k.source.as_str());
+    let rotated = "coda::sub_end<__nv_bfloat16, coda::StagedUnpermuteCols<0, 5120, 128>, 0, true>(f, t, j, p.qkv,";
+    assert!(k8.contains(rotated), "k8: the rotated output not staged in subtiles");
     // The training step: each saving forward, then its backward block.
     let blocks = backward.grads.iter().flat_map(|g| [g.saving_forward.clone(), g.backward.clone()]).collect();
     let module = coda::ir::Module { file_name: backward.module.file_name.clone(), blocks };
@@ -174,6 +181,8 @@ fn the_rules_give_staged_subtiles_to_light_epilogues() {
     let by_file: std::collections::BTreeMap<String, String> = configs(&step).into_iter().collect();
     assert_eq!(by_file["llama3_layer_saving_k6.cu"], PPS2.name());
     assert_eq!(by_file["llama3_layer_grad_k11.cu"], PPS.name());
+    assert_eq!(by_file["llama3_layer_grad_k10.cu"], PPS2.name(), "dz's two parts");
+    assert_eq!(by_file["llama3_layer_grad_k7.cu"], "Sm90Cfg128x256", "partials");
     assert_eq!(by_file["llama3_layer_saving_k5.cu"], "Sm90Cfg128x256", "a residual and partials");
     let saving_k6 = step.kernels.iter().find(|k| k.file_name == "llama3_layer_saving_k6.cu").map(|k| &k.source);
     let src = saving_k6.unwrap_or_else(|| panic!("no saving k6"));

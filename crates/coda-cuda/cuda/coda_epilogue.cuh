@@ -1007,7 +1007,7 @@ struct SubRuns {  // StagedOwnCols, StagedHalfCols: one run
 template <int START, int END, int GROUP, class Frag>
 struct SubRuns<StagedUnpermuteCols<START, END, GROUP>, Frag> {
     static constexpr int kCols = StagedSub<Frag>::kCols;
-    static_assert(GROUP % (2 * kCols) == 0, "a rotary group must hold whole subtile pairs");
+    static_assert(GROUP % kCols == 0, "a rotary group must hold whole subtiles");
     static constexpr int kRuns = 2;
     static constexpr int kWidth = kCols / 2;
     static __device__ __forceinline__ bool paired(int n0) { return n0 >= START && n0 < END; }

@@ -447,10 +447,13 @@ pub fn for_shape(chosen: TileConfig, m: Option<i64>, n: Option<i64>, multiproces
 /// GEMM with its SwiGLU 2.690 / 2.867 ms against 2.895 / 2.895 with
 /// 32-column subtiles and 2.95–3.08 on `Sm90Cfg128x256`; the saving
 /// forward's (which also stores the pre-activation) 2.880 / 2.887 against
-/// 3.235 / 3.159 on `Sm90Cfg128x192pps2`; but the 4096-column
-/// out-projection's bare GEMM, whose last column tile is a third full,
-/// 0.412 against 0.387, the epilogues that read a residual (k7) 1.507
-/// against 1.399, and the rotations of k8 0.79–0.80 against 0.67–0.71.
+/// 3.235 / 3.159 on `Sm90Cfg128x192pps2`; the QKV GEMM with RMSNorm and
+/// RoPE, its rotated output put back from pair order a subtile at a time,
+/// 0.611 / 0.609 against 0.697 / 0.699 (session 20); the dSwiGLU backward,
+/// two concatenation parts and its saved pre-activation read a quad per
+/// pair, 1.796 against 1.835; but the 4096-column out-projection's bare
+/// GEMM, whose last column tile is a third full, 0.412 against 0.387, and
+/// the epilogues that read a residual (k7) 1.507 against 1.399.
 pub fn subtiles_pay(chosen: TileConfig, n: &Dim, regions: Option<i64>) -> Option<TileConfig> {
     let (_, bn, _) = TileConfig::Sm90Cfg128x192pps.tile();
     let little_waste = n.as_const().is_some_and(|n| n >= bn && (bn - n % bn) % bn * 100 <= n);
@@ -462,6 +465,20 @@ pub fn subtiles_pay(chosen: TileConfig, n: &Dim, regions: Option<i64>) -> Option
         Some(2) => Some(TileConfig::Sm90Cfg128x192pps2),
         _ => None,
     }
+}
+
+/// Whether a store put back from pair order (groups of `group` columns
+/// from `start`) can go through the staged subtiles of every configuration
+/// [`subtiles_pay`] picks: each group holds whole subtiles of the widest
+/// kind (`coda::SubRuns` writes a subtile as two runs, one per half of its
+/// group).
+pub fn subtiles_unpermute(start: i64, group: i64) -> bool {
+    let widest = [TileConfig::Sm90Cfg128x192pps, TileConfig::Sm90Cfg128x192pps2]
+        .into_iter()
+        .filter_map(TileConfig::stage_cols)
+        .max()
+        .unwrap_or(1);
+    group > 0 && start % group == 0 && group % widest == 0
 }
 
 /// The configuration of a GEMM on `target` (see the module docs):

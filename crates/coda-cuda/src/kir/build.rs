@@ -296,14 +296,24 @@ impl Builder<'_> {
 
     /// The regions of staged subtiles a GEMM epilogue would need, if it
     /// suits them: one per stored value (at most two, each into 16-bit
-    /// buffers, none accumulated or a concatenation part), no per-tile
-    /// partials, and no tile operand (the configurations that would stage
-    /// a residual measured slower: `config::subtiles_pay`).
+    /// buffers, none accumulated; a concatenation part shifted by a
+    /// multiple of 8 columns, a store put back from pair order in groups of
+    /// whole subtiles), no per-tile partials, and no tile operand but
+    /// tensors in pair layout read a quad per column pair (the
+    /// configurations that would stage a residual measured slower:
+    /// `config::subtiles_pay`).
     fn subtile_regions(&self, nodes: &[Node], stores: &[Store], partials: &[PartialOut]) -> Option<i64> {
-        let plain = |s: &Store| {
-            !s.accumulate && s.col_offset.is_none() && s.col_perm.is_none() && self.buffers[s.buf].dtype.is_half()
+        let groups_fit = |s: &Store| s.col_perm.is_none_or(|p| config::subtiles_unpermute(p.start, p.group));
+        let part_fits = |s: &Store| s.col_offset.is_none_or(|o| o % 8 == 0);
+        let plain = |s: &Store| !s.accumulate && part_fits(s) && groups_fit(s) && self.buffers[s.buf].dtype.is_half();
+        let read_as_quads = |id: NodeId| {
+            nodes.iter().all(|n| match n.op {
+                Op::Slice { arg, step, .. } if arg == id => step == 2,
+                ref op => !op.operands().contains(&id),
+            })
         };
-        let tile_operand = nodes.iter().any(|n| matches!(n.op, Op::Load(_)) && n.space == Space::Tile);
+        let tile_operand = (nodes.iter().enumerate())
+            .any(|(id, n)| matches!(n.op, Op::Load(_)) && n.space == Space::Tile && !read_as_quads(id));
         if !partials.is_empty() || tile_operand || !stores.iter().all(plain) {
             return None;
         }

@@ -100,7 +100,10 @@ impl Gemm {
     pub(super) fn ahead_lines(&self, em: &mut Emitter<'_>) -> (Vec<String>, Vec<String>) {
         let (list, streaming) = (&self.ahead, self.streaming);
         let ahead = if streaming { "kStreamSlots - 1".to_string() } else { PREFETCH_AHEAD.to_string() };
-        if list.is_empty() {
+        // Staged subtiles run on ping-pong tiles, where the other
+        // warpgroup's K loop covers the loads' latency; the prefetches'
+        // addresses made ptxas spill beside 192 accumulators.
+        if list.is_empty() || (!streaming && self.subtiled()) {
             return (Vec::new(), Vec::new());
         }
         // Before the loop (outside its interior copy) every copy is checked.

@@ -388,15 +388,28 @@ fn staged_store(em: &Emitter<'_>, spec: &GemmSpec) -> Option<(usize, Staging)> {
 /// 16-bit tile of the accumulator's rows, written once.
 fn staging(em: &Emitter<'_>, spec: &GemmSpec, s: &crate::kir::Store) -> Option<Staging> {
     let (_, bn) = spec.config.epilogue_tile();
+    let subtiled = spec.config.stage_cols().is_some();
+    let whole_groups = |group: i64| bn % group == 0;
     let map = em.kernel.nodes[s.node].reg.as_ref()?;
     let buf = &em.ir.buffers[s.buf];
     let rows = buf.rows == crate::symexpr::SymExpr::from(&spec.m);
-    if !rows || s.accumulate || !buf.dtype.is_half() || map.offset != 0 || s.col_offset.is_some() {
+    // A concatenation part goes through staged subtiles only, shifted by a
+    // multiple of 8 columns (16-byte chunks stay aligned) and of constant
+    // width (`OutCols::Part`).
+    let part_ok = s.col_offset.is_none_or(|o| subtiled && o % 8 == 0 && part_end(em, s).is_some());
+    if !rows || s.accumulate || !buf.dtype.is_half() || map.offset != 0 || !part_ok {
         return None;
+    }
+    if s.col_offset.is_some() {
+        return (map.stride == 1 && s.col_perm.is_none()).then_some(Staging::Identity);
     }
     match (map.stride, s.col_perm) {
         (1, None) if map.len == spec.n => Some(Staging::Identity),
-        (1, Some(p)) if map.len == spec.n && p.start % p.group == 0 && bn % p.group == 0 => Some(Staging::Unpermute(p)),
+        // A whole tile is put back from pair order group by group; staged
+        // subtiles only need whole subtiles per group (`subtile::fits`).
+        (1, Some(p)) if map.len == spec.n && p.start % p.group == 0 && (whole_groups(p.group) || subtiled) => {
+            Some(Staging::Unpermute(p))
+        }
         (2, None) => Some(Staging::Half),
         _ => None,
     }
@@ -450,15 +463,45 @@ enum OutCols {
     /// The GEMM's `N`: for the scratch store, whose buffer has the
     /// accumulator's columns by its selection (as `store_tile_staged` uses).
     GemmN,
+    /// A concatenation part's columns `offset .. end` of the buffer (staged
+    /// subtiles only): written through the buffer shifted by `offset`,
+    /// bounded by the part's width.
+    Part { offset: i64, end: i64 },
 }
 
 impl OutCols {
+    /// The bound of `b`'s written columns, in the frame of [`Self::base`].
     fn expr(self, b: &str) -> String {
         match self {
             OutCols::Buffer => format!("{b}_cols"),
             OutCols::GemmN => "t.n".to_string(),
+            OutCols::Part { offset, end } => (end - offset).to_string(),
         }
     }
+
+    /// The pointer the tile's column 0 is written through.
+    fn base(self, b: &str) -> String {
+        match self {
+            OutCols::Part { offset, .. } if offset != 0 => format!("{b} + {offset}"),
+            _ => b.to_string(),
+        }
+    }
+
+    /// `self`, or the part `store` writes when it is a concatenation part.
+    fn of(self, em: &Emitter<'_>, store: &crate::kir::Store) -> OutCols {
+        match (store.col_offset, part_end(em, store)) {
+            (Some(offset), Some(end)) => OutCols::Part { offset, end },
+            _ => self,
+        }
+    }
+}
+
+/// The column where a concatenation part ends (its bound), when the part's
+/// width is a constant.
+fn part_end(em: &Emitter<'_>, s: &crate::kir::Store) -> Option<i64> {
+    let value = em.kernel.nodes[s.node].value;
+    let width = em.block.ty(value).shape.cols.as_const()?;
+    Some(width + s.col_offset?)
 }
 
 /// One pair of a store written into the scratch during the loop
@@ -614,7 +657,7 @@ impl Gemm {
                 continue;
             }
             if self.scratch == Some(idx) {
-                self.put(em, &store, Staging::Identity, OutCols::GemmN, 0)?;
+                self.put(em, &store, Staging::Identity, OutCols::GemmN.of(em, &store), 0)?;
             } else {
                 self.store(em, &store)?;
             }
@@ -628,7 +671,7 @@ impl Gemm {
             let store = em.kernel.stores[idx].clone();
             let vars = self.slot_values(em, store.node, "staged store")?;
             if self.put_staged {
-                self.put(em, &store, how, OutCols::Buffer, self.staged_region())?;
+                self.put(em, &store, how, OutCols::Buffer.of(em, &store), self.staged_region())?;
             } else {
                 for (slot, v) in vars.iter().enumerate() {
                     em.line(format!("f.acc[i][j][{slot}] = {v};"));
@@ -731,10 +774,11 @@ impl Gemm {
     /// store, its twins.
     fn sub_stores(&self, em: &Emitter<'_>) -> Vec<subtile::SubStore> {
         let buf = |idx: usize| em.kernel.stores[idx].buf;
+        let cols = |idx: usize, or: OutCols| or.of(em, &em.kernel.stores[idx]);
         let scratch = self.scratch.map(|idx| subtile::SubStore {
             buf: buf(idx),
             how: Staging::Identity,
-            cols: OutCols::GemmN,
+            cols: cols(idx, OutCols::GemmN),
             region: 0,
         });
         let staged = self.staged.into_iter().flat_map(|(idx, how)| {
@@ -742,7 +786,7 @@ impl Gemm {
             std::iter::once(idx).chain(self.twins.iter().copied()).map(move |i| subtile::SubStore {
                 buf: buf(i),
                 how,
-                cols: OutCols::Buffer,
+                cols: cols(i, OutCols::Buffer),
                 region,
             })
         });

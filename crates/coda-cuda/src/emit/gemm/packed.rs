@@ -13,7 +13,7 @@
 //! streams. On the Llama-3 backward this took the dSwiGLU GEMM from 1.55×
 //! to 1.26× its bare GEMM (`docs/benchmarks.md`, session 13).
 
-use super::{staging, Emitter, Staging};
+use super::{part_end, staging, Emitter, Staging};
 use crate::error::CodegenError;
 use crate::kir::{GemmSpec, Store};
 
@@ -34,14 +34,6 @@ pub(super) fn stores(em: &Emitter<'_>, spec: &GemmSpec) -> Vec<usize> {
     };
     let chosen = em.kernel.stores.iter().enumerate().filter(|(_, s)| packable(s)).map(|(i, _)| i);
     chosen.take(2).collect()
-}
-
-/// The column where a concatenation part ends (its bound), when the part's
-/// width is a constant.
-fn part_end(em: &Emitter<'_>, s: &Store) -> Option<i64> {
-    let value = em.kernel.nodes[s.node].value;
-    let width = em.block.ty(value).shape.cols.as_const()?;
-    Some(width + s.col_offset?)
 }
 
 /// The pair loop's last statement for a packed store: its values, rounded,

@@ -33,8 +33,8 @@ pub(super) struct SubStore {
 /// The template arguments and the output arguments of a store's helpers.
 fn parts(em: &mut Emitter<'_>, s: SubStore) -> (String, String, String) {
     let (b, t, map) = (em.buf_w(s.buf), super::super::params::c_type(em.ir.buffers[s.buf].dtype), staging_map(s.how));
-    let cols = s.cols.expr(&b);
-    (t.to_string(), map, format!("{b}, {b}_ld, {cols}"))
+    let (base, cols) = (s.cols.base(&b), s.cols.expr(&b));
+    (t.to_string(), map, format!("{base}, {b}_ld, {cols}"))
 }
 
 /// One pair of `s` into its region (`coda::sub_put`).
@@ -73,10 +73,11 @@ pub(super) fn end_lines(em: &mut Emitter<'_>, stores: &[SubStore]) -> Vec<String
 }
 
 /// Whether `how` keeps a subtile's columns in runs that `coda::SubRuns`
-/// knows: a pair layout whose groups hold whole pairs of subtiles.
+/// knows: a pair layout whose groups hold whole subtiles (a subtile's even
+/// and odd columns are then two runs of the group's halves).
 pub(super) fn fits(how: Staging, stage_cols: i64) -> bool {
     match how {
-        Staging::Unpermute(p) => p.group % (2 * stage_cols) == 0,
+        Staging::Unpermute(p) => p.group % stage_cols == 0,
         Staging::Identity | Staging::Half => true,
     }
 }
