@@ -35,6 +35,12 @@ fn compile(checked: &coda::Checked, tile_config: Option<TileConfig>, a_prologue:
     coda::compile(checked, &options).unwrap_or_else(|e| panic!("{}: {e}", checked.source.name))
 }
 
+/// The CUDA source of kernel file `file`.
+fn kernel_source<'a>(compiled: &'a coda::Compiled, file: &str) -> &'a str {
+    let kernel = compiled.kernels.iter().find(|k| k.file_name == file);
+    kernel.map(|k| k.source.as_str()).unwrap_or_else(|| panic!("no {file}"))
+}
+
 /// GEMM kernels of a compiled file: (file, configuration, threads, shared memory).
 fn gemms(compiled: &coda::Compiled) -> Vec<(String, String, u32, u32)> {
     let kernels = compiled.manifest.blocks.iter().flat_map(|b| &b.kernels).filter(|k| k.kind == "gemm");
@@ -170,8 +176,7 @@ fn the_rules_give_staged_subtiles_to_light_epilogues() {
     let plain = configs(&compiled_forward);
     let staged: Vec<&str> = plain.iter().filter(|(_, c)| c.contains("pps")).map(|(f, _)| f.as_str()).collect();
     assert_eq!(staged, ["llama3_layer_k6.cu", "llama3_layer_k8.cu"], "{plain:?}");
-    let k8 = compiled_forward.kernels.iter().find(|k| k.file_name == "llama3_layer_k8.cu");
-    let k8 = k8.map_or("", |k| k.source.as_str());
+    let k8 = kernel_source(&compiled_forward, "llama3_layer_k8.cu");
     let rotated = "coda::sub_end<__nv_bfloat16, coda::StagedUnpermuteCols<0, 5120, 128>, 0, true>(f, t, j, p.qkv,";
     assert!(k8.contains(rotated), "k8: the rotated output not staged in subtiles");
     // The training step: each saving forward, then its backward block.
@@ -184,8 +189,7 @@ fn the_rules_give_staged_subtiles_to_light_epilogues() {
     assert_eq!(by_file["llama3_layer_grad_k10.cu"], PPS2.name(), "dz's two parts");
     assert_eq!(by_file["llama3_layer_grad_k7.cu"], "Sm90Cfg128x256", "partials");
     assert_eq!(by_file["llama3_layer_saving_k5.cu"], "Sm90Cfg128x256", "a residual and partials");
-    let saving_k6 = step.kernels.iter().find(|k| k.file_name == "llama3_layer_saving_k6.cu").map(|k| &k.source);
-    let src = saving_k6.unwrap_or_else(|| panic!("no saving k6"));
+    let src = kernel_source(&step, "llama3_layer_saving_k6.cu");
     for call in [
         "coda::sub_put<__nv_bfloat16, coda::StagedOwnCols, 0>(f, t, i, j, p.z_pairs,",
         "coda::sub_put<__nv_bfloat16, coda::StagedHalfCols, 1>(f, t, i, j, p.tmp_y_bf16,",
@@ -206,8 +210,7 @@ fn the_rules_give_staged_subtiles_to_light_epilogues() {
 fn two_regions_stage_a_residual_subtile_beside_the_outputs() {
     let forward = &views("examples/llama3_block.coda")[0];
     let compiled = compile(forward, Some(PPS2), false);
-    let k5 = compiled.kernels.iter().find(|k| k.file_name == "llama3_layer_k5.cu").map(|k| &k.source);
-    let src = k5.unwrap_or_else(|| panic!("no k5"));
+    let src = kernel_source(&compiled, "llama3_layer_k5.cu");
     for call in [
         "coda::sub_load<__nv_bfloat16>(f, t, j, p.x0, p.x0_ld, p.x0_rows, p.x0_cols, smem);",
         "coda::sub_pair<__nv_bfloat16>(f, t, i, j, p.x0,",
@@ -222,8 +225,7 @@ fn two_regions_stage_a_residual_subtile_beside_the_outputs() {
     );
     // One region: the residual is read from global memory pair by pair.
     let one = compile(forward, Some(PPS), false);
-    let k5 = one.kernels.iter().find(|k| k.file_name == "llama3_layer_k5.cu").map(|k| &k.source);
-    assert!(!k5.unwrap_or_else(|| panic!("no k5")).contains("coda::sub_load<"));
+    assert!(!kernel_source(&one, "llama3_layer_k5.cu").contains("coda::sub_load<"));
 }
 
 /// The cases of `tests/cuda-cases` (size 37) on both staged-subtile

@@ -979,7 +979,7 @@ __device__ __forceinline__ float2 staged_pair(const Frag& f, int i, int j, const
 //                  thread's puts).
 // Maps: StagedOwnCols and StagedHalfCols keep a subtile's columns in one run
 // of the output; StagedUnpermuteCols<START, END, GROUP> (GROUP a multiple of
-// 2 kStageN, START of GROUP) sends a subtile's even and odd columns to two
+// kStageN, START of GROUP) sends a subtile's even and odd columns to two
 // runs of kStageN / 2 columns (the two halves of a rotary pair group), or,
 // outside [START, END), keeps them as two runs in order.  The scratch always
 // holds the regions: a configuration's scratch is sized for them

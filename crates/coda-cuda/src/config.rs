@@ -29,8 +29,8 @@
 //! Once a GEMM's epilogue is built, one the rules gave `Sm90Cfg128x256`
 //! moves to ping-pong tiles with staged subtiles ([`subtiles_pay`]:
 //! `Sm90Cfg128x192pps`, or `Sm90Cfg128x192pps2` for two outputs) when that
-//! epilogue is light (no tile operand, no partials) and `N` fills a
-//! 192-column grid.
+//! epilogue is light (no partials, no tile operand but a tensor in pair
+//! layout read a quad per column pair) and `N` fills a 192-column grid.
 //!
 //! These rules know `N` but not the run-time `M`; `codac bench --autotune`
 //! measures a Hopper choice's [`TileConfig::alternatives`] for one `M` and
@@ -439,9 +439,9 @@ pub fn for_shape(chosen: TileConfig, m: Option<i64>, n: Option<i64>, multiproces
 
 /// The staged-subtile configuration a GEMM the rules gave `chosen` runs
 /// faster on, if any: a `Sm90Cfg128x256` GEMM whose epilogue needs
-/// `regions` regions (one per stored value, no tile operand, no partials:
-/// see `kir::build`) and whose constant `N` leaves at most 1% of a
-/// 192-column tile grid empty; `Sm90Cfg128x192pps` for one region,
+/// `regions` regions (one per stored value, no partials, no tile operand
+/// but pair-layout quads: see `kir::build`) and whose constant `N` leaves
+/// at most 1% of a 192-column tile grid empty; `Sm90Cfg128x192pps` for one region,
 /// `Sm90Cfg128x192pps2` for two. Measured on the H100
 /// (`docs/benchmarks.md`, session 19, M = 8192): the Llama-3 8B gate/up
 /// GEMM with its SwiGLU 2.690 / 2.867 ms against 2.895 / 2.895 with
@@ -470,16 +470,27 @@ pub fn subtiles_pay(chosen: TileConfig, n: &Dim, regions: Option<i64>) -> Option
 /// Whether a store put back from pair order (groups of `group` columns
 /// from `start`) can go through the staged subtiles of every configuration
 /// [`subtiles_pay`] picks: each group holds whole subtiles of the widest
-/// kind (`coda::SubRuns` writes a subtile as two runs, one per half of its
-/// group).
+/// kind ([`groups_hold_subtiles`]).
 pub fn subtiles_unpermute(start: i64, group: i64) -> bool {
     let widest = [TileConfig::Sm90Cfg128x192pps, TileConfig::Sm90Cfg128x192pps2]
         .into_iter()
         .filter_map(TileConfig::stage_cols)
         .max()
         .unwrap_or(1);
-    group > 0 && start % group == 0 && group % widest == 0
+    group > 0 && start % group == 0 && groups_hold_subtiles(group, widest)
 }
+
+/// Whether rotary groups of `group` columns hold whole subtiles of
+/// `stage_cols` columns: `coda::SubRuns` writes such a subtile as two runs,
+/// one per half of its group.
+pub fn groups_hold_subtiles(group: i64, stage_cols: i64) -> bool {
+    group % stage_cols == 0
+}
+
+/// Columns of a 16-byte chunk of 16-bit elements: a concatenation part
+/// shifted by a multiple of them keeps every chunk of a staged or packed
+/// store aligned.
+pub const CHUNK_COLS: i64 = 8;
 
 /// The configuration of a GEMM on `target` (see the module docs):
 /// `portable` is [`choose`]'s answer, `wide` whether the epilogue reads

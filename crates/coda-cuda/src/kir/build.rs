@@ -304,7 +304,7 @@ impl Builder<'_> {
     /// `config::subtiles_pay`).
     fn subtile_regions(&self, nodes: &[Node], stores: &[Store], partials: &[PartialOut]) -> Option<i64> {
         let groups_fit = |s: &Store| s.col_perm.is_none_or(|p| config::subtiles_unpermute(p.start, p.group));
-        let part_fits = |s: &Store| s.col_offset.is_none_or(|o| o % 8 == 0);
+        let part_fits = |s: &Store| s.col_offset.is_none_or(|o| o % config::CHUNK_COLS == 0);
         let plain = |s: &Store| !s.accumulate && part_fits(s) && groups_fit(s) && self.buffers[s.buf].dtype.is_half();
         let read_as_quads = |id: NodeId| {
             nodes.iter().all(|n| match n.op {

@@ -389,14 +389,13 @@ fn staged_store(em: &Emitter<'_>, spec: &GemmSpec) -> Option<(usize, Staging)> {
 fn staging(em: &Emitter<'_>, spec: &GemmSpec, s: &crate::kir::Store) -> Option<Staging> {
     let (_, bn) = spec.config.epilogue_tile();
     let subtiled = spec.config.stage_cols().is_some();
-    let whole_groups = |group: i64| bn % group == 0;
     let map = em.kernel.nodes[s.node].reg.as_ref()?;
     let buf = &em.ir.buffers[s.buf];
     let rows = buf.rows == crate::symexpr::SymExpr::from(&spec.m);
-    // A concatenation part goes through staged subtiles only, shifted by a
-    // multiple of 8 columns (16-byte chunks stay aligned) and of constant
-    // width (`OutCols::Part`).
-    let part_ok = s.col_offset.is_none_or(|o| subtiled && o % 8 == 0 && part_end(em, s).is_some());
+    // A concatenation part goes through staged subtiles only, shifted by
+    // whole 16-byte chunks and of constant width (`OutCols::Part`).
+    let part_ok =
+        s.col_offset.is_none_or(|o| subtiled && o % crate::config::CHUNK_COLS == 0 && part_end(em, s).is_some());
     if !rows || s.accumulate || !buf.dtype.is_half() || map.offset != 0 || !part_ok {
         return None;
     }
@@ -407,7 +406,7 @@ fn staging(em: &Emitter<'_>, spec: &GemmSpec, s: &crate::kir::Store) -> Option<S
         (1, None) if map.len == spec.n => Some(Staging::Identity),
         // A whole tile is put back from pair order group by group; staged
         // subtiles only need whole subtiles per group (`subtile::fits`).
-        (1, Some(p)) if map.len == spec.n && p.start % p.group == 0 && (whole_groups(p.group) || subtiled) => {
+        (1, Some(p)) if map.len == spec.n && p.start % p.group == 0 && (bn % p.group == 0 || subtiled) => {
             Some(Staging::Unpermute(p))
         }
         (2, None) => Some(Staging::Half),

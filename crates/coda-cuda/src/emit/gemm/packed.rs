@@ -29,7 +29,7 @@ pub(super) fn stores(em: &Emitter<'_>, spec: &GemmSpec) -> Vec<usize> {
     }
     let packable = |s: &Store| {
         let unshifted = Store { col_offset: None, ..s.clone() };
-        let shift_ok = s.col_offset.is_none_or(|o| o % 8 == 0 && part_end(em, s).is_some());
+        let shift_ok = s.col_offset.is_none_or(|o| o % crate::config::CHUNK_COLS == 0 && part_end(em, s).is_some());
         shift_ok && staging(em, spec, &unshifted) == Some(Staging::Identity)
     };
     let chosen = em.kernel.stores.iter().enumerate().filter(|(_, s)| packable(s)).map(|(i, _)| i);

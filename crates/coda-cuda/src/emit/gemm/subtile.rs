@@ -2,8 +2,8 @@
 //! columns at a time (`TileConfig::stage_cols`, the ping-pong
 //! `Sm90Cfg128x192pps`).
 //!
-//! Such a configuration's scratch holds two regions of `BM × stage_cols`
-//! elements instead of whole tiles (the shared memory saved deepens the
+//! Such a configuration's scratch holds one or two regions of
+//! `BM × stage_cols` elements instead of whole tiles (the shared memory saved deepens the
 //! ring). The pair loop walks the tile's columns in order, so every
 //! `stage_cols / 8` column pairs form a subtile; at its first pair
 //! `coda::sub_begin` waits until the previous subtile's stores have read
@@ -73,11 +73,10 @@ pub(super) fn end_lines(em: &mut Emitter<'_>, stores: &[SubStore]) -> Vec<String
 }
 
 /// Whether `how` keeps a subtile's columns in runs that `coda::SubRuns`
-/// knows: a pair layout whose groups hold whole subtiles (a subtile's even
-/// and odd columns are then two runs of the group's halves).
+/// knows: a pair layout whose groups hold whole subtiles.
 pub(super) fn fits(how: Staging, stage_cols: i64) -> bool {
     match how {
-        Staging::Unpermute(p) => p.group % stage_cols == 0,
+        Staging::Unpermute(p) => crate::config::groups_hold_subtiles(p.group, stage_cols),
         Staging::Identity | Staging::Half => true,
     }
 }
