@@ -42,6 +42,9 @@ typedef __half f16;
 // Minimal compile-time type equality (no <type_traits> under NVRTC).
 template <class A, class B> struct is_same { static constexpr bool value = false; };
 template <class A> struct is_same<A, A> { static constexpr bool value = true; };
+// Compile-time type selection (std::conditional).
+template <bool C, class A, class B> struct conditional { typedef A type; };
+template <class A, class B> struct conditional<false, A, B> { typedef B type; };
 
 // Scalar conversions to/from float.  Rounding to bf16/f16 is round-to-nearest-even.
 __device__ __forceinline__ float to_float(float x) { return x; }

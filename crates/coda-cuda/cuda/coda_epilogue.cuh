@@ -880,6 +880,30 @@ __device__ __forceinline__ void stage_tile(const Frag& f, const TileInfo& t, con
     f.sync();
 }
 
+// stage_tile for an operand whose base or leading dimension is not 16-byte
+// aligned, beside an asynchronous mainloop (a rare path, uniform over the
+// CTA): element loads in a loop that is not unrolled, so that the fallback
+// does not lengthen every fused kernel's code (an unrolled one had added a
+// fifth to the out-projection's NVRTC compile).
+template <class T, class Frag>
+__device__ __forceinline__ void stage_tile_elements(const Frag& f, const TileInfo& t, const T* src, long long ld,
+                                                    int rows, int cols, float* smem) {
+    static_assert(sizeof(T) == 2, "stage_tile is for 16-bit operands");
+    constexpr int kRowBytes = (Frag::BN + 8) * 2;
+    unsigned char* s = reinterpret_cast<unsigned char*>(smem);
+    f.sync();  // scratch may still be in use
+#pragma unroll 1
+    for (int e = f.thread_index(); e < Frag::BM * Frag::BN; e += Frag::kThreads) {
+        const int r = e / Frag::BN, c = e % Frag::BN;
+        const int grow = t.tile_m0 + r, gcol = t.tile_n0 + c;
+        const unsigned short v = grow < rows && gcol < cols
+                                     ? *reinterpret_cast<const unsigned short*>(src + (long long)grow * ld + gcol)
+                                     : (unsigned short)0;
+        *reinterpret_cast<unsigned short*>(s + r * kRowBytes + c * 2) = v;
+    }
+    f.sync();
+}
+
 // Asynchronous staging, for mainloops whose epilogue scratch is private
 // (Frag::kAsyncStage: the Hopper one, where the ring is separate): the
 // functor's prefetch(p, f, t, smem), which the mainloop calls before the K
@@ -946,7 +970,8 @@ __device__ __forceinline__ void stage_tile_finish(const Frag& f, const TileInfo&
         f.sync();
         return;
     }
-    stage_tile<T>(f, t, src, ld, rows, cols, smem);
+    if constexpr (Frag::kAsyncStage) stage_tile_elements<T>(f, t, src, ld, rows, cols, smem);
+    else stage_tile<T>(f, t, src, ld, rows, cols, smem);
 }
 
 // The pair (row(i), col(j)), (row(i), col(j) + 1) of a staged operand.

@@ -453,7 +453,8 @@ pub fn for_shape(chosen: TileConfig, m: Option<i64>, n: Option<i64>, multiproces
 /// two concatenation parts and its saved pre-activation read a quad per
 /// pair, 1.796 against 1.835; but the 4096-column out-projection's bare
 /// GEMM, whose last column tile is a third full, 0.412 against 0.387, and
-/// the epilogues that read a residual (k7) 1.507 against 1.399.
+/// the epilogues that read a residual (the down projection) 1.507 against
+/// 1.399.
 pub fn subtiles_pay(chosen: TileConfig, n: &Dim, regions: Option<i64>) -> Option<TileConfig> {
     let (_, bn, _) = TileConfig::Sm90Cfg128x192pps.tile();
     let little_waste = n.as_const().is_some_and(|n| n >= bn && (bn - n % bn) % bn * 100 <= n);
@@ -597,10 +598,10 @@ mod tests {
     #[test]
     fn the_tile_count_model_prefers_small_tiles_only_when_big_ones_idle_sms() {
         // Measured winners (docs/benchmarks.md, session 10, 132 SMs).
-        assert!(smaller_tiles_pay(1000, 768, 132)); // gpt2 k13: 0.026 against 0.055 ms
-        assert!(smaller_tiles_pay(1000, 6144, 132)); // llama3 k8 at M = 1000: 0.084 against 0.101 ms
-        assert!(!smaller_tiles_pay(1000, 4096, 132)); // llama3 k5 at M = 1000: 0.060 against 0.057 ms
-        assert!(!smaller_tiles_pay(1000, 28672, 132)); // llama3 k6 at M = 1000: 0.359 against 0.344 ms
+        assert!(smaller_tiles_pay(1000, 768, 132)); // a gpt2 GEMM of 768 columns: 0.026 against 0.055 ms
+        assert!(smaller_tiles_pay(1000, 6144, 132)); // llama3 QKV at M = 1000: 0.084 against 0.101 ms
+        assert!(!smaller_tiles_pay(1000, 4096, 132)); // llama3 out-proj at M = 1000: 0.060 against 0.057 ms
+        assert!(!smaller_tiles_pay(1000, 28672, 132)); // llama3 gate/up at M = 1000: 0.359 against 0.344 ms
         for n in [4096, 6144, 14336, 28672] {
             assert!(!smaller_tiles_pay(8192, n, 132), "N = {n}: the 8B shapes keep 128x256");
         }

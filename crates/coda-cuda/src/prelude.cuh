@@ -28,17 +28,6 @@ namespace cg {
 __device__ __forceinline__ bool inside(int m, int k, int rows, int cols) {
     return (unsigned)m < (unsigned)rows && (unsigned)k < (unsigned)cols;
 }
-// Whether a pair loop's access of W elements per pair can go unchecked on
-// this tile (kChecked = false): the buffer has the tile's rows (up to
-// m_end), columns first..last of the tile's accesses are inside it, and its
-// base and row stride are aligned to the W-element vector (the emitter only
-// asks when every column of the access is a multiple of W).
-template <int W, class T>
-__device__ __forceinline__ bool covers(const T* p, long long ld, int rows, int cols, int m_end, long long first,
-                                       long long last) {
-    return m_end <= rows && first >= 0 && last < cols && ld % W == 0 &&
-           ((unsigned long long)p & (W * sizeof(T) - 1)) == 0;
-}
 // Predicated accesses: one instruction under a predicate instead of a
 // branch around it. A GEMM epilogue's pair loop is unrolled; with a branch
 // around every bounded load, each load began its own basic block and its
@@ -121,30 +110,32 @@ __device__ __forceinline__ void prefetch_l2(const T* p, long long ld, int m, int
     asm volatile("{\n\t.reg .pred q;\n\tsetp.ne.b32 q, %1, 0;\n\t@q prefetch.global.L2 [%0];\n\t}" ::"l"(q),
                  "r"((int)inside(m, k, rows, cols)));
 }
-// Unchecked vector accesses of interior tiles (kChecked = false), in asm
-// like the predicated ones: the compiler keeps them in program order with
-// the stores instead of hoisting every load of the unrolled loop, which
-// spilled registers.
-__device__ __forceinline__ unsigned ldg_b32(const void* q) {
+// Vector accesses of buffers aligned by construction (load2_aligned and
+// the rest below), predicated like the accesses above but in asm volatile:
+// the compiler keeps them in program order with the stores instead of
+// hoisting every load of the unrolled pair loop, which spilled registers.
+__device__ __forceinline__ unsigned ldg_b32_on(const void* q, bool p) {
     unsigned v;
-    asm volatile("ld.global.nc.b32 %0, [%1];" : "=r"(v) : "l"(q));
+    asm volatile("{\n\t.reg .pred q;\n\tsetp.ne.b32 q, %2, 0;\n\tmov.b32 %0, 0;\n\t@q ld.global.nc.b32 %0, [%1];\n\t}"
+                 : "=r"(v)
+                 : "l"(q), "r"((int)p));
     return v;
 }
-__device__ __forceinline__ uint2 ldg_b64(const void* q) {
+__device__ __forceinline__ uint2 ldg_b64_on(const void* q, bool p) {
     uint2 v;
-    asm volatile("ld.global.nc.v2.b32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(q));
+    asm volatile("{\n\t.reg .pred q;\n\tsetp.ne.b32 q, %3, 0;\n\tmov.b32 %0, 0;\n\tmov.b32 %1, 0;\n\t"
+                 "@q ld.global.nc.v2.b32 {%0, %1}, [%2];\n\t}"
+                 : "=r"(v.x), "=r"(v.y)
+                 : "l"(q), "r"((int)p));
     return v;
 }
-__device__ __forceinline__ uint4 ldg_b128(const void* q) {
+__device__ __forceinline__ uint4 ldg_b128_on(const void* q, bool p) {
     uint4 v;
-    asm volatile("ld.global.nc.v4.b32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(q));
+    asm volatile("{\n\t.reg .pred q;\n\tsetp.ne.b32 q, %5, 0;\n\tmov.b32 %0, 0;\n\tmov.b32 %1, 0;\n\t"
+                 "mov.b32 %2, 0;\n\tmov.b32 %3, 0;\n\t@q ld.global.nc.v4.b32 {%0, %1, %2, %3}, [%4];\n\t}"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(q), "r"((int)p));
     return v;
-}
-__device__ __forceinline__ void stg_b32(void* q, unsigned v) {
-    asm volatile("st.global.b32 [%0], %1;" ::"l"(q), "r"(v));
-}
-__device__ __forceinline__ void stg_b64(void* q, unsigned a, unsigned b) {
-    asm volatile("st.global.v2.b32 [%0], {%1, %2};" ::"l"(q), "r"(a), "r"(b));
 }
 // Stores: volatile (they have no outputs) but with no memory clobber, so
 // loads of read-only inputs may still move across them.
@@ -196,22 +187,13 @@ __device__ __forceinline__ float load_cg(const int* p, long long ld, int m, int 
 }
 
 // Elements (m, k) and (m, k + 1) as a float2: one 4- or 8-byte load when
-// both are inside, k and ld are even and the base is aligned.
-// All three loads are predicated (see ldg_b32_if): the pair load, or the
-// element loads when the pair is not whole or not aligned.
-// kChecked = false (an interior tile of a buffer that covers it, aligned:
-// cg::covers) reads the pair with one unchecked vector load.
-template <bool kChecked = true, class T>
+// both are inside, k and ld are even and the base is aligned; else element
+// loads. All three loads are predicated (see ldg_b32_if): the pair load,
+// or the element loads when the pair is not whole or not aligned. For any
+// buffer; load2_aligned is the one for buffers aligned by construction.
+template <class T>
 __device__ __forceinline__ float2 load2(const T* p, long long ld, int m, int k, int rows, int cols) {
-    if constexpr (!kChecked && !coda::is_same<T, int>::value) {
-        const T* q = p + (long long)m * ld + k;
-        if constexpr (sizeof(T) == 4) {
-            const uint2 w = ldg_b64(q);
-            return make_float2(__uint_as_float(w.x), __uint_as_float(w.y));
-        } else {
-            return coda::unpack_pair<T>(ldg_b32(q));
-        }
-    } else if constexpr (coda::is_same<T, int>::value) {
+    if constexpr (coda::is_same<T, int>::value) {
         return make_float2(load(p, ld, m, k, rows, cols), load(p, ld, m, k + 1, rows, cols));
     } else {
         const bool in0 = inside(m, k, rows, cols), in1 = inside(m, k + 1, rows, cols);
@@ -250,15 +232,11 @@ __device__ __forceinline__ float4 quad_floats(uint2 w) {
 // (16-bit) load when all four are inside, k and ld are multiples of 4 and
 // the base is aligned; else four predicated element loads. A GEMM epilogue
 // reads the even and odd columns of a tensor in pair layout with it (both
-// halves of an accumulator pair, docs/backward.md).
-template <bool kChecked = true, class T>
+// halves of an accumulator pair, docs/backward.md) when the tensor is not
+// aligned by construction (load4_aligned otherwise).
+template <class T>
 __device__ __forceinline__ float4 load4(const T* p, long long ld, int m, int k, int rows, int cols) {
     static_assert(!coda::is_same<T, int>::value, "load4 reads floats");
-    if constexpr (!kChecked) {
-        const T* q = p + (long long)m * ld + k;
-        if constexpr (sizeof(T) == 4) return quad_floats(ldg_b128(q));
-        else return quad_floats<T>(ldg_b64(q));
-    }
     const bool in0 = inside(m, k, rows, cols), in3 = inside(m, k + 3, rows, cols);
     const bool quad =
         in0 && in3 && ((ld | (long long)k) & 3) == 0 && ((unsigned long long)p & (4 * sizeof(T) - 1)) == 0;
@@ -268,6 +246,54 @@ __device__ __forceinline__ float4 load4(const T* p, long long ld, int m, int k, 
     const T* q = p + (long long)m * ld + k;
     if constexpr (sizeof(T) == 4) return quad_floats(ldg_w4_if(q, quad, each));
     else return quad_floats<T>(ldg_h4_if(q, quad, each));
+}
+
+// ---------------------------------------------------------------------------
+// Vector accesses of buffers aligned by construction (docs/codegen.md,
+// "Aligned epilogue operands"): a scratch buffer, or a staging buffer (a
+// block input itself when it is 16-byte aligned with a row stride that is a
+// multiple of 8 elements, else its padded copy), at a column k that is a
+// multiple of the vector (the emitter asks only then). The bounds are the
+// one check left: the vector is read (written) when its first element is
+// inside, so no element fallback and no second copy of the pair loop for
+// interior tiles (which had doubled the NVRTC compile of the dSwiGLU
+// backward). Elements past the buffer's columns read as 0 (are not
+// written) unless kWhole, which the emitter sets when the columns are a
+// constant multiple of the vector. A vector whose first element is inside
+// stays within the aligned word that holds it, so inside the allocation.
+// ---------------------------------------------------------------------------
+template <bool kWhole, class T>
+__device__ __forceinline__ float2 load2_aligned(const T* p, long long ld, int m, int k, int rows, int cols) {
+    if constexpr (coda::is_same<T, int>::value) {
+        return load2(p, ld, m, k, rows, cols);
+    } else {
+        const T* q = p + (long long)m * ld + k;
+        const bool in = inside(m, k, rows, cols);
+        float2 v;
+        if constexpr (sizeof(T) == 4) {
+            const uint2 w = ldg_b64_on(q, in);
+            v = make_float2(__uint_as_float(w.x), __uint_as_float(w.y));
+        } else {
+            v = coda::unpack_pair<T>(ldg_b32_on(q, in));
+        }
+        if constexpr (!kWhole) v.y = k + 1 < cols ? v.y : 0.0f;
+        return v;
+    }
+}
+template <bool kWhole, class T>
+__device__ __forceinline__ float4 load4_aligned(const T* p, long long ld, int m, int k, int rows, int cols) {
+    static_assert(!coda::is_same<T, int>::value, "load4_aligned reads floats");
+    const T* q = p + (long long)m * ld + k;
+    const bool in = inside(m, k, rows, cols);
+    float4 v;
+    if constexpr (sizeof(T) == 4) v = quad_floats(ldg_b128_on(q, in));
+    else v = quad_floats<T>(ldg_b64_on(q, in));
+    if constexpr (!kWhole) {
+        v.y = k + 1 < cols ? v.y : 0.0f;
+        v.z = k + 2 < cols ? v.z : 0.0f;
+        v.w = k + 3 < cols ? v.w : 0.0f;
+    }
+    return v;
 }
 
 // ---------------------------------------------------------------------------
@@ -309,13 +335,9 @@ __device__ __forceinline__ void st_acc(T* p, long long ld, int m, int k, int row
 // Elements (m, k) and (m, k + 1): one 4- or 8-byte store when both are
 // inside, k and ld are even and the base is aligned; else element stores.
 // All predicated, like load2.
-template <bool kChecked = true, class T>
+template <class T>
 __device__ __forceinline__ void st2(T* p, long long ld, int m, int k, int rows, int cols, float v0, float v1) {
-    if constexpr (!kChecked && !coda::is_same<T, int>::value) {
-        T* q = p + (long long)m * ld + k;
-        if constexpr (sizeof(T) == 4) stg_b64(q, __float_as_uint(v0), __float_as_uint(v1));
-        else stg_b32(q, coda::pack_pair<T>(v0, v1));
-    } else if constexpr (coda::is_same<T, int>::value) {
+    if constexpr (coda::is_same<T, int>::value) {
         st(p, ld, m, k, rows, cols, v0);
         st(p, ld, m, k + 1, rows, cols, v1);
     } else {
@@ -331,6 +353,27 @@ __device__ __forceinline__ void st2(T* p, long long ld, int m, int k, int rows, 
             stg_b32_if(q, coda::pack_pair<T>(v0, v1), pair);
             stg_b16_if(q, half_bits<T>(v0), in0 && !pair);
             stg_b16_if(q + 1, half_bits<T>(v1), in1 && !pair);
+        }
+    }
+}
+// st2 into a buffer aligned by construction (see load2_aligned): the pair
+// when its first element is inside, or that element alone at an odd last
+// column (never when kWhole).
+template <bool kWhole, class T>
+__device__ __forceinline__ void st2_aligned(T* p, long long ld, int m, int k, int rows, int cols, float v0,
+                                            float v1) {
+    if constexpr (coda::is_same<T, int>::value) {
+        st2(p, ld, m, k, rows, cols, v0, v1);
+    } else {
+        const bool in = inside(m, k, rows, cols);
+        const bool pair = kWhole || k + 1 < cols;
+        T* q = p + (long long)m * ld + k;
+        if constexpr (sizeof(T) == 4) {
+            stg_b64_if(q, __float_as_uint(v0), __float_as_uint(v1), in && pair);
+            if constexpr (!kWhole) stg_b32_if(q, __float_as_uint(v0), in && !pair);
+        } else {
+            stg_b32_if(q, coda::pack_pair<T>(v0, v1), in && pair);
+            if constexpr (!kWhole) stg_b16_if(q, half_bits<T>(v0), in && !pair);
         }
     }
 }
@@ -614,17 +657,33 @@ __device__ __forceinline__ float finish_lse(const float* pm, const float* ps, lo
 // BN * 4 bytes per slot.  stage_col_async (from the functor's prefetch)
 // issues 4-byte cp.async copies of the tile's slice (elements past cols
 // read as 0); stage_cols_finish (every thread, before the pair loop) waits
-// for them; col_pair reads the pair at column k (the thread's own).  A vector
-// whose base is not 4-byte aligned, or a mainloop without private scratch,
-// is read from global memory instead (uniform over the CTA).
+// for them; col_pair reads the pair at column k (the thread's own) from the
+// slot, with no other path in the pair loop.  A vector whose base is not
+// 4-byte aligned (uniform over the CTA, and rare) is copied into its slot
+// element by element, synchronously, in a loop that is not unrolled: a
+// global-memory fallback in every pair had made the out-projection's
+// epilogue a third longer and its NVRTC compile 0.94 instead of 0.64 s.
+// A mainloop without private scratch reads the vector from global memory.
 template <class T, class Frag>
-__device__ __forceinline__ bool col_staged(const T* p) {
-    return Frag::kAsyncStage && (reinterpret_cast<unsigned long long>(p) & 3ull) == 0;
+__device__ __forceinline__ void stage_col_elements(const coda::TileInfo& t, const Frag& f, char* slot_base,
+                                                   const T* p, int cols) {
+    static_assert(sizeof(T) == 2 || sizeof(T) == 4, "a staged column vector has 16- or 32-bit elements");
+    typedef typename coda::conditional<sizeof(T) == 2, unsigned short, unsigned>::type Bits;
+#pragma unroll 1
+    for (int e = f.thread_index(); e < Frag::BN; e += Frag::kThreads) {
+        const int c = t.tile_n0 + e;
+        const Bits v = c < cols ? *reinterpret_cast<const Bits*>(p + c) : (Bits)0;
+        *reinterpret_cast<Bits*>(slot_base + e * (int)sizeof(T)) = v;
+    }
 }
 template <class T, class Frag>
 __device__ __forceinline__ void stage_col_async(const Frag& f, const coda::TileInfo& t, int slot, float* smem,
                                                 const T* p, int cols) {
-    if (!col_staged<T, Frag>(p)) return;
+    if constexpr (!Frag::kAsyncStage) return;
+    if ((reinterpret_cast<unsigned long long>(p) & 3ull) != 0) {
+        stage_col_elements(t, f, reinterpret_cast<char*>(smem) + t.smem_bytes + slot * Frag::BN * 4, p, cols);
+        return;
+    }
     constexpr int kWords = Frag::BN * (int)sizeof(T) / 4;
     const unsigned area = static_cast<unsigned>(__cvta_generic_to_shared(smem)) + (unsigned)t.smem_bytes +
                           (unsigned)(slot * Frag::BN * 4);
@@ -646,24 +705,17 @@ __device__ __forceinline__ void stage_cols_finish(const Frag& f) {
     f.sync();
 }
 // The slots' base (after the scratch proper), and column k's pair of slot
-// `slot` (k - tile_n0 even), falling back to global memory like col_staged.
+// `slot` (k - tile_n0 even).
 __device__ __forceinline__ const char* col_area(const coda::TileInfo& t, const float* smem) {
     return reinterpret_cast<const char*>(smem) + t.smem_bytes;
 }
 template <class Frag, class T>
 __device__ __forceinline__ float2 col_pair(const coda::TileInfo& t, const char* area, int slot, const T* p,
                                            long long ld, int m, int k, int rows, int cols) {
-    // Branch-free (see ldg_b32_if): the global load is predicated off when
-    // the vector is staged, the shared one (inside the slot either way) is
-    // selected away when it is not.
     if constexpr (!Frag::kAsyncStage) return load2(p, ld, m, k, rows, cols);
-    const bool staged = col_staged<T, Frag>(p);
-    const float2 g = load2(p, ld, m, k, rows, staged ? 0 : cols);
     const char* at = area + slot * Frag::BN * 4 + (k - t.tile_n0) * (int)sizeof(T);
-    float2 s;
-    if constexpr (coda::is_same<T, float>::value) s = *reinterpret_cast<const float2*>(at);
-    else s = coda::unpack_pair<T>(*reinterpret_cast<const unsigned*>(at));
-    return staged ? s : g;
+    if constexpr (coda::is_same<T, float>::value) return *reinterpret_cast<const float2*>(at);
+    else return coda::unpack_pair<T>(*reinterpret_cast<const unsigned*>(at));
 }
 
 // ---------------------------------------------------------------------------
@@ -740,16 +792,30 @@ __device__ __forceinline__ unsigned stream_slot(const Frag& f, float* smem, int 
     return static_cast<unsigned>(__cvta_generic_to_shared(at));
 }
 // Copies the quad at (m, k) into slot (s, q, i). A quad that is not whole
-// (ragged edge, misaligned buffer: only with kChecked) is read here instead,
-// element by element (zeros outside the buffer), and stored into the slot by
-// this thread, so stream_quad reads every quad from shared memory and the
-// pair loop holds no element fallback.
-template <class Frag, int kSlots, bool kChecked = true, class T>
+// (ragged edge, misaligned buffer) is read here instead, element by element
+// (zeros outside the buffer), and stored into the slot by this thread, so
+// stream_quad reads every quad from shared memory and the pair loop holds
+// no element fallback. With kAligned (a buffer aligned by construction, see
+// load4_aligned) the copy is always one cp.async, reading the quad's
+// elements inside the buffer and zero-filling the rest.
+template <class Frag, int kSlots, bool kAligned, class T>
 __device__ __forceinline__ void stream_issue(const Frag& f, float* smem, int s, int q, int i, const T* p, long long ld,
                                              int m, int k, int rows, int cols) {
     const unsigned dst = stream_slot<Frag, kSlots>(f, smem, s, q, i);
     const T* src = p + (long long)m * ld + k;
-    if (!kChecked || whole_quad(p, ld, m, k, rows, cols)) {
+    if constexpr (kAligned) {
+        const bool in = inside(m, k, rows, cols);
+        const int bytes = in ? (cols - k < 4 ? cols - k : 4) * (int)sizeof(T) : 0;
+        if constexpr (sizeof(T) == 4) {
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(in ? src : p), "r"(bytes)
+                         : "memory");
+        } else {
+            asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(in ? src : p), "r"(bytes)
+                         : "memory");
+        }
+        return;
+    }
+    if (whole_quad(p, ld, m, k, rows, cols)) {
         if constexpr (sizeof(T) == 4) {
             asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
         } else {

@@ -374,7 +374,7 @@ fn summary(ir: &BlockIr, kernel: &Kernel, block: &Block) -> String {
             format!("copy of {} into the output {} (runs only when the output is not aligned)", name(*src), name(*dst))
         }
         KernelKind::Copy { src, .. } => {
-            format!("padded copy of {} for the GEMM mainloop (runs only when it is not aligned)", name(*src))
+            format!("padded copy of {} for the GEMMs (runs only when it is not aligned)", name(*src))
         }
     }
 }

@@ -711,7 +711,12 @@ impl Builder<'_> {
         let node = match home {
             Home::Param => {
                 let Inst::Param(i) = self.block.inst(v) else { return Err(self.internal("param")) };
-                Node { op: Op::Load(self.param_bufs[*i]), space, reg: None, value: v }
+                // A GEMM epilogue reads tile operands with vector loads that
+                // check bounds only: through the input's staging buffer,
+                // aligned by construction (`Buffer::vector_aligned`).
+                let gemm = matches!(kernel, KernelPlan::Gemm { .. });
+                let buf = if gemm && space == Space::Tile { self.staging_buf(*i) } else { self.param_bufs[*i] };
+                Node { op: Op::Load(buf), space, reg: None, value: v }
             }
             Home::Acc(x) if x == ctx.k => {
                 let op = self.op_of(ctx, v)?;

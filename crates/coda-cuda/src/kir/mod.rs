@@ -407,9 +407,10 @@ pub enum KernelKind {
         /// Number of columns.
         cols: Dim,
     },
-    /// A padded copy of a 16-bit block input for the GEMM mainloop, run only
-    /// when the input is not 16-byte aligned with a leading dimension that
-    /// is a multiple of 8.
+    /// A padded copy of a block input for the GEMMs (a 16-bit mainloop
+    /// operand, or a tile operand of an epilogue), run only when the input
+    /// is not 16-byte aligned with a leading dimension that is a multiple
+    /// of 8.
     Copy {
         /// The input.
         src: BufId,
@@ -526,6 +527,26 @@ pub struct Buffer {
     pub accumulate: bool,
     /// For staging buffers: the input or output it stands for.
     pub staging_of: Option<BufId>,
+}
+
+impl Buffer {
+    /// Whether the buffer is aligned by construction for vector accesses:
+    /// its base 16-byte aligned and its row stride a multiple of 8
+    /// elements (or a single row). A staging buffer is (the runtime binds
+    /// the tensor it stands for only when it is so aligned, its padded copy
+    /// otherwise), and so is a scratch buffer (allocated by the runtime,
+    /// rows padded to 8 elements); block inputs and outputs are the
+    /// caller's and may not be. The GEMM epilogues' vector accesses of such
+    /// buffers check bounds only (`cg::load4_aligned`, docs/codegen.md).
+    pub fn vector_aligned(&self) -> bool {
+        match self.role {
+            Role::Staging => true,
+            Role::Scratch => {
+                self.rows.as_const() == Some(1) || self.ld.as_ref() == Some(&self.cols.clone().round_up(8))
+            }
+            _ => false,
+        }
+    }
 }
 
 /// A compiled block: buffers and kernels in launch order.

@@ -1,20 +1,20 @@
 //! What a GEMM epilogue's pair loop fetches ahead, and which of its
-//! accesses go unchecked: quad loads (the even and odd columns of a tensor
-//! in pair layout) streamed through the scratch by `cp.async` or prefetched
-//! into L2, and the loop's second copy for interior tiles, whose proven
-//! accesses are plain vector loads and stores (`docs/codegen.md`).
+//! accesses are vector accesses of buffers aligned by construction: quad
+//! loads (the even and odd columns of a tensor in pair layout) streamed
+//! through the scratch by `cp.async` or prefetched into L2, and the pair
+//! loads and stores that need no alignment check (`docs/codegen.md`,
+//! "Aligned epilogue operands").
 
 use super::{ColMap, Emitter, Gemm, NodeId};
 
 /// An access of the pair loop: `width` elements of buffer `buf` from column
-/// `a * n + b` of row `m` (`Gemm::unchecked`).
+/// `a * n + b` of row `m` (`Gemm::aligned`).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Access {
     pub(super) buf: usize,
     pub(super) a: i64,
     pub(super) b: i64,
     pub(super) width: i64,
-    pub(super) write: bool,
 }
 
 /// How many column pairs ahead of the pair loop the quad loads' rows are
@@ -22,71 +22,35 @@ pub(super) struct Access {
 const PREFETCH_AHEAD: usize = 8;
 
 impl Gemm {
-    /// The pair loop twice when some of its accesses can go unchecked: for
-    /// tiles where every condition in `fast` holds (interior tiles of
-    /// aligned buffers, nearly all of them), with `kEdge = false`, so that
-    /// those accesses are plain vector loads and stores; and for the others,
-    /// with every check. Branch-free checks made the loop about 2.5 times
-    /// longer (8500 against 3400 SASS instructions for the dSwiGLU
-    /// epilogue), and warps of such loops stalled half of the time on
-    /// instruction fetch (Nsight Compute: `no_instruction`).
+    /// Whether the access is one aligned vector of a buffer aligned by
+    /// construction, so that the `_aligned` helpers (`cg::load4_aligned`,
+    /// `cg::load2_aligned`, `cg::st2_aligned`, `cg::stream_issue<…, true>`)
+    /// serve it with bounds checks only: at compile time every column of
+    /// the access is a multiple of `width` (n is even); the buffer is a
+    /// scratch or staging buffer (16-byte aligned, a row stride that is a
+    /// multiple of 8: `kir::Buffer::vector_aligned`). The answer is the
+    /// helpers' `kWhole` (whether the columns the access is bounded by,
+    /// `cols` or the buffer's, are a constant multiple of `width`), or
+    /// `None` for the helpers that check everything.
     ///
-    /// Only when a load goes unchecked: a checked store is a few predicated
-    /// instructions, a checked load also its element fallback; splitting
-    /// for stores alone measured no faster on the H100 and made ptxas spill
-    /// (the `y @ w_down.T` GEMM of the Llama-3 saving forward: 192 bytes,
-    /// 3% slower).
-    ///
-    /// Stores held packed in the accumulators (`packed.rs`) are held by
-    /// both copies and stored once, by `tail`, after them: the edge copy
-    /// differs from the interior one only in its checks, which keeps it as
-    /// short (the dSwiGLU GEMM's edge copy had stored its two outputs pair
-    /// by pair with checked stores, and took two thirds of the kernel's
-    /// compile time).
-    pub(super) fn interior_split(&self, lines: Vec<String>, tail: Vec<String>) -> Vec<String> {
-        let pad = "    ".repeat(2);
-        if self.fast.is_empty() || !self.fast_load {
-            let edge = match self.fast.is_empty() {
-                true => Vec::new(),
-                false => vec![format!("{pad}constexpr bool kEdge = true;  // no unchecked load: one checked loop")],
-            };
-            return [edge, lines, tail].concat();
-        }
-        let conditions = self.fast.join(&format!("\n{pad}    && "));
-        let mut out = vec![format!("{pad}const bool interior = {conditions};")];
-        for (head, edge) in [("if (interior) {", "false"), ("} else {", "true")] {
-            out.push(format!("{pad}{head}"));
-            out.push(format!("{pad}    constexpr bool kEdge = {edge};"));
-            out.extend(lines.iter().map(|l| format!("    {l}")));
-        }
-        out.push(format!("{pad}}}"));
-        out.extend(tail);
-        out
-    }
-
-    /// `kEdge` when the access of `width` elements of `buf` at row `m` (a
-    /// row of the tile) and column `a * n + b` (n the pair's first column)
-    /// can go unchecked on interior tiles (adding the conditions to `fast`),
-    /// `true` otherwise. Checked at run time, once per tile: the buffer
-    /// covers the tile's rows and its column range (up to `cols`, the
-    /// buffer's columns or a part's end), its base and row stride are
-    /// aligned to the vector; at compile time: every column of the access
-    /// is a multiple of `width` (n is even).
-    pub(super) fn unchecked(&mut self, em: &mut Emitter<'_>, access: Access, cols: Option<String>) -> &'static str {
-        let Access { buf, a, b, width, write } = access;
+    /// Until session 21 the pair loop was emitted twice when such an
+    /// access was a load: unchecked for interior tiles of aligned buffers,
+    /// checked for the others. That doubled the NVRTC compile of the
+    /// epilogues with quad loads (the Llama-3 dSwiGLU backward 2.2 s, the
+    /// Gemma dGeGLU backward 7.8 s); the block inputs they read now go
+    /// through staging buffers instead (`kir::build`), so one copy serves
+    /// every tile.
+    pub(super) fn aligned(em: &Emitter<'_>, access: Access, cols: Option<i64>) -> Option<bool> {
+        let Access { buf, a, b, width } = access;
         if width < 2 || (2 * a) % width != 0 || b.rem_euclid(width) != 0 {
-            return "true";
+            return None;
         }
-        let name = if write { em.buf_w(buf) } else { em.buf(buf) };
-        let cols = cols.unwrap_or_else(|| format!("{name}_cols"));
-        let first = format!("{a}LL * t.tile_n0 + {b}");
-        let last = format!("{a}LL * (t.tile_n0 + Frag::BN - 2) + {}", b + width - 1);
-        let cond = format!(
-            "cg::covers<{width}>({name}, {name}_ld, {name}_rows, {cols}, t.tile_m0 + Frag::BM, {first}, {last})"
-        );
-        position_or_push(&mut self.fast, cond);
-        self.fast_load |= !write;
-        "kEdge"
+        let buffer = &em.ir.buffers[buf];
+        if !buffer.vector_aligned() {
+            return None;
+        }
+        let cols = cols.or_else(|| buffer.cols.as_const());
+        Some(cols.is_some_and(|c| c % width == 0))
     }
 
     /// What fetches the quad loads' rows ahead of the pair loop: the lines
@@ -106,17 +70,15 @@ impl Gemm {
         if list.is_empty() || (!streaming && self.subtiled()) {
             return (Vec::new(), Vec::new());
         }
-        // Before the loop (outside its interior copy) every copy is checked.
-        let calls = |em: &mut Emitter<'_>, j: &str, in_loop: bool| -> Vec<String> {
+        let calls = |em: &mut Emitter<'_>, j: &str| -> Vec<String> {
             let mut lines = vec![format!("if ({j} < Frag::CJ) {{"), format!("    const int n = f.col({j});")];
-            for (s, (buf, k, check)) in list.iter().enumerate() {
+            for (s, (buf, k, aligned)) in list.iter().enumerate() {
                 let access = em.access(*buf, "f.row(i)", k, false);
-                let check = if in_loop { check } else { &"true" };
                 lines.push(format!(
                     "    for (int i = 0; i < Frag::RI; ++i) {};",
                     if streaming {
                         format!(
-                            "cg::stream_issue<Frag, kStreamSlots, {check}>(f, smem, {s}, ({j}) % kStreamSlots, i, {access})"
+                            "cg::stream_issue<Frag, kStreamSlots, {aligned}>(f, smem, {s}, ({j}) % kStreamSlots, i, {access})"
                         )
                     } else {
                         format!("cg::prefetch_l2({access})")
@@ -136,9 +98,9 @@ impl Gemm {
         }
         before.push("#pragma unroll".to_string());
         before.push(format!("for (int jp = 0; jp < {ahead}; ++jp) {{"));
-        before.extend(calls(em, "jp", false).into_iter().map(|l| format!("    {l}")));
+        before.extend(calls(em, "jp").into_iter().map(|l| format!("    {l}")));
         before.push("}".to_string());
-        let mut top = calls(em, &format!("j + {ahead}"), true);
+        let mut top = calls(em, &format!("j + {ahead}"));
         if streaming {
             top.push("cg::stream_wait<kStreamSlots - 1>();".to_string());
         }
@@ -167,15 +129,18 @@ impl Gemm {
         let o = map.offset;
         let in_n = if o == 0 { "2 * n".to_string() } else { format!("2 * (n - {o})") };
         let in_n = if base == 0 { in_n } else { format!("{base} + {in_n}") };
-        let check = self.unchecked(em, Access { buf, a: 2, b: base - 2 * o, width: 4, write: false }, None);
+        let aligned = Self::aligned(em, Access { buf, a: 2, b: base - 2 * o, width: 4 }, None);
         // Decided by the first quad: a stream keeps operands from being
         // staged (`can_stage`), and a staged operand keeps quads from streaming.
         self.streaming = self.may_stream && self.staged_load.is_none();
-        let s = position_or_push(&mut self.ahead, (buf, in_n, check));
+        let s = position_or_push(&mut self.ahead, (buf, in_n, aligned.is_some()));
         let load = if self.streaming {
             format!("cg::stream_quad<Frag, kStreamSlots>(f, smem, {s}, j % kStreamSlots, i, {})", em.buf(buf))
         } else {
-            format!("cg::load4<{check}>({access})")
+            match aligned {
+                Some(whole) => format!("cg::load4_aligned<{whole}>({access})"),
+                None => format!("cg::load4({access})"),
+            }
         };
         em.stmt(format!("const float4 {name} = {load};"), value);
         self.quads.insert(key, name.clone());

@@ -81,8 +81,6 @@ pub(crate) fn emit(
         ahead: Vec::new(),
         streaming: false,
         may_stream: false,
-        fast: Vec::new(),
-        fast_load: false,
         inline_pairs: HashMap::new(),
         staged: None,
         twins: Vec::new(),
@@ -305,21 +303,16 @@ struct Gemm {
     /// Quad loads (the even and odd columns of a pair) in the current body,
     /// by (load node, map offset, first buffer column of the pair's quad).
     quads: HashMap<(NodeId, i64, i64), String>,
-    /// The `(buffer, column expression in n, check flag)` of every quad
-    /// load in the current body, fetched ahead of the pair loop
-    /// (`ahead_lines`; the flag is `Gemm::unchecked`'s).
-    ahead: Vec<(usize, String, &'static str)>,
+    /// The `(buffer, column expression in n, aligned)` of every quad load
+    /// in the current body, fetched ahead of the pair loop (`ahead_lines`;
+    /// `aligned` as `Gemm::aligned` found it).
+    ahead: Vec<(usize, String, bool)>,
     /// Whether `ahead` is copied into the scratch (`cg::stream_quad`, when
     /// `may_stream` and no operand is staged there) or prefetched into L2.
     streaming: bool,
     /// Whether quad loads may be streamed through the scratch: the Hopper
     /// mainloop, and no store staged through the scratch.
     may_stream: bool,
-    /// The tile-uniform conditions under which the pair loop's accesses
-    /// marked `kEdge` need no bounds or alignment checks (`unchecked`).
-    fast: Vec<String>,
-    /// Whether one of those accesses is a load.
-    fast_load: bool,
     /// Element-wise tile expressions evaluated for both slots at once in
     /// the current body, by (node, map offset).
     inline_pairs: HashMap<(NodeId, i64), Vec<String>>,
@@ -640,8 +633,6 @@ impl Gemm {
         self.quads.clear();
         self.ahead.clear();
         self.streaming = false;
-        self.fast.clear();
-        self.fast_load = false;
         self.inline_pairs.clear();
         for (id, array) in self.rows.clone() {
             em.bind(id, "m", "0", format!("{array}[i]"));
@@ -748,7 +739,7 @@ impl Gemm {
             let store = em.kernel.stores[idx].clone();
             tail.push(format!("{}{}", pad(2), packed::store_line(em, slot, &store)?));
         }
-        let lines = [outer_lines, self.interior_split(lines, tail)].concat();
+        let lines = [outer_lines, lines, tail].concat();
         em.set_indent(0);
         for line in lines {
             em.line(line);
@@ -955,8 +946,11 @@ impl Gemm {
         let load = match self.col_slot(em, buf, map, row) {
             Some(slot) => format!("cg::col_pair<Frag>(t, colv, {slot}, {access})"),
             None if row == "m" && map.stride == 1 => {
-                let at = Access { buf, a: 1, b: -map.offset, width: 2, write: false };
-                format!("cg::load2<{}>({access})", self.unchecked(em, at, None))
+                let at = Access { buf, a: 1, b: -map.offset, width: 2 };
+                match Self::aligned(em, at, None) {
+                    Some(whole) => format!("cg::load2_aligned<{whole}>({access})"),
+                    None => format!("cg::load2({access})"),
+                }
             }
             None => format!("cg::load2({access})"),
         };
@@ -1077,19 +1071,23 @@ impl Gemm {
                 let end = end.ok_or_else(|| em.internal("a stored concatenation part of run-time width"))?;
                 let b = em.buf_w(buf);
                 let c = if offset == 0 { c0 } else { format!("{c0} + {offset}") };
-                (format!("{b}, {b}_ld, m, {c}, {b}_rows, {end}"), Some(end.to_string()))
+                (format!("{b}, {b}_ld, m, {c}, {b}_rows, {end}"), Some(end))
             }
             None => (em.access(buf, "m", &c0, true), None),
         };
         let pair_store = map.stride == 1 && vars.len() == 2 && !accumulate;
-        let check = if pair_store {
-            let offset = store.col_offset.unwrap_or(0);
-            self.unchecked(em, Access { buf, a: 1, b: offset - map.offset, width: 2, write: true }, end)
-        } else {
-            "true"
+        let aligned = match pair_store {
+            true => {
+                let offset = store.col_offset.unwrap_or(0);
+                Self::aligned(em, Access { buf, a: 1, b: offset - map.offset, width: 2 }, end)
+            }
+            false => None,
         };
         let text = match (vars.as_slice(), accumulate) {
-            ([v0, v1], false) => format!("cg::st2<{check}>({access}, {v0}, {v1});"),
+            ([v0, v1], false) => match aligned {
+                Some(whole) => format!("cg::st2_aligned<{whole}>({access}, {v0}, {v1});"),
+                None => format!("cg::st2({access}, {v0}, {v1});"),
+            },
             ([v0, v1], true) => format!("cg::st2_acc({access}, {v0}, {v1});"),
             ([v], false) => format!("cg::st({access}, {v});"),
             ([v], true) => format!("cg::st_acc({access}, {v});"),
