@@ -218,6 +218,36 @@ fn llama3_grad_view() -> coda::Checked {
     coda::grad_view(&checked).unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// Every example's backward block reads the block inputs that its GEMM
+/// epilogues use as tile operands through staging buffers, so each quad
+/// load checks bounds only (`cg::load4_aligned`, never the fully checked
+/// `cg::load4`) and each pair loop is emitted once (docs/codegen.md,
+/// "Aligned epilogue operands"). The Llama-3 and Gemma backward blocks
+/// read their saved pre-activation in pair layout a quad per pair.
+#[test]
+fn gemm_epilogues_read_block_inputs_through_staging_buffers() {
+    let mut quads = 0;
+    for path in crate::cuda::inputs().iter().filter(|p| crate::cuda::display_name(p).starts_with("examples/")) {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let name = crate::cuda::display_name(path);
+        let checked = coda::check(&name, &text).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let view = coda::grad_view(&checked).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let compiled = coda::compile(&view, &coda::CompileOptions::default()).unwrap_or_else(|e| panic!("{name}: {e}"));
+        for kernel in compiled.kernels.iter().filter(|k| k.source.contains("coda::gemm_sm90_rows<")) {
+            let src = &kernel.source;
+            assert!(!src.contains("const bool interior"), "{}: the pair loop emitted twice", kernel.file_name);
+            assert!(!src.contains("cg::load4(p."), "{}: a quad load of an unaligned buffer", kernel.file_name);
+            assert!(
+                !src.contains("kStreamSlots, false>"),
+                "{}: a quad stream of an unaligned buffer",
+                kernel.file_name
+            );
+            quads += src.matches("cg::load4_aligned<").count() + src.matches("kStreamSlots, true>").count();
+        }
+    }
+    assert!(quads >= 2, "{quads} aligned quad reads in the examples' backward blocks");
+}
+
 #[test]
 fn nvrtc_compiles_the_llama3_backward() {
     let Some(compiler) = crate::cuda::nvrtc("the compile check") else { return };
