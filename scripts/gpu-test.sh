@@ -112,6 +112,12 @@ done
 # Saved tensors in pair layout and the quad streams that read them.
 run tests/cuda-cases/paired_saving.coda 333 60 --grad
 run tests/cuda-cases/paired_saving.coda 1000 60 --grad
+# The same quads read directly on staged subtiles (the configuration the
+# rules give the dSwiGLU GEMM at large M), columns a multiple of 4 or not
+# (cg::load4_aligned<true> and <false>), and pair loads of a ragged tile
+# operand (cg::load2_aligned<false>): at these M the rules pick other tiles.
+run tests/cuda-cases/paired_saving.coda 333 60 --grad --tile-config Sm90Cfg128x192pps2
+run tests/cuda-cases/ragged.coda 333 60 --grad --tile-config Sm90Cfg128x192pps2
 fi
 if part forward; then
 run examples/out_proj_kernel.coda 333
@@ -136,6 +142,7 @@ fi
 # interpreter's gradients of the block as written.
 if part grad; then
 run examples/llama3_block.coda 333 200 --grad
+run examples/llama3_block.coda 333 200 --grad --tile-config Sm90Cfg128x192pps2
 run examples/gpt2_block.coda 333 200 --grad
 run examples/lm_head_ce.coda 333 300 --grad
 run examples/gemma_mlp.coda 333 200 --grad
