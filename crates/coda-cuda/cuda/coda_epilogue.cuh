@@ -881,10 +881,12 @@ __device__ __forceinline__ void stage_tile(const Frag& f, const TileInfo& t, con
 }
 
 // stage_tile for an operand whose base or leading dimension is not 16-byte
-// aligned, beside an asynchronous mainloop (a rare path, uniform over the
-// CTA): element loads in a loop that is not unrolled, so that the fallback
-// does not lengthen every fused kernel's code (an unrolled one had added a
-// fifth to the out-projection's NVRTC compile).
+// aligned, beside an asynchronous mainloop (uniform over the CTA): element
+// loads in a loop that is not unrolled, so that the fallback does not
+// lengthen every fused kernel's code (an unrolled one had added a fifth to
+// the out-projection's NVRTC compile). A defensive path since session 21:
+// codac stages its tile operands from staging and scratch buffers, which
+// are aligned by construction (docs/codegen.md).
 template <class T, class Frag>
 __device__ __forceinline__ void stage_tile_elements(const Frag& f, const TileInfo& t, const T* src, long long ld,
                                                     int rows, int cols, float* smem) {
