@@ -665,7 +665,7 @@ __device__ __forceinline__ float finish_lse(const float* pm, const float* ps, lo
 // epilogue a third longer and its NVRTC compile 0.94 instead of 0.64 s.
 // A mainloop without private scratch reads the vector from global memory.
 template <class T, class Frag>
-__device__ __forceinline__ void stage_col_elements(const coda::TileInfo& t, const Frag& f, char* slot_base,
+__device__ __forceinline__ void stage_col_elements(const Frag& f, const coda::TileInfo& t, char* slot_base,
                                                    const T* p, int cols) {
     static_assert(sizeof(T) == 2 || sizeof(T) == 4, "a staged column vector has 16- or 32-bit elements");
     typedef typename coda::conditional<sizeof(T) == 2, unsigned short, unsigned>::type Bits;
@@ -681,7 +681,7 @@ __device__ __forceinline__ void stage_col_async(const Frag& f, const coda::TileI
                                                 const T* p, int cols) {
     if constexpr (!Frag::kAsyncStage) return;
     if ((reinterpret_cast<unsigned long long>(p) & 3ull) != 0) {
-        stage_col_elements(t, f, reinterpret_cast<char*>(smem) + t.smem_bytes + slot * Frag::BN * 4, p, cols);
+        stage_col_elements(f, t, reinterpret_cast<char*>(smem) + t.smem_bytes + slot * Frag::BN * 4, p, cols);
         return;
     }
     constexpr int kWords = Frag::BN * (int)sizeof(T) / 4;

@@ -1067,8 +1067,8 @@ impl Gemm {
             // One part of a concatenation: shifted, and bounded by the
             // part's end (a column bound, so the helpers stay branch-free).
             Some(offset) => {
-                let end = em.block.ty(value).shape.cols.as_const().map(|w| w + offset);
-                let end = end.ok_or_else(|| em.internal("a stored concatenation part of run-time width"))?;
+                let end =
+                    part_end(em, store).ok_or_else(|| em.internal("a stored concatenation part of run-time width"))?;
                 let b = em.buf_w(buf);
                 let c = if offset == 0 { c0 } else { format!("{c0} + {offset}") };
                 (format!("{b}, {b}_ld, m, {c}, {b}_rows, {end}"), Some(end))
