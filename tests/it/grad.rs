@@ -357,3 +357,30 @@ fn a_training_step_stores_each_tensor_once() {
     ];
     assert_eq!(copies, expected);
 }
+
+/// The Llama-3 backward's CTA-per-row kernels move their rows in chunks of
+/// eight columns (docs/codegen.md, "Row kernels in chunks"): the RoPE
+/// backward reads `dqkv` at its columns and at the rotary partners' as two
+/// chunk loads, and no row stream of any of them is read or written an
+/// element at a time.
+#[test]
+fn row_kernels_read_and_write_rows_in_chunks() {
+    let view = llama3_grad_view();
+    let compiled = coda::compile(&view, &coda::CompileOptions::default()).unwrap_or_else(|e| panic!("{e}"));
+    let cta_per_row = |src: &str| src.contains("const int m = (int)blockIdx.x;") && src.contains("cg::lane<256>()");
+    let rows: Vec<_> = compiled.kernels.iter().filter(|k| cta_per_row(&k.source)).collect();
+    assert!(rows.len() >= 3, "{} CTA-per-row kernels", rows.len());
+    for kernel in rows {
+        let (src, name) = (&kernel.source, &kernel.file_name);
+        let body = &src[src.rfind("extern \"C\" __global__").unwrap_or(0)..];
+        assert!(body.contains("cg::load8(") && body.contains("cg::st8("), "{name}: no chunk accesses");
+        for line in body.lines().filter(|l| l.contains("cg::load(") || l.contains("cg::st(")) {
+            assert!(
+                line.contains("_ld, m, 0, ") || line.contains("(p.pos,"),
+                "{name}: an element access of a row stream: {line}"
+            );
+        }
+    }
+    let rope = compiled.kernels.iter().find(|k| k.source.contains("cg::rope_partner(kv")).expect("the RoPE backward");
+    assert_eq!(rope.source.matches("cg::load8(dqkv").count(), 2, "{}", rope.file_name);
+}

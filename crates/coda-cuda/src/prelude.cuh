@@ -297,6 +297,43 @@ __device__ __forceinline__ float4 load4_aligned(const T* p, long long ld, int m,
 }
 
 // ---------------------------------------------------------------------------
+// Chunks of eight consecutive elements (m, k) .. (m, k + 7): the column
+// loops of CTA-per-row kernels (docs/codegen.md, "Row kernels in chunks").
+// One 16-byte access (two for f32) when all eight are inside and the
+// chunk's address is 16-byte aligned, which for a tensor with a 16-byte
+// aligned base and a row stride of a multiple of 8 elements is every chunk
+// at a column that is a multiple of 8; element accesses otherwise, so any
+// layout reads and writes the same values.
+// ---------------------------------------------------------------------------
+template <class T>
+__device__ __forceinline__ bool whole_chunk(const T* q, int m, int k, int rows, int cols) {
+    return !coda::is_same<T, int>::value && inside(m, k, rows, cols) && inside(m, k + 7, rows, cols) &&
+           ((unsigned long long)q & 15) == 0;
+}
+template <class T>
+__device__ __forceinline__ void load8(float (&v)[8], const T* p, long long ld, int m, int k, int rows, int cols) {
+    const T* q = p + (long long)m * ld + k;
+    if (whole_chunk(q, m, k, rows, cols)) {
+        if constexpr (sizeof(T) == 4) {
+            const float4 a = __ldg(reinterpret_cast<const float4*>(q));
+            const float4 b = __ldg(reinterpret_cast<const float4*>(q) + 1);
+            v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+        } else {
+            const uint4 w = __ldg(reinterpret_cast<const uint4*>(q));
+            const unsigned words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const float2 pair = coda::unpack_pair<T>(words[i]);
+                v[2 * i] = pair.x, v[2 * i + 1] = pair.y;
+            }
+        }
+    } else {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) v[e] = load(p, ld, m, k + e, rows, cols);
+    }
+}
+
+// ---------------------------------------------------------------------------
 // Stores (bounded).  i32 stores truncate toward zero, saturating, NaN -> 0.
 // ---------------------------------------------------------------------------
 __device__ __forceinline__ void put(float* p, float v) { *p = v; }
@@ -376,6 +413,27 @@ __device__ __forceinline__ void st2_aligned(T* p, long long ld, int m, int k, in
             if constexpr (!kWhole) stg_b16_if(q, half_bits<T>(v0), in && !pair);
         }
     }
+}
+template <class T>
+__device__ __forceinline__ void st8(T* p, long long ld, int m, int k, int rows, int cols, const float (&v)[8]) {
+    T* q = p + (long long)m * ld + k;
+    if (whole_chunk(q, m, k, rows, cols)) {
+        if constexpr (sizeof(T) == 4) {
+            reinterpret_cast<float4*>(q)[0] = make_float4(v[0], v[1], v[2], v[3]);
+            reinterpret_cast<float4*>(q)[1] = make_float4(v[4], v[5], v[6], v[7]);
+        } else {
+            *reinterpret_cast<uint4*>(q) = make_uint4(coda::pack_pair<T>(v[0], v[1]), coda::pack_pair<T>(v[2], v[3]),
+                                                      coda::pack_pair<T>(v[4], v[5]), coda::pack_pair<T>(v[6], v[7]));
+        }
+    } else {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) st(p, ld, m, k + e, rows, cols, v[e]);
+    }
+}
+template <class T>
+__device__ __forceinline__ void st8_acc(T* p, long long ld, int m, int k, int rows, int cols, const float (&v)[8]) {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) st_acc(p, ld, m, k + e, rows, cols, v[e]);
 }
 template <class T>
 __device__ __forceinline__ void st2_acc(T* p, long long ld, int m, int k, int rows, int cols, float v0, float v1) {

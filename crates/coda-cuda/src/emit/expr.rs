@@ -10,6 +10,7 @@
 //! their operand at other indices. Values evaluated in an outer scope (for
 //! example per-row values before a column loop) are reused inside it.
 
+use super::chunk::Chunk;
 use super::names::Namer;
 use super::params::ParamTable;
 use crate::error::CodegenError;
@@ -56,6 +57,12 @@ pub(crate) struct Emitter<'a> {
     /// frequency of that rotation at `kp` is the one at the column, and
     /// the angle is formed once for both.
     rope_partners: HashMap<String, (String, RopeSpec)>,
+    /// The element loop of the chunked column loop being written, if any
+    /// (see [`super::chunk`]).
+    pub(crate) chunk: Option<Chunk>,
+    /// Whether whole-row reductions may run in chunks: set for CTA-per-row
+    /// kernels, whose loops have a thread per row's `1 / 256` of columns.
+    pub(crate) chunk_rows: bool,
 }
 
 impl<'a> Emitter<'a> {
@@ -77,6 +84,8 @@ impl<'a> Emitter<'a> {
             globals: std::collections::BTreeMap::new(),
             coherent: std::collections::BTreeSet::new(),
             k_range: None,
+            chunk: None,
+            chunk_rows: false,
         }
     }
 
@@ -131,6 +140,35 @@ impl<'a> Emitter<'a> {
     /// Appends lines written earlier (already indented).
     pub(crate) fn extend(&mut self, lines: Vec<String>) {
         self.lines.extend(lines);
+    }
+
+    /// The current indentation level.
+    pub(crate) fn indent_level(&self) -> usize {
+        self.indent
+    }
+
+    /// The position of the next line written.
+    pub(crate) fn mark(&self) -> usize {
+        self.lines.len()
+    }
+
+    /// The lines written from a position from [`Self::mark`] on.
+    pub(crate) fn lines_from(&self, at: usize) -> &[String] {
+        &self.lines[at.min(self.lines.len())..]
+    }
+
+    /// Removes the line at a position from [`Self::mark`].
+    pub(crate) fn remove_line(&mut self, at: usize) {
+        if at < self.lines.len() {
+            self.lines.remove(at);
+        }
+    }
+
+    /// Inserts `lines` (already indented) at a position from [`Self::mark`].
+    pub(crate) fn insert_lines(&mut self, at: usize, lines: Vec<String>) {
+        let tail = self.lines.split_off(at.min(self.lines.len()));
+        self.lines.extend(lines);
+        self.lines.extend(tail);
     }
 
     pub(crate) fn take_lines(&mut self) -> Vec<String> {
@@ -249,13 +287,20 @@ impl<'a> Emitter<'a> {
                     k.clone()
                 } else {
                     let s = self.dim_int(start);
-                    self.index("kc", format!("{s} + {k} * {step}"))
+                    let idx = self.index("kc", format!("{s} + {k} * {step}"));
+                    if let (Some(offset), 1) = (start.as_const(), *step) {
+                        self.chunk_shift(&idx, &k, offset);
+                    }
+                    idx
                 };
                 return self.eval(*arg, &m, &idx);
             }
             Op::RopePartner(spec, a) => {
                 let args = self.rope_args(spec);
-                let idx = self.index("kp", format!("cg::rope_partner({k}, {args})"));
+                let idx = match self.chunk_partner(spec, &k, &args) {
+                    Some(idx) => idx,
+                    None => self.index("kp", format!("cg::rope_partner({k}, {args})")),
+                };
                 self.rope_partners.insert(idx.clone(), (k.clone(), spec.clone()));
                 return self.eval(*a, &m, &idx);
             }
@@ -264,6 +309,10 @@ impl<'a> Emitter<'a> {
                 return self.eval(*a, &m, &idx);
             }
             Op::Load(id) => {
+                if let Some(element) = self.chunk_load(*id, &m, &k, n.value) {
+                    self.bind(node, &m, &k, element.clone());
+                    return Ok(element);
+                }
                 let f = if self.coherent.contains(id) { "load_cg" } else { "load" };
                 format!("cg::{f}({})", self.access(*id, &m, &k, false))
             }
@@ -445,7 +494,11 @@ impl<'a> Emitter<'a> {
             let idx = if off == "0" || self.is_constant(*node) {
                 k.to_string()
             } else {
-                self.index("kq", format!("{k} - {off}"))
+                let idx = self.index("kq", format!("{k} - {off}"));
+                if let Some(offset) = offset.as_const() {
+                    self.chunk_shift(&idx, k, -offset);
+                }
+                idx
             };
             return self.eval(*node, m, &idx);
         }
@@ -492,6 +545,11 @@ impl<'a> Emitter<'a> {
         let tpr = self.coop;
         let red = if tpr > 32 { "red" } else { "nullptr" };
         let name = self.local_for(value);
+        let chunked = row
+            && self.chunk_rows
+            && tpr == super::rowk::THREADS
+            && self.chunk.is_none()
+            && extent.as_const().is_some_and(|w| super::chunk::chunkable(0, w));
         let extent = self.dim_int(extent);
         match op {
             ReduceOp::LogSumExp => {
@@ -501,7 +559,13 @@ impl<'a> Emitter<'a> {
             ReduceOp::Max => self.stmt(format!("float {name}_acc = coda::neg_inf();"), value),
         }
         let i = self.locals.fresh(if row { "kk" } else { "mm" });
-        self.open(format!("for (int {i} = cg::lane<{tpr}>(); {i} < {extent}; {i} += {tpr})"));
+        // A reduction inside a chunked loop's elements runs plain.
+        let outer_chunk = self.chunk.take();
+        if chunked {
+            self.open_chunks(&i, "", &extent, tpr, &[]);
+        } else {
+            self.open(format!("for (int {i} = cg::lane<{tpr}>(); {i} < {extent}; {i} += {tpr})"));
+        }
         let saved = std::mem::replace(&mut self.coop, 1);
         let x = if row { self.eval(arg, at, &i)? } else { self.eval(arg, &i, at)? };
         self.coop = saved;
@@ -510,7 +574,11 @@ impl<'a> Emitter<'a> {
             ReduceOp::Max => self.line(format!("{name}_acc = cg::maximum({name}_acc, {x});")),
             ReduceOp::LogSumExp => self.line(format!("cg::lse_push({name}_m, {name}_s, {name}_bad, {x});")),
         }
+        if chunked {
+            self.close_chunk_elements();
+        }
         self.close();
+        self.chunk = outer_chunk;
         let finish = match op {
             ReduceOp::Sum => format!("const float {name} = cg::block_sum<{tpr}>({name}_acc, {red});"),
             ReduceOp::Max => format!("const float {name} = cg::block_max<{tpr}>({name}_acc, {red});"),

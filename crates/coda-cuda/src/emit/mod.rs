@@ -9,6 +9,7 @@
 //! instantiating `coda::gemm_sm80` for GEMM kernels, a `Params_<k>` struct
 //! plus an `extern "C"` entry for the others.
 
+mod chunk;
 mod expr;
 mod gemm;
 mod names;

@@ -11,6 +11,7 @@
 //! tail (see [`crate::kir::GridSpec`]). A column-reduction kernel runs one CTA
 //! per column: threads stride over rows, then reduce in a fixed order.
 
+use super::chunk;
 use super::expr::Emitter;
 use crate::error::CodegenError;
 use crate::kir::{BufId, GridSpec, Op, Space, Store};
@@ -31,6 +32,7 @@ pub(crate) fn emit_row(
     // (no early return: every thread reaches the CTA barriers after it).
     let guarded = grid.is_some() && tpr < THREADS;
     em.set_indent(if guarded { 2 } else { 1 });
+    em.chunk_rows = tpr == THREADS;
     let tail = em.kernel.tail_nodes();
     let body = row_body(em, tpr, grid, &tail)?;
     let body = if tpr == THREADS && row_streams(em) <= UNROLLED_STREAMS { unrolled(body, 4) } else { body };
@@ -180,15 +182,20 @@ fn row_body(
                 None => (String::new(), em.dim_int(&w)),
             };
             em.k_range = piece;
-            em.open(format!("for (int k = {start}cg::lane<{tpr}>(); k < {end}; k += {tpr})"));
-            for s in &same_width {
-                let node = &em.kernel.nodes[s.node];
-                let (value, m) = (node.value, if node.space == Space::Col { "0" } else { "m" });
-                let v = em.eval(s.node, "m", "k")?;
-                let text = store_call(em, s, m, "k", &v);
-                em.stmt(text, value);
+            let bounds = piece.or_else(|| w.as_const().map(|hi| (0, hi)));
+            if tpr == THREADS && bounds.is_some_and(|(lo, hi)| chunk::chunkable(lo, hi)) {
+                chunked_store_loop(em, &same_width, &start, &end)?;
+            } else {
+                em.open(format!("for (int k = {start}cg::lane<{tpr}>(); k < {end}; k += {tpr})"));
+                for s in &same_width {
+                    let node = &em.kernel.nodes[s.node];
+                    let (value, m) = (node.value, if node.space == Space::Col { "0" } else { "m" });
+                    let v = em.eval(s.node, "m", "k")?;
+                    let text = store_call(em, s, m, "k", &v);
+                    em.stmt(text, value);
+                }
+                em.close();
             }
-            em.close();
             em.k_range = None;
         }
     }
@@ -197,6 +204,31 @@ fn row_body(
     }
     em.pop_scope();
     Ok(em.take_lines())
+}
+
+/// A column loop of stores in chunks ([`chunk`]): each store's elements
+/// into an array, stored whole after the element loop.
+fn chunked_store_loop(em: &mut Emitter<'_>, stores: &[&Store], start: &str, end: &str) -> Result<(), CodegenError> {
+    let arrays: Vec<String> = stores.iter().map(|s| em.local_for(em.kernel.nodes[s.node].value) + "_o").collect();
+    let chunks = em.open_chunks("k", start, end, THREADS, &arrays);
+    for (s, array) in stores.iter().zip(&arrays) {
+        let v = em.eval(s.node, "m", "k")?;
+        em.stmt(format!("{array}[{}] = {v};", chunks.elem), em.kernel.nodes[s.node].value);
+    }
+    em.close_chunk_elements();
+    for (s, array) in stores.iter().zip(&arrays) {
+        let node = &em.kernel.nodes[s.node];
+        let (value, m) = (node.value, if node.space == Space::Col { "0" } else { "m" });
+        let k = match s.col_offset {
+            Some(offset) => format!("{} + {offset}", chunks.start),
+            None => chunks.start.clone(),
+        };
+        let access = em.access(s.buf, m, &k, true);
+        let f = if s.accumulate { "st8_acc" } else { "st8" };
+        em.stmt(format!("cg::{f}({access}, {array});"), value);
+    }
+    em.close();
+    Ok(())
 }
 
 /// A CTA-per-row kernel's column loops are unrolled 4 times
@@ -240,7 +272,10 @@ fn unrolled(lines: Vec<String>, factor: u32) -> Vec<String> {
         .into_iter()
         .flat_map(|line| {
             let indent = &line[..line.len() - line.trim_start().len()];
-            match line.trim_start().starts_with("for (int k") {
+            // Not the chunked loops (`for (int kv…`): each iteration already has
+            // a chunk of every stream in flight.
+            let trimmed = line.trim_start();
+            match trimmed.starts_with("for (int k") && !trimmed.starts_with("for (int kv") {
                 true => vec![format!("{indent}#pragma unroll {factor}"), line],
                 false => vec![line],
             }

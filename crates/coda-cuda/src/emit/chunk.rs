@@ -1,0 +1,178 @@
+//! Column loops of CTA-per-row kernels in chunks of [`CHUNK`] columns per
+//! thread (docs/codegen.md, "Row kernels in chunks").
+//!
+//! A chunked loop is two loops: the outer one strides over chunk starts
+//! `kv` (multiples of eight), the inner one is unrolled over the chunk's
+//! elements `e` and defines the column local (`k`, `kk`) as `kv + e`, so
+//! every expression is written per element exactly as in a plain column
+//! loop. What changes is the memory access: a load of a row stream at the
+//! loop's column (or at a rotary partner column, which for the "rotate
+//! half" style is the partner chunk's element `e`) is hoisted before the
+//! inner loop as one `cg::load8` of the whole chunk into a register array,
+//! and a store writes the element into an array that one `cg::st8` stores
+//! after the inner loop: one 16-byte access per eight 16-bit elements
+//! instead of eight 2-byte ones. The helpers fall back to element accesses
+//! when a chunk is not 16-byte aligned or not wholly inside the buffer, so
+//! the rewrite holds for any layout; the emitter only asks for chunks when
+//! the loop's width and bounds are constant multiples of eight, so a chunk
+//! never reaches past the loop's last column.
+
+use super::expr::Emitter;
+use coda_ir::{RopeSpec, RopeStyle, Value};
+use std::collections::HashMap;
+
+/// Columns per chunk: one 16-byte access of a 16-bit tensor.
+pub(crate) const CHUNK: i64 = 8;
+
+/// The element loop of a chunked column loop being written.
+#[derive(Default)]
+pub(crate) struct Chunk {
+    /// The column locals of the element loop, each with the chunk start it
+    /// belongs to and its element index there: the loop's own column
+    /// (`k` → `kv`, `e`) and rotary partner columns (`kp` → `kpv`, `e`).
+    cols: Vec<(String, String, String)>,
+    /// Lines written before the element loop (already indented): chunk
+    /// loads and partner chunk starts.
+    hoisted: Vec<String>,
+    /// The chunk arrays loaded so far, by buffer, row and chunk start.
+    loaded: HashMap<(usize, String, String), String>,
+    /// Indentation of the hoisted lines.
+    indent: usize,
+    /// Where in the written lines the hoisted lines go.
+    mark: usize,
+    /// The column locals defined in the element loop (the loop's own and
+    /// rotary partners) with their lines, dropped when nothing else in the
+    /// element loop uses them.
+    defined: Vec<(String, usize)>,
+}
+
+/// The names of an open chunked loop.
+pub(crate) struct ChunkLoop {
+    /// The chunk start local.
+    pub(crate) start: String,
+    /// The element index local.
+    pub(crate) elem: String,
+}
+
+/// Whether a column loop over `[lo, hi)` can be chunked: constant bounds
+/// that are multiples of [`CHUNK`].
+pub(crate) fn chunkable(lo: i64, hi: i64) -> bool {
+    lo % CHUNK == 0 && hi % CHUNK == 0 && hi > lo
+}
+
+impl Emitter<'_> {
+    /// Opens a chunked loop over columns `[lo, end)` with `tpr` threads per
+    /// row: the outer loop, the `arrays` declared in it (one float per
+    /// element each), and the element loop defining column local `col`.
+    pub(crate) fn open_chunks(&mut self, col: &str, lo: &str, end: &str, tpr: u32, arrays: &[String]) -> ChunkLoop {
+        let start = self.locals.fresh("kv");
+        let elem = self.locals.fresh("e");
+        let step = i64::from(tpr) * CHUNK;
+        self.open(format!("for (int {start} = {lo}cg::lane<{tpr}>() * {CHUNK}; {start} < {end}; {start} += {step})"));
+        for a in arrays {
+            self.line(format!("float {a}[{CHUNK}];"));
+        }
+        let chunk = Chunk {
+            cols: vec![(col.to_string(), start.clone(), elem.clone())],
+            indent: self.indent_level(),
+            mark: self.mark(),
+            ..Chunk::default()
+        };
+        self.line("#pragma unroll");
+        self.open(format!("for (int {elem} = 0; {elem} < {CHUNK}; ++{elem})"));
+        let defined = vec![(col.to_string(), self.mark())];
+        self.line(format!("const int {col} = {start} + {elem};"));
+        self.chunk = Some(Chunk { defined, ..chunk });
+        ChunkLoop { start, elem }
+    }
+
+    /// Closes the element loop of the innermost chunked loop and writes
+    /// its hoisted loads before it; the outer loop stays open for the
+    /// chunk stores.
+    pub(crate) fn close_chunk_elements(&mut self) {
+        self.close();
+        if let Some(chunk) = self.chunk.take() {
+            for (local, at) in chunk.defined.iter().rev() {
+                if !super::gemm::uses(&self.lines_from(at + 1).join("\n"), local) {
+                    self.remove_line(*at);
+                }
+            }
+            self.insert_lines(chunk.mark, chunk.hoisted);
+        }
+    }
+
+    /// In a chunked loop, a load of buffer `id` at row `m` and column `k`
+    /// as an element of a hoisted chunk load, when `k` is one of the
+    /// loop's column locals.
+    pub(crate) fn chunk_load(&mut self, id: usize, m: &str, k: &str, value: Value) -> Option<String> {
+        if self.coherent.contains(&id) {
+            return None;
+        }
+        let (start, elem) = self.chunk_col(k)?;
+        let key = (id, m.to_string(), start.clone());
+        if let Some(name) = self.chunk.as_ref().and_then(|c| c.loaded.get(&key)).cloned() {
+            return Some(format!("{name}[{elem}]"));
+        }
+        let name = self.local_for(value) + "_c";
+        let access = self.access(id, m, &start, false);
+        let text = format!("float {name}[{CHUNK}]; cg::load8({name}, {access});  // {}", self.loc(value));
+        let chunk = self.chunk.as_mut()?;
+        chunk.hoisted.push(format!("{}{text}", "    ".repeat(chunk.indent)));
+        chunk.loaded.insert(key, name.clone());
+        Some(format!("{name}[{elem}]"))
+    }
+
+    /// In a chunked loop, the rotary partner column of column local `k`
+    /// as `kpv + e`, with the partner chunk's start `kpv` hoisted, when
+    /// every chunk's partner is a chunk ("rotate half" with constant range
+    /// bounds and half heads that are multiples of [`CHUNK`]).
+    pub(crate) fn chunk_partner(&mut self, spec: &RopeSpec, k: &str, args: &str) -> Option<String> {
+        let aligned = |d: &coda_ir::Dim| d.as_const().is_some_and(|c| c % CHUNK == 0);
+        let fits = spec.style == RopeStyle::Half
+            && (spec.head_dim / 2) % CHUNK == 0
+            && aligned(&spec.start)
+            && aligned(&spec.end);
+        if !fits {
+            return None;
+        }
+        let (start, elem) = self.chunk_col(k)?;
+        let partner_start = self.locals.fresh("kpv");
+        let partner = self.locals.fresh("kp");
+        let at = self.mark();
+        let chunk = self.chunk.as_mut()?;
+        let pad = "    ".repeat(chunk.indent);
+        chunk.hoisted.push(format!("{pad}const int {partner_start} = cg::rope_partner({start}, {args});"));
+        chunk.cols.push((partner.clone(), partner_start.clone(), elem.clone()));
+        chunk.defined.push((partner.clone(), at));
+        self.line(format!("const int {partner} = {partner_start} + {elem};"));
+        Some(partner)
+    }
+
+    /// In a chunked loop, records that local `idx` is column local `k`
+    /// plus the constant `offset` (a slice's start, a concatenation part's
+    /// offset): when the offset is a multiple of [`CHUNK`], loads at `idx`
+    /// are elements of the chunk at the shifted start.
+    pub(crate) fn chunk_shift(&mut self, idx: &str, k: &str, offset: i64) {
+        if offset % CHUNK != 0 {
+            return;
+        }
+        let Some((start, elem)) = self.chunk_col(k) else { return };
+        let definition = self.mark().checked_sub(1).filter(|&at| {
+            self.lines_from(at).first().is_some_and(|l| l.trim_start().starts_with(&format!("const int {idx} =")))
+        });
+        let shifted = match offset {
+            0.. => format!("{start} + {offset}"),
+            _ => format!("{start} - {}", -offset),
+        };
+        if let Some(chunk) = self.chunk.as_mut() {
+            chunk.cols.push((idx.to_string(), shifted, elem));
+            chunk.defined.extend(definition.map(|at| (idx.to_string(), at)));
+        }
+    }
+
+    /// The chunk start and element index column local `k` stands for.
+    fn chunk_col(&self, k: &str) -> Option<(String, String)> {
+        let chunk = self.chunk.as_ref()?;
+        chunk.cols.iter().find(|(c, _, _)| c == k).map(|(_, s, e)| (s.clone(), e.clone()))
+    }
+}
