@@ -56,7 +56,8 @@ pub use nvrtc::{CompileOptions, CompiledKernel};
 pub use params::{layout, FieldKind, ParamBlock, StructLayout};
 pub use tensor::{contiguous_strides, describe, DType, TensorArg};
 pub use timing::{
-    bench, bench_cycle, bench_interleaved, compile_latency, time_ms, BenchStats, CompileLatency, EventTimer,
+    bench, bench_cycle, bench_cycle_marked, bench_interleaved, compile_latency, time_ms, BenchStats, CompileLatency,
+    EventTimer,
 };
 pub use tma::TiledMap;
 pub use toolkit::Toolkit;

@@ -158,6 +158,44 @@ pub fn bench_interleaved(
     sa.zip(sb).ok_or_else(|| RuntimeError::InvalidInput("no timing samples".into()))
 }
 
+/// [`bench_cycle`] of a workload that records `marks` events in each run
+/// (`f(copy, mark)` calls `mark(j)` for `j` in `0..marks`, in order): the
+/// statistics of the time between consecutive marks, `marks - 1` of them.
+/// The block benchmark marks the launches of a block run, which gives each
+/// kernel's time inside back-to-back block runs.
+pub fn bench_cycle_marked(
+    device: &Device,
+    stream: &Stream,
+    (warmup, iters, copies): (usize, usize, usize),
+    marks: usize,
+    mut f: impl FnMut(usize, &mut dyn FnMut(usize) -> Result<()>) -> Result<()>,
+) -> Result<Vec<BenchStats>> {
+    let mut ignore = |_: usize| Ok(());
+    for run in 0..warmup {
+        f(run % copies.max(1), &mut ignore)?;
+    }
+    stream.synchronize()?;
+    let event = || device.ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).cuda("cuEventCreate");
+    let mut runs: Vec<Vec<CudaEvent>> = Vec::with_capacity(iters);
+    for _ in 0..iters {
+        runs.push((0..marks).map(|_| event()).collect::<Result<Vec<_>>>()?);
+    }
+    for (i, events) in runs.iter().enumerate() {
+        let mut mark = |j: usize| match events.get(j) {
+            Some(e) => e.record(&stream.inner).cuda("cuEventRecord"),
+            None => Err(RuntimeError::InvalidInput(format!("mark {j} of {marks}"))),
+        };
+        f((warmup + i) % copies.max(1), &mut mark)?;
+    }
+    stream.synchronize()?;
+    (1..marks)
+        .map(|j| {
+            let samples = runs.iter().map(|e| e[j - 1].elapsed_ms(&e[j]).cuda("cuEventElapsedTime"));
+            BenchStats::from_samples(samples.collect::<Result<Vec<_>>>()?)
+        })
+        .collect()
+}
+
 /// A workload of [`cycle_interleaved`]: its number of data copies and the
 /// launch of run `c` on copy `c`.
 type Workload<'a> = (usize, &'a mut dyn FnMut(usize) -> Result<()>);

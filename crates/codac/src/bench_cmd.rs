@@ -290,6 +290,13 @@ impl Bench<'_> {
             kernels.push(kernel_report(spec, profile, time, bare, compile));
         }
         let block_time = Timing::of(&rig.time_block(self.device, self.warmup, self.iters)?);
+        let inside = rig.time_in_block(self.device, self.warmup, self.iters)?;
+        if inside.len() != kernels.len() {
+            bail!("the block launches {} kernels, its rig times {} (a bug)", inside.len(), kernels.len());
+        }
+        for (kernel, stats) in kernels.iter_mut().zip(&inside) {
+            kernel.in_block = Some(Timing::of(stats));
+        }
         let dims = block.symbolic_dims().filter_map(|d| dims.get(d).map(|v| (d.to_string(), *v))).collect();
         Ok(BlockReport::totals(block.name.clone(), dims, rig.copies, rig.bytes_per_copy, kernels, block_time))
     }
@@ -390,5 +397,6 @@ fn kernel_report(
         bare_gemm: bare,
         epilogue_cost,
         compile,
+        in_block: None,
     }
 }

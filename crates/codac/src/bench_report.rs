@@ -237,6 +237,10 @@ pub(crate) struct KernelReport {
     /// Median time over the bare GEMM's median time.
     pub(crate) epilogue_cost: Option<f64>,
     pub(crate) compile: CompileReport,
+    /// The kernel inside back-to-back runs of the whole block (events
+    /// recorded between the launches), beside `time`, which is the kernel
+    /// alone.
+    pub(crate) in_block: Option<Timing>,
 }
 
 /// One block.
@@ -396,6 +400,19 @@ pub(crate) fn render_text(r: &Report) -> String {
             b.kernels.len(),
             ms(b.sum_kernels_ms)
         ));
+        let inside: Vec<String> = b
+            .kernels
+            .iter()
+            .filter_map(|k| k.in_block.as_ref().map(|t| format!("{} {}", k.name, ms(t.median_ms))))
+            .collect();
+        if !inside.is_empty() {
+            let sum: f64 = b.kernels.iter().filter_map(|k| k.in_block.as_ref()).map(|t| t.median_ms).sum();
+            out.push_str(&format!(
+                "inside the block (events between its launches): {} ms; sum {} ms\n",
+                inside.join(", "),
+                ms(sum)
+            ));
+        }
         if b.sum_bare_gemms_ms > 0.0 {
             out.push_str(&format!(
                 "bare GEMMs: {} ms; the block takes {:.2}× that\n",
@@ -471,6 +488,7 @@ mod tests {
             }),
             epilogue_cost: Some(median_ms / bare_ms),
             compile: compile(),
+            in_block: Some(timing(median_ms + 0.01)),
         }
     }
 
@@ -651,6 +669,7 @@ mod tests {
             ]
         );
         assert!(text.contains("block: 0.520 ms, 529 TFLOP/s (1 launches back to back; kernels alone sum to 0.500 ms)"));
+        assert!(text.contains("inside the block (events between its launches): k0 0.510 ms; sum 0.510 ms"), "{text}");
         assert!(text.contains("bare GEMMs: 0.400 ms; the block takes 1.30× that"), "{text}");
         assert!(text.contains("(each bare GEMM timed alternating with its kernel, at the same clocks)"), "{text}");
     }

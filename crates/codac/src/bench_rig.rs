@@ -20,7 +20,9 @@ use coda::cuda::symexpr::eval_str;
 use coda::cuda::KernelSource;
 use coda::{DimBindings, HostTensor};
 use coda_runtime::exec::{BlockExecutor, Prepared};
-use coda_runtime::{bench_cycle, bench_interleaved, convert, BenchStats, DType, Device, DeviceBuffer, TensorArg};
+use coda_runtime::{
+    bench_cycle, bench_cycle_marked, bench_interleaved, convert, BenchStats, DType, Device, DeviceBuffer, TensorArg,
+};
 use std::collections::BTreeMap;
 
 /// Copies of the data cycled through by every timing loop, at least.
@@ -219,6 +221,17 @@ impl Runner {
         let copies = self.prepared.len();
         Ok(bench_cycle(device, stream, warmup, iters, copies, |c| self.executor.launch(&self.prepared[c], stream))?)
     }
+
+    /// Each launch's time inside back-to-back runs (events between the
+    /// launches), in launch order.
+    fn time_split(&self, device: &Device, warmup: usize, iters: usize) -> Result<Vec<BenchStats>> {
+        let stream = device.stream();
+        let copies = self.prepared.len();
+        let marks = self.prepared.first().map_or(0, |p| self.executor.launched(p).len()) + 1;
+        Ok(bench_cycle_marked(device, stream, (warmup, iters, copies), marks, |c, mark| {
+            self.executor.launch_marked(&self.prepared[c], stream, mark)
+        })?)
+    }
 }
 
 /// Registers per thread of each kernel, by short name.
@@ -340,6 +353,12 @@ impl Rig {
     /// Times the whole block: every kernel back to back, as `codac run` launches them.
     pub(crate) fn time_block(&self, device: &Device, warmup: usize, iters: usize) -> Result<BenchStats> {
         self.block.time(device, warmup, iters)
+    }
+
+    /// Times each kernel inside back-to-back block runs (events recorded
+    /// between the launches), in launch order ([`Self::kernel_names`]).
+    pub(crate) fn time_in_block(&self, device: &Device, warmup: usize, iters: usize) -> Result<Vec<BenchStats>> {
+        self.block.time_split(device, warmup, iters)
     }
 }
 

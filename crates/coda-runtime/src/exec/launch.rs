@@ -24,6 +24,23 @@ impl BlockExecutor {
         Ok(())
     }
 
+    /// [`Self::launch`] with `mark(i)` called before launch `i` and
+    /// `mark(n)` after the last of the `n` launches (to record events
+    /// between the kernels of a block run).
+    pub fn launch_marked(
+        &self,
+        prepared: &Prepared,
+        stream: &Stream,
+        mark: &mut dyn FnMut(usize) -> Result<()>,
+    ) -> Result<()> {
+        for (i, l) in prepared.launches.iter().enumerate() {
+            mark(i)?;
+            let params: Vec<_> = l.params.iter().collect();
+            self.kernels[l.kernel].kernel.launch(stream, &l.cfg, &params)?;
+        }
+        mark(prepared.launches.len())
+    }
+
     /// Runs the block once and waits for it.
     pub fn run(&self, device: &Device, prepared: &Prepared) -> Result<()> {
         self.launch(prepared, device.stream())?;
