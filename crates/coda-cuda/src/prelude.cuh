@@ -893,6 +893,30 @@ __device__ __forceinline__ void stream_issue(const Frag& f, float* smem, int s, 
         asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n" ::"r"(dst), "r"(w.x), "r"(w.y) : "memory");
     }
 }
+// An L2 prefetch of columns [k0, k0 + width) of the rows of the tile that
+// this thread writes (f.row_writer(): one thread per tile row), one bulk
+// prefetch per row (cp.async.bulk.prefetch.L2: no register holds the data,
+// nothing waits for it). For buffers aligned by construction (16-byte base,
+// rows padded to 16 bytes), so the range, aligned down at its start and
+// rounded up at its end to 16 bytes, stays inside the row's allocation.
+// Subtiled epilogues call it for their quad reads before the pair loop.
+template <class Frag, class T>
+__device__ __forceinline__ void prefetch_rows_l2(const Frag& f, const T* p, long long ld, int rows, int cols, int k0,
+                                                 int width) {
+    if (!f.row_writer()) return;
+    constexpr int kAlign = 16 / (int)sizeof(T);
+    const int lo = (k0 < 0 ? 0 : k0) & ~(kAlign - 1);
+    const int hi = k0 + width < cols ? k0 + width : cols;
+    if (hi <= lo) return;
+    const unsigned bytes = (unsigned)(((hi - lo) * (int)sizeof(T) + 15) & ~15);
+#pragma unroll
+    for (int i = 0; i < Frag::RI; ++i) {
+        if (f.row(i) < rows) {
+            const T* at = p + (long long)f.row(i) * ld + lo;
+            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(at), "r"(bytes) : "memory");
+        }
+    }
+}
 __device__ __forceinline__ void stream_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void stream_wait() {

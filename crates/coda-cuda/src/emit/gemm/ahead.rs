@@ -64,11 +64,15 @@ impl Gemm {
     pub(super) fn ahead_lines(&self, em: &mut Emitter<'_>) -> (Vec<String>, Vec<String>) {
         let (list, streaming) = (&self.ahead, self.streaming);
         let ahead = if streaming { "kStreamSlots - 1".to_string() } else { PREFETCH_AHEAD.to_string() };
-        // Staged subtiles run on ping-pong tiles, where the other
-        // warpgroup's K loop covers the loads' latency; the prefetches'
-        // addresses made ptxas spill beside 192 accumulators.
-        if list.is_empty() || (!streaming && self.subtiled()) {
+        if list.is_empty() {
             return (Vec::new(), Vec::new());
+        }
+        // Staged subtiles run on ping-pong tiles, whose scratch holds no
+        // stream slots and where per-pair prefetches' addresses made ptxas
+        // spill beside 192 accumulators: the rows' quads are prefetched
+        // into L2 once, for the whole tile, before the loop.
+        if !streaming && self.subtiled() {
+            return (tile_row_prefetches(em, list), Vec::new());
         }
         let calls = |em: &mut Emitter<'_>, j: &str| -> Vec<String> {
             let mut lines = vec![format!("if ({j} < Frag::CJ) {{"), format!("    const int n = f.col({j});")];
@@ -146,6 +150,25 @@ impl Gemm {
         self.quads.insert(key, name.clone());
         name
     }
+}
+
+/// Before the pair loop of a subtiled epilogue, for each quad read of a
+/// buffer aligned by construction: one bulk L2 prefetch per tile row of
+/// the columns the tile's quads cover (`cg::prefetch_rows_l2`, issued by
+/// the thread that writes the row), so that the loop's quad loads, which
+/// wait for their data, find it in L2 instead of DRAM. The quads of pair
+/// `n` are columns `k(n) .. k(n) + 4` with `k(n) = 2 n + c`; the tile's
+/// are `k(n0) .. k(n0) + 2 BN`.
+fn tile_row_prefetches(em: &mut Emitter<'_>, list: &[(usize, String, bool)]) -> Vec<String> {
+    let mut lines = Vec::new();
+    for (buf, k, _) in list.iter().filter(|(_, _, aligned)| *aligned) {
+        let b = em.buf(*buf);
+        lines.push("{".to_string());
+        lines.push("    const int n = f.gcol0 - f.lcol0;  // the tile's first column".to_string());
+        lines.push(format!("    cg::prefetch_rows_l2(f, {b}, {b}_ld, {b}_rows, {b}_cols, {k}, 2 * Frag::BN);"));
+        lines.push("}".to_string());
+    }
+    lines
 }
 
 /// The position of `item` in `list`, appended if absent.
