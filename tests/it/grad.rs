@@ -384,3 +384,25 @@ fn row_kernels_read_and_write_rows_in_chunks() {
     let rope = compiled.kernels.iter().find(|k| k.source.contains("cg::rope_partner(kv")).expect("the RoPE backward");
     assert_eq!(rope.source.matches("cg::load8(dqkv").count(), 2, "{}", rope.file_name);
 }
+
+/// The dSwiGLU backward on staged subtiles prefetches the rows of the saved
+/// pre-activation that its tile's quads read into L2 before its pair loop
+/// (docs/codegen.md, "Staged subtiles on ping-pong tiles"), and so does
+/// any other subtiled epilogue that reads quads of an aligned buffer.
+#[test]
+fn subtiled_quad_reads_prefetch_their_tile_rows() {
+    let view = llama3_grad_view();
+    let compiled = coda::compile(&view, &coda::CompileOptions::default()).unwrap_or_else(|e| panic!("{e}"));
+    let subtiled_quads: Vec<_> = compiled
+        .kernels
+        .iter()
+        .filter(|k| k.source.contains("coda::sub_begin(") && k.source.contains("cg::load4_aligned<"))
+        .collect();
+    assert!(!subtiled_quads.is_empty(), "no subtiled epilogue reads quads");
+    for kernel in subtiled_quads {
+        let apply = &kernel.source[kernel.source.rfind("static __device__ void apply").unwrap_or(0)..];
+        let prefetch = apply.find("cg::prefetch_rows_l2(f, p.z_pairs");
+        let first_load = apply.find("cg::load4_aligned<");
+        assert!(prefetch.is_some() && prefetch < first_load, "{}: no prefetch before the quad loads", kernel.file_name);
+    }
+}
