@@ -373,7 +373,7 @@ fn row_kernels_read_and_write_rows_in_chunks() {
     for kernel in rows {
         let (src, name) = (&kernel.source, &kernel.file_name);
         let body = &src[src.rfind("extern \"C\" __global__").unwrap_or(0)..];
-        assert!(body.contains("cg::load8(") && body.contains("cg::st8("), "{name}: no chunk accesses");
+        assert!(body.contains("cg::load_chunk(") && body.contains("cg::st_chunk("), "{name}: no chunk accesses");
         for line in body.lines().filter(|l| l.contains("cg::load(") || l.contains("cg::st(")) {
             assert!(
                 line.contains("_ld, m, 0, ") || line.contains("(p.pos,"),
@@ -382,7 +382,7 @@ fn row_kernels_read_and_write_rows_in_chunks() {
         }
     }
     let rope = compiled.kernels.iter().find(|k| k.source.contains("cg::rope_partner(kv")).expect("the RoPE backward");
-    assert_eq!(rope.source.matches("cg::load8(dqkv").count(), 2, "{}", rope.file_name);
+    assert_eq!(rope.source.matches("cg::load_chunk(dqkv").count(), 2, "{}", rope.file_name);
 }
 
 /// The dSwiGLU backward on staged subtiles prefetches the rows of the saved

@@ -8,8 +8,8 @@
 //! loop. What changes is the memory access: a load of a row stream at the
 //! loop's column (or at a rotary partner column, which for the "rotate
 //! half" style is the partner chunk's element `e`) is hoisted before the
-//! inner loop as one `cg::load8` of the whole chunk into a register array,
-//! and a store writes the element into an array that one `cg::st8` stores
+//! inner loop as one `cg::load_chunk` of the whole chunk into a register array,
+//! and a store writes the element into an array that one `cg::st_chunk` stores
 //! after the inner loop: one 16-byte access per eight 16-bit elements
 //! instead of eight 2-byte ones. The helpers fall back to element accesses
 //! when a chunk is not 16-byte aligned or not wholly inside the buffer, so
@@ -21,8 +21,15 @@ use super::expr::Emitter;
 use coda_ir::{RopeSpec, RopeStyle, Value};
 use std::collections::HashMap;
 
-/// Columns per chunk: one 16-byte access of a 16-bit tensor.
+/// Columns per chunk at most: one 16-byte access of a 16-bit tensor.
 pub(crate) const CHUNK: i64 = 8;
+
+/// Floats of chunk arrays a loop may hold per thread (its row streams
+/// times the chunk width): eight-column chunks of a kernel with many
+/// streams cost occupancy. On the H100 the Gemma backward's 7-stream row
+/// kernel at 56 registers (eight columns) ran at 2.44 TB/s, its element
+/// loop at 32 registers at 2.71 TB/s.
+const CHUNK_FLOATS: i64 = 40;
 
 /// The element loop of a chunked column loop being written.
 #[derive(Default)]
@@ -40,6 +47,8 @@ pub(crate) struct Chunk {
     indent: usize,
     /// Where in the written lines the hoisted lines go.
     mark: usize,
+    /// Columns per chunk.
+    width: i64,
     /// The column locals defined in the element loop (the loop's own and
     /// rotary partners) with their lines, dropped when nothing else in the
     /// element loop uses them.
@@ -54,32 +63,46 @@ pub(crate) struct ChunkLoop {
     pub(crate) elem: String,
 }
 
-/// Whether a column loop over `[lo, hi)` can be chunked: constant bounds
-/// that are multiples of [`CHUNK`].
-pub(crate) fn chunkable(lo: i64, hi: i64) -> bool {
-    lo % CHUNK == 0 && hi % CHUNK == 0 && hi > lo
+/// The chunk width of a column loop over `[lo, hi)` with `tpr` threads
+/// per row and `streams` row streams, if it can be chunked: the widest of
+/// 8, 4 and 2 columns whose arrays fit [`CHUNK_FLOATS`] and that divides
+/// the bounds, preferring one that gives every thread the same number of
+/// chunks (`hi - lo` a multiple of `tpr` chunks; 3072 columns take chunks
+/// of 4, not 8, of which half the threads would get one more).
+pub(crate) fn chunk_width(lo: i64, hi: i64, tpr: u32, streams: usize) -> Option<i64> {
+    let fits = |v: i64| lo % v == 0 && hi % v == 0 && hi > lo && v * (streams.max(1) as i64) <= CHUNK_FLOATS;
+    let widths = [CHUNK, CHUNK / 2, CHUNK / 4];
+    let balanced = widths.into_iter().find(|&v| fits(v) && (hi - lo) % (i64::from(tpr) * v) == 0);
+    balanced.or_else(|| widths.into_iter().find(|&v| fits(v)))
 }
 
 impl Emitter<'_> {
     /// Opens a chunked loop over columns `[lo, end)` with `tpr` threads per
     /// row: the outer loop, the `arrays` declared in it (one float per
     /// element each), and the element loop defining column local `col`.
-    pub(crate) fn open_chunks(&mut self, col: &str, lo: &str, end: &str, tpr: u32, arrays: &[String]) -> ChunkLoop {
+    pub(crate) fn open_chunks(
+        &mut self,
+        col: &str,
+        (lo, end): (&str, &str),
+        (tpr, width): (u32, i64),
+        arrays: &[String],
+    ) -> ChunkLoop {
         let start = self.locals.fresh("kv");
         let elem = self.locals.fresh("e");
-        let step = i64::from(tpr) * CHUNK;
-        self.open(format!("for (int {start} = {lo}cg::lane<{tpr}>() * {CHUNK}; {start} < {end}; {start} += {step})"));
+        let step = i64::from(tpr) * width;
+        self.open(format!("for (int {start} = {lo}cg::lane<{tpr}>() * {width}; {start} < {end}; {start} += {step})"));
         for a in arrays {
-            self.line(format!("float {a}[{CHUNK}];"));
+            self.line(format!("float {a}[{width}];"));
         }
         let chunk = Chunk {
             cols: vec![(col.to_string(), start.clone(), elem.clone())],
             indent: self.indent_level(),
             mark: self.mark(),
+            width,
             ..Chunk::default()
         };
         self.line("#pragma unroll");
-        self.open(format!("for (int {elem} = 0; {elem} < {CHUNK}; ++{elem})"));
+        self.open(format!("for (int {elem} = 0; {elem} < {width}; ++{elem})"));
         let defined = vec![(col.to_string(), self.mark())];
         self.line(format!("const int {col} = {start} + {elem};"));
         self.chunk = Some(Chunk { defined, ..chunk });
@@ -115,7 +138,8 @@ impl Emitter<'_> {
         }
         let name = self.local_for(value) + "_c";
         let access = self.access(id, m, &start, false);
-        let text = format!("float {name}[{CHUNK}]; cg::load8({name}, {access});  // {}", self.loc(value));
+        let width = self.chunk.as_ref()?.width;
+        let text = format!("float {name}[{width}]; cg::load_chunk({name}, {access});  // {}", self.loc(value));
         let chunk = self.chunk.as_mut()?;
         chunk.hoisted.push(format!("{}{text}", "    ".repeat(chunk.indent)));
         chunk.loaded.insert(key, name.clone());
@@ -127,9 +151,10 @@ impl Emitter<'_> {
     /// every chunk's partner is a chunk ("rotate half" with constant range
     /// bounds and half heads that are multiples of [`CHUNK`]).
     pub(crate) fn chunk_partner(&mut self, spec: &RopeSpec, k: &str, args: &str) -> Option<String> {
-        let aligned = |d: &coda_ir::Dim| d.as_const().is_some_and(|c| c % CHUNK == 0);
+        let width = self.chunk.as_ref()?.width;
+        let aligned = |d: &coda_ir::Dim| d.as_const().is_some_and(|c| c % width == 0);
         let fits = spec.style == RopeStyle::Half
-            && (spec.head_dim / 2) % CHUNK == 0
+            && (spec.head_dim / 2) % width == 0
             && aligned(&spec.start)
             && aligned(&spec.end);
         if !fits {
@@ -150,10 +175,10 @@ impl Emitter<'_> {
 
     /// In a chunked loop, records that local `idx` is column local `k`
     /// plus the constant `offset` (a slice's start, a concatenation part's
-    /// offset): when the offset is a multiple of [`CHUNK`], loads at `idx`
+    /// offset): when the offset is a multiple of the chunk width, loads at `idx`
     /// are elements of the chunk at the shifted start.
     pub(crate) fn chunk_shift(&mut self, idx: &str, k: &str, offset: i64) {
-        if offset % CHUNK != 0 {
+        if self.chunk.as_ref().is_none_or(|c| offset % c.width != 0) {
             return;
         }
         let Some((start, elem)) = self.chunk_col(k) else { return };

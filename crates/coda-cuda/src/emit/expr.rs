@@ -545,11 +545,10 @@ impl<'a> Emitter<'a> {
         let tpr = self.coop;
         let red = if tpr > 32 { "red" } else { "nullptr" };
         let name = self.local_for(value);
-        let chunked = row
-            && self.chunk_rows
-            && tpr == super::rowk::THREADS
-            && self.chunk.is_none()
-            && extent.as_const().is_some_and(|w| super::chunk::chunkable(0, w));
+        // A whole-row reduction streams few tensors: chunked as if one.
+        let chunk_width = extent.as_const().and_then(|w| super::chunk::chunk_width(0, w, tpr, 1));
+        let chunk_width =
+            chunk_width.filter(|_| row && self.chunk_rows && tpr == super::rowk::THREADS && self.chunk.is_none());
         let extent = self.dim_int(extent);
         match op {
             ReduceOp::LogSumExp => {
@@ -561,8 +560,8 @@ impl<'a> Emitter<'a> {
         let i = self.locals.fresh(if row { "kk" } else { "mm" });
         // A reduction inside a chunked loop's elements runs plain.
         let outer_chunk = self.chunk.take();
-        if chunked {
-            self.open_chunks(&i, "", &extent, tpr, &[]);
+        if let Some(width) = chunk_width {
+            self.open_chunks(&i, ("", &extent), (tpr, width), &[]);
         } else {
             self.open(format!("for (int {i} = cg::lane<{tpr}>(); {i} < {extent}; {i} += {tpr})"));
         }
@@ -574,7 +573,7 @@ impl<'a> Emitter<'a> {
             ReduceOp::Max => self.line(format!("{name}_acc = cg::maximum({name}_acc, {x});")),
             ReduceOp::LogSumExp => self.line(format!("cg::lse_push({name}_m, {name}_s, {name}_bad, {x});")),
         }
-        if chunked {
+        if chunk_width.is_some() {
             self.close_chunk_elements();
         }
         self.close();

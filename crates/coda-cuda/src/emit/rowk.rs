@@ -183,8 +183,10 @@ fn row_body(
             };
             em.k_range = piece;
             let bounds = piece.or_else(|| w.as_const().map(|hi| (0, hi)));
-            if tpr == THREADS && bounds.is_some_and(|(lo, hi)| chunk::chunkable(lo, hi)) {
-                chunked_store_loop(em, &same_width, &start, &end)?;
+            let streams = row_streams(em);
+            let width = bounds.and_then(|(lo, hi)| chunk::chunk_width(lo, hi, tpr, streams)).filter(|_| tpr == THREADS);
+            if let Some(width) = width {
+                chunked_store_loop(em, &same_width, (&start, &end), width)?;
             } else {
                 em.open(format!("for (int k = {start}cg::lane<{tpr}>(); k < {end}; k += {tpr})"));
                 for s in &same_width {
@@ -208,9 +210,14 @@ fn row_body(
 
 /// A column loop of stores in chunks ([`chunk`]): each store's elements
 /// into an array, stored whole after the element loop.
-fn chunked_store_loop(em: &mut Emitter<'_>, stores: &[&Store], start: &str, end: &str) -> Result<(), CodegenError> {
+fn chunked_store_loop(
+    em: &mut Emitter<'_>,
+    stores: &[&Store],
+    bounds: (&str, &str),
+    width: i64,
+) -> Result<(), CodegenError> {
     let arrays: Vec<String> = stores.iter().map(|s| em.local_for(em.kernel.nodes[s.node].value) + "_o").collect();
-    let chunks = em.open_chunks("k", start, end, THREADS, &arrays);
+    let chunks = em.open_chunks("k", bounds, (THREADS, width), &arrays);
     for (s, array) in stores.iter().zip(&arrays) {
         let v = em.eval(s.node, "m", "k")?;
         em.stmt(format!("{array}[{}] = {v};", chunks.elem), em.kernel.nodes[s.node].value);
@@ -224,7 +231,7 @@ fn chunked_store_loop(em: &mut Emitter<'_>, stores: &[&Store], start: &str, end:
             None => chunks.start.clone(),
         };
         let access = em.access(s.buf, m, &k, true);
-        let f = if s.accumulate { "st8_acc" } else { "st8" };
+        let f = if s.accumulate { "st_chunk_acc" } else { "st_chunk" };
         em.stmt(format!("cg::{f}({access}, {array});"), value);
     }
     em.close();
