@@ -148,6 +148,33 @@ __device__ __forceinline__ float load1_rw(const float* p) { return *p; }
 __device__ __forceinline__ float load1_rw(const bf16* p) { return __bfloat162float(*p); }
 __device__ __forceinline__ float load1_rw(const f16* p) { return __half2float(*p); }
 
+// ---- 4-element vectors: 4 halves (8 bytes) or 4 floats (16 bytes) ---------
+// p must be aligned to the vector (an element offset a multiple of 4 from a
+// 16-byte aligned base).
+__device__ __forceinline__ void load4(const bf16* p, float (&v)[4]) {
+    uint2 u = __ldg(reinterpret_cast<const uint2*>(p));
+    float2 a = unpack2_bf16(u.x), b = unpack2_bf16(u.y);
+    v[0] = a.x; v[1] = a.y; v[2] = b.x; v[3] = b.y;
+}
+__device__ __forceinline__ void load4(const f16* p, float (&v)[4]) {
+    uint2 u = __ldg(reinterpret_cast<const uint2*>(p));
+    float2 a = unpack2_f16(u.x), b = unpack2_f16(u.y);
+    v[0] = a.x; v[1] = a.y; v[2] = b.x; v[3] = b.y;
+}
+__device__ __forceinline__ void load4(const float* p, float (&v)[4]) {
+    float4 a = __ldg(reinterpret_cast<const float4*>(p));
+    v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
+}
+__device__ __forceinline__ void store4(bf16* p, const float (&v)[4]) {
+    *reinterpret_cast<uint2*>(p) = make_uint2(pack2_bf16(v[0], v[1]), pack2_bf16(v[2], v[3]));
+}
+__device__ __forceinline__ void store4(f16* p, const float (&v)[4]) {
+    *reinterpret_cast<uint2*>(p) = make_uint2(pack2_f16(v[0], v[1]), pack2_f16(v[2], v[3]));
+}
+__device__ __forceinline__ void store4(float* p, const float (&v)[4]) {
+    *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+}
+
 // ---- 16-byte vectors: 8 halves (bf16/f16) or 8 floats (two float4) ---------
 // p must be 16-byte aligned (element offset a multiple of 8 for halves, of 4
 // for f32 -- 8 elements of f32 are two 16-byte accesses).

@@ -299,56 +299,36 @@ __device__ __forceinline__ float4 load4_aligned(const T* p, long long ld, int m,
 // ---------------------------------------------------------------------------
 // Chunks of V consecutive elements (m, k) .. (m, k + V - 1), V = 2, 4 or 8:
 // the column loops of CTA-per-row kernels (docs/codegen.md, "Row kernels in
-// chunks"). One vector access (16 bytes at most per instruction, so two for
-// eight f32) when all V are inside and the chunk's address is aligned to
-// its size (at most 16 bytes), which for a tensor with a 16-byte aligned
-// base and a row stride of a multiple of 8 elements is every chunk at a
-// column that is a multiple of V; element accesses otherwise, so any layout
-// reads and writes the same values.
+// chunks"). One vector access (coda::load2 / load4 / load8 and their
+// stores: 16 bytes at most per instruction, so two for eight f32) when all
+// V are inside and the chunk's address is aligned to its size (at most 16
+// bytes), which for a tensor with a 16-byte aligned base and a row stride
+// of a multiple of 8 elements is every chunk at a column that is a
+// multiple of V; element accesses otherwise, so any layout reads and
+// writes the same values.
 // ---------------------------------------------------------------------------
 template <int V, class T>
 __device__ __forceinline__ bool whole_chunk(const T* q, int m, int k, int rows, int cols) {
     constexpr unsigned long long kAlign = V * sizeof(T) < 16 ? V * sizeof(T) : 16;
-    return !coda::is_same<T, int>::value && inside(m, k, rows, cols) && inside(m, k + V - 1, rows, cols) &&
-           ((unsigned long long)q & (kAlign - 1)) == 0;
-}
-// The floats of the 32-bit words w[0 .. n) of a chunk of T.
-template <class T>
-__device__ __forceinline__ void chunk_floats(const unsigned* w, int n, float* v) {
-#pragma unroll
-    for (int i = 0; i < n; ++i) {
-        if constexpr (sizeof(T) == 4) {
-            v[i] = __uint_as_float(w[i]);
-        } else {
-            const float2 pair = coda::unpack_pair<T>(w[i]);
-            v[2 * i] = pair.x, v[2 * i + 1] = pair.y;
-        }
-    }
+    return inside(m, k, rows, cols) && inside(m, k + V - 1, rows, cols) && ((unsigned long long)q & (kAlign - 1)) == 0;
 }
 template <int V, class T>
 __device__ __forceinline__ void load_chunk(float (&v)[V], const T* p, long long ld, int m, int k, int rows, int cols) {
     static_assert(V == 2 || V == 4 || V == 8, "chunks of 2, 4 or 8 elements");
-    constexpr int kWords = V * (int)sizeof(T) / 4;
-    const T* q = p + (long long)m * ld + k;
-    if (whole_chunk<V>(q, m, k, rows, cols)) {
-        unsigned w[kWords];
-        if constexpr (kWords >= 4) {
-#pragma unroll
-            for (int c = 0; c < kWords / 4; ++c) {
-                const uint4 x = __ldg(reinterpret_cast<const uint4*>(q) + c);
-                w[4 * c] = x.x, w[4 * c + 1] = x.y, w[4 * c + 2] = x.z, w[4 * c + 3] = x.w;
+    if constexpr (!coda::is_same<T, int>::value) {
+        const T* q = p + (long long)m * ld + k;
+        if (whole_chunk<V>(q, m, k, rows, cols)) {
+            if constexpr (V == 8) coda::load8(q, v);
+            else if constexpr (V == 4) coda::load4(q, v);
+            else {
+                const float2 pair = coda::load2(q);
+                v[0] = pair.x, v[1] = pair.y;
             }
-        } else if constexpr (kWords == 2) {
-            const uint2 x = __ldg(reinterpret_cast<const uint2*>(q));
-            w[0] = x.x, w[1] = x.y;
-        } else {
-            w[0] = __ldg(reinterpret_cast<const unsigned*>(q));
+            return;
         }
-        chunk_floats<T>(w, kWords, v);
-    } else {
-#pragma unroll
-        for (int e = 0; e < V; ++e) v[e] = load(p, ld, m, k + e, rows, cols);
     }
+#pragma unroll
+    for (int e = 0; e < V; ++e) v[e] = load(p, ld, m, k + e, rows, cols);
 }
 
 // ---------------------------------------------------------------------------
@@ -432,33 +412,20 @@ __device__ __forceinline__ void st2_aligned(T* p, long long ld, int m, int k, in
         }
     }
 }
-// The 32-bit words of V floats as T.
-template <class T>
-__device__ __forceinline__ unsigned chunk_word(const float* v, int i) {
-    if constexpr (sizeof(T) == 4) return __float_as_uint(v[i]);
-    else return coda::pack_pair<T>(v[2 * i], v[2 * i + 1]);
-}
 template <int V, class T>
 __device__ __forceinline__ void st_chunk(T* p, long long ld, int m, int k, int rows, int cols, const float (&v)[V]) {
     static_assert(V == 2 || V == 4 || V == 8, "chunks of 2, 4 or 8 elements");
-    constexpr int kWords = V * (int)sizeof(T) / 4;
-    T* q = p + (long long)m * ld + k;
-    if (whole_chunk<V>(q, m, k, rows, cols)) {
-        if constexpr (kWords >= 4) {
-#pragma unroll
-            for (int c = 0; c < kWords / 4; ++c) {
-                reinterpret_cast<uint4*>(q)[c] = make_uint4(chunk_word<T>(v, 4 * c), chunk_word<T>(v, 4 * c + 1),
-                                                            chunk_word<T>(v, 4 * c + 2), chunk_word<T>(v, 4 * c + 3));
-            }
-        } else if constexpr (kWords == 2) {
-            *reinterpret_cast<uint2*>(q) = make_uint2(chunk_word<T>(v, 0), chunk_word<T>(v, 1));
-        } else {
-            *reinterpret_cast<unsigned*>(q) = chunk_word<T>(v, 0);
+    if constexpr (!coda::is_same<T, int>::value) {
+        T* q = p + (long long)m * ld + k;
+        if (whole_chunk<V>(q, m, k, rows, cols)) {
+            if constexpr (V == 8) coda::store8(q, v);
+            else if constexpr (V == 4) coda::store4(q, v);
+            else coda::store2(q, v[0], v[1]);
+            return;
         }
-    } else {
-#pragma unroll
-        for (int e = 0; e < V; ++e) st(p, ld, m, k + e, rows, cols, v[e]);
     }
+#pragma unroll
+    for (int e = 0; e < V; ++e) st(p, ld, m, k + e, rows, cols, v[e]);
 }
 template <int V, class T>
 __device__ __forceinline__ void st_chunk_acc(T* p, long long ld, int m, int k, int rows, int cols,

@@ -149,7 +149,7 @@ impl Emitter<'_> {
     /// In a chunked loop, the rotary partner column of column local `k`
     /// as `kpv + e`, with the partner chunk's start `kpv` hoisted, when
     /// every chunk's partner is a chunk ("rotate half" with constant range
-    /// bounds and half heads that are multiples of [`CHUNK`]).
+    /// bounds and half heads that are multiples of the chunk width).
     pub(crate) fn chunk_partner(&mut self, spec: &RopeSpec, k: &str, args: &str) -> Option<String> {
         let width = self.chunk.as_ref()?.width;
         let aligned = |d: &coda_ir::Dim| d.as_const().is_some_and(|c| c % width == 0);

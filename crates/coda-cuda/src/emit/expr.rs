@@ -60,9 +60,6 @@ pub(crate) struct Emitter<'a> {
     /// The element loop of the chunked column loop being written, if any
     /// (see [`super::chunk`]).
     pub(crate) chunk: Option<Chunk>,
-    /// Whether whole-row reductions may run in chunks: set for CTA-per-row
-    /// kernels, whose loops have a thread per row's `1 / 256` of columns.
-    pub(crate) chunk_rows: bool,
 }
 
 impl<'a> Emitter<'a> {
@@ -85,7 +82,6 @@ impl<'a> Emitter<'a> {
             coherent: std::collections::BTreeSet::new(),
             k_range: None,
             chunk: None,
-            chunk_rows: false,
         }
     }
 
@@ -545,10 +541,10 @@ impl<'a> Emitter<'a> {
         let tpr = self.coop;
         let red = if tpr > 32 { "red" } else { "nullptr" };
         let name = self.local_for(value);
-        // A whole-row reduction streams few tensors: chunked as if one.
+        // A whole-row reduction of a CTA-per-row kernel runs in chunks; it
+        // streams few tensors: chunked as if one.
         let chunk_width = extent.as_const().and_then(|w| super::chunk::chunk_width(0, w, tpr, 1));
-        let chunk_width =
-            chunk_width.filter(|_| row && self.chunk_rows && tpr == super::rowk::THREADS && self.chunk.is_none());
+        let chunk_width = chunk_width.filter(|_| row && tpr == super::rowk::THREADS && self.chunk.is_none());
         let extent = self.dim_int(extent);
         match op {
             ReduceOp::LogSumExp => {

@@ -32,7 +32,6 @@ pub(crate) fn emit_row(
     // (no early return: every thread reaches the CTA barriers after it).
     let guarded = grid.is_some() && tpr < THREADS;
     em.set_indent(if guarded { 2 } else { 1 });
-    em.chunk_rows = tpr == THREADS;
     let tail = em.kernel.tail_nodes();
     let body = row_body(em, tpr, grid, &tail)?;
     let body = if tpr == THREADS && row_streams(em) <= UNROLLED_STREAMS { unrolled(body, 4) } else { body };
@@ -190,11 +189,9 @@ fn row_body(
             } else {
                 em.open(format!("for (int k = {start}cg::lane<{tpr}>(); k < {end}; k += {tpr})"));
                 for s in &same_width {
-                    let node = &em.kernel.nodes[s.node];
-                    let (value, m) = (node.value, if node.space == Space::Col { "0" } else { "m" });
                     let v = em.eval(s.node, "m", "k")?;
-                    let text = store_call(em, s, m, "k", &v);
-                    em.stmt(text, value);
+                    let text = store_call(em, s, store_row(em, s), "k", &v);
+                    em.stmt(text, em.kernel.nodes[s.node].value);
                 }
                 em.close();
             }
@@ -224,15 +221,8 @@ fn chunked_store_loop(
     }
     em.close_chunk_elements();
     for (s, array) in stores.iter().zip(&arrays) {
-        let node = &em.kernel.nodes[s.node];
-        let (value, m) = (node.value, if node.space == Space::Col { "0" } else { "m" });
-        let k = match s.col_offset {
-            Some(offset) => format!("{} + {offset}", chunks.start),
-            None => chunks.start.clone(),
-        };
-        let access = em.access(s.buf, m, &k, true);
-        let f = if s.accumulate { "st_chunk_acc" } else { "st_chunk" };
-        em.stmt(format!("cg::{f}({access}, {array});"), value);
+        let text = store_with(em, s, (store_row(em, s), &chunks.start), array, ("st_chunk", "st_chunk_acc"));
+        em.stmt(text, em.kernel.nodes[s.node].value);
     }
     em.close();
     Ok(())
@@ -433,13 +423,30 @@ fn is_narrow(em: &Emitter<'_>, s: &Store) -> bool {
 }
 
 fn store_call(em: &mut Emitter<'_>, s: &Store, m: &str, k: &str, v: &str) -> String {
+    store_with(em, s, (m, k), v, ("st", "st_acc"))
+}
+
+/// The call of helper `plain` (or `acc` for an accumulating store) storing
+/// `v` for store `s` at row `m`, column `k` (shifted by the store's column
+/// offset).
+fn store_with(em: &mut Emitter<'_>, s: &Store, (m, k): (&str, &str), v: &str, (plain, acc): (&str, &str)) -> String {
     let k = match s.col_offset {
         Some(offset) => format!("{k} + {offset}"),
         None => k.to_string(),
     };
     let access = em.access(s.buf, m, &k, true);
-    let f = if s.accumulate { "st_acc" } else { "st" };
+    let f = if s.accumulate { acc } else { plain };
     format!("cg::{f}({access}, {v});")
+}
+
+/// The row index of a column store in a row kernel: `0` for a per-column
+/// value, `m` otherwise.
+fn store_row(em: &Emitter<'_>, s: &Store) -> &'static str {
+    if em.kernel.nodes[s.node].space == Space::Col {
+        "0"
+    } else {
+        "m"
+    }
 }
 
 /// The params struct and the entry around the body written so far.

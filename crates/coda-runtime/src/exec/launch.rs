@@ -17,11 +17,7 @@ pub struct KernelTiming {
 impl BlockExecutor {
     /// Enqueues every kernel of `prepared` on `stream`, in launch order.
     pub fn launch(&self, prepared: &Prepared, stream: &Stream) -> Result<()> {
-        for l in &prepared.launches {
-            let params: Vec<_> = l.params.iter().collect();
-            self.kernels[l.kernel].kernel.launch(stream, &l.cfg, &params)?;
-        }
-        Ok(())
+        self.launch_marked(prepared, stream, &mut |_| Ok(()))
     }
 
     /// [`Self::launch`] with `mark(i)` called before launch `i` and
