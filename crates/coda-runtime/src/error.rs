@@ -40,6 +40,23 @@ pub enum RuntimeError {
         tried: String,
     },
 
+    /// `libcublas` could not be loaded (only `codac bench`'s reference
+    /// timings need it).
+    #[error("no cuBLAS library found: tried {tried}; install the CUDA toolkit's cuBLAS or add the directory of libcublas.so.13 to LD_LIBRARY_PATH")]
+    NoCublas {
+        /// Every library name / path that was tried, comma separated.
+        tried: String,
+    },
+
+    /// A cuBLAS call failed.
+    #[error("cuBLAS call {call} failed: {status}")]
+    Cublas {
+        /// The cuBLAS function that failed.
+        call: &'static str,
+        /// The `cublasStatus_t` name.
+        status: String,
+    },
+
     /// NVRTC rejected the source. The source was written to `dumped_source`.
     #[error("NVRTC compilation failed (source dumped to {}):\n{log}", dumped_source.display())]
     Nvrtc {

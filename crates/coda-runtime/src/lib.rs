@@ -16,6 +16,8 @@
 //! * [`timing`] — CUDA-event timing; [`convert`] — host dtype conversions.
 //! * [`exec`] — running the kernels of a block compiled by `coda-cuda`
 //!   from its manifest.
+//! * [`VendorGemm`] — cuBLAS's GEMM on the same buffers and stream, the
+//!   reference `codac bench` times codac's GEMMs against.
 //!
 //! # Environment
 //!
@@ -23,7 +25,7 @@
 //! |---|---|
 //! | `CUDA_HOME`, `CUDA_PATH` | toolkit root (headers and `lib*/libnvrtc.so*`) |
 //! | `CODAC_CACHE_DIR` | kernel cache directory (else `$XDG_CACHE_HOME/codac`, else `~/.cache/codac`) |
-//! | `LD_LIBRARY_PATH` | not needed: NVRTC is preloaded from the toolkit by absolute path |
+//! | `LD_LIBRARY_PATH` | not needed: NVRTC (and cuBLAS, for benchmarks) are preloaded from the toolkit by absolute path |
 
 #![allow(unsafe_code)]
 
@@ -44,6 +46,7 @@ pub mod timing;
 mod tma;
 pub mod toolkit;
 mod tuning;
+mod vendor;
 
 pub use arch::{Arch, ArchSuffix};
 pub use cache::{CacheKey, CacheStats, KernelCache};
@@ -62,6 +65,7 @@ pub use timing::{
 pub use tma::TiledMap;
 pub use toolkit::Toolkit;
 pub use tuning::{TuningKey, TuningStore, TUNING_FILE};
+pub use vendor::{ColumnMajorCall, GemmShape, VendorGemm, VENDOR_WORKSPACE_BYTES};
 
 #[cfg(test)]
 mod tests {

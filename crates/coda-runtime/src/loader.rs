@@ -55,6 +55,7 @@ static PRELOADED: Mutex<Vec<Library>> = Mutex::new(Vec::new());
 static LOAD_LOCK: Mutex<()> = Mutex::new(());
 static NVRTC: OnceLock<NvrtcLibrary> = OnceLock::new();
 static DRIVER: OnceLock<DriverLibrary> = OnceLock::new();
+static CUBLAS: OnceLock<()> = OnceLock::new();
 
 /// Facts about the NVRTC library cudarc ended up using.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -227,6 +228,47 @@ pub fn load_driver() -> Result<DriverLibrary> {
     }
     let info = DriverLibrary { version };
     Ok(*DRIVER.get_or_init(|| info))
+}
+
+/// Makes sure cudarc can load cuBLAS (for [`crate::VendorGemm`], the
+/// reference `codac bench` times its GEMMs against): the loader's own
+/// search first, then `libcublasLt.so.<major>` and `libcublas.so.<major>`
+/// preloaded from the toolkit's library directories (`Toolkit::lib_dirs`).
+/// Cached after the first success.
+pub fn load_cublas(toolkit: &Toolkit) -> Result<()> {
+    let _guard = lock(&LOAD_LOCK);
+    if CUBLAS.get().is_some() {
+        return Ok(());
+    }
+    // SAFETY: see `load_nvrtc`; this only probes cudarc's candidate names.
+    let mut present = unsafe { cudarc::cublas::sys::is_culib_present() };
+    let mut tried: Vec<String> = vec![loader_search("cublas")];
+    if !present {
+        for dir in toolkit.lib_dirs() {
+            let (lt, blas) =
+                (dir.join(format!("libcublasLt.so.{CUDA_MAJOR}")), dir.join(format!("libcublas.so.{CUDA_MAJOR}")));
+            tried.push(blas.display().to_string());
+            if !blas.is_file() {
+                continue;
+            }
+            // libcublas needs libcublasLt (DT_NEEDED by bare name): load it first.
+            if lt.is_file() {
+                let _ = preload(&lt);
+            }
+            if preload(&blas).is_ok() {
+                // SAFETY: as above.
+                present = unsafe { cudarc::cublas::sys::is_culib_present() };
+                if present {
+                    break;
+                }
+            }
+        }
+    }
+    if !present {
+        return Err(RuntimeError::NoCublas { tried: tried.join(", ") });
+    }
+    CUBLAS.get_or_init(|| ());
+    Ok(())
 }
 
 /// Info about NVRTC if it has already been loaded in this process.

@@ -94,6 +94,18 @@ impl Toolkit {
         Self::discover_with(|name| (name == "CUDA_HOME").then(|| root.clone().into_os_string()), &[], &[])
     }
 
+    /// Every library directory worth searching for a CUDA library: the
+    /// ones searched for NVRTC, then the system ones not among them.
+    pub fn lib_dirs(&self) -> Vec<PathBuf> {
+        let mut dirs = self.searched_lib_dirs.clone();
+        for d in SYSTEM_LIB_DIRS.iter().map(PathBuf::from) {
+            if !dirs.contains(&d) {
+                dirs.push(d);
+            }
+        }
+        dirs
+    }
+
     /// Looks for a header in the include directories.
     pub fn find_header(&self, name: &str) -> Option<PathBuf> {
         self.include_dirs.iter().map(|d| d.join(name)).find(|p| p.is_file())

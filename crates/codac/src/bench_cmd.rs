@@ -18,13 +18,15 @@
 //! bare GEMM timed one after the other run at different clocks. The bare
 //! GEMM is a block `y = a @ b.T` (the kernel's operand layouts, dtype and
 //! M, N, K) compiled through `coda::compile`, so it gets the same mainloop
-//! and configuration rules.
+//! and configuration rules. Last, each distinct bare GEMM is timed
+//! interleaved with cuBLAS's GEMM on the same data (`bench_vendor`).
 
 use crate::bench_report::{
-    gbps, render_text, tflops, BareReport, BlockReport, CompileReport, DeviceReport, GemmReport, KernelReport, Report,
+    gbps, gemm_report, render_text, tflops, BareReport, BlockReport, CompileReport, DeviceReport, KernelReport, Report,
     StepReport, Timing, TuneBlockCheck, TuneReport, SCHEMA,
 };
 use crate::bench_rig::{Rig, RigSpec};
+use crate::bench_vendor::Vendor;
 use crate::cli::KernelFlags;
 use crate::commands::{check_dims_known, load, parse_dims, Outcome};
 use crate::tune;
@@ -103,6 +105,7 @@ pub(crate) fn bench(args: &BenchArgs, color: ColorChoice) -> Result<Outcome> {
     warm_up_nvrtc(compiler, &device)?;
     let (major, minor) = compiler.nvrtc_version();
     let info = device.info();
+    let vendor = Vendor::open(&device);
     let mut report = Report {
         schema: SCHEMA,
         tool: "codac bench",
@@ -118,12 +121,14 @@ pub(crate) fn bench(args: &BenchArgs, color: ColorChoice) -> Result<Outcome> {
         },
         warmup: args.warmup as usize,
         iters: args.iters as usize,
+        vendor: vendor.note.clone(),
         blocks: Vec::new(),
         steps: Vec::new(),
         autotune: tuned,
         autotune_blocks: tuned_blocks,
     };
-    let bench = Bench { device: &device, compiler, warmup: args.warmup as usize, iters: args.iters as usize };
+    let bench =
+        Bench { device: &device, compiler, vendor: &vendor, warmup: args.warmup as usize, iters: args.iters as usize };
     for manifest in &compiled.manifest.blocks {
         let Some(block) = checked.module.block(&manifest.block) else { continue };
         check_dims_known(block, &dims)?;
@@ -206,6 +211,7 @@ fn warm_up_nvrtc(compiler: &Compiler, device: &Device) -> Result<()> {
 struct Bench<'a> {
     device: &'a Device,
     compiler: &'a Compiler,
+    vendor: &'a Vendor,
     warmup: usize,
     iters: usize,
 }
@@ -297,8 +303,14 @@ impl Bench<'_> {
         for (kernel, stats) in kernels.iter_mut().zip(&inside) {
             kernel.in_block = Some(Timing::of(stats));
         }
+        let mut vendor = Vec::new();
+        for bare in bares.values() {
+            let measured = (&bare.rig, bare.gemm.as_str(), bare.config.clone());
+            vendor.extend(self.vendor.compare(self.device, measured, &bare.profile, (self.warmup, self.iters))?);
+        }
         let dims = block.symbolic_dims().filter_map(|d| dims.get(d).map(|v| (d.to_string(), *v))).collect();
-        Ok(BlockReport::totals(block.name.clone(), dims, rig.copies, rig.bytes_per_copy, kernels, block_time))
+        let times = (block_time, vendor);
+        Ok(BlockReport::totals(block.name.clone(), dims, rig.copies, rig.bytes_per_copy, kernels, times))
     }
 
     /// Compiles the GEMM of `g` with an empty epilogue and uploads its data.
@@ -337,7 +349,7 @@ impl Bench<'_> {
         eprintln!("prepared the bare GEMM {} ({} copies)", g.shape(), rig.copies);
         let mut compile = compile.remove(&gemm.name).context("no compile record of the bare GEMM")?;
         compile.registers = rig.registers().get(&gemm.name).copied().unwrap_or(0);
-        Ok(BareRig { rig, gemm: gemm.name.clone(), config, compile })
+        Ok(BareRig { rig, gemm: gemm.name.clone(), config, compile, profile: g.clone() })
     }
 }
 
@@ -347,12 +359,13 @@ fn bare_key(g: &GemmProfile) -> BareKey {
 }
 
 /// A bare GEMM ready to be timed: its rig, its GEMM kernel's short name,
-/// configuration and compile record.
+/// configuration and compile record, and the GEMM it stands for.
 struct BareRig {
     rig: Rig,
     gemm: String,
     config: Option<String>,
     compile: CompileReport,
+    profile: GemmProfile,
 }
 
 impl BareRig {
@@ -372,16 +385,7 @@ fn kernel_report(
     bare: Option<BareReport>,
     compile: CompileReport,
 ) -> KernelReport {
-    let gemm = profile.gemm.as_ref().map(|g| GemmReport {
-        m: g.m.value,
-        n: g.n.value,
-        k: g.k.value,
-        a_layout: if g.a_row_major { "MxK" } else { "KxM" },
-        b_layout: if g.b_n_by_k { "NxK" } else { "KxN" },
-        dtype: g.dtype.to_string(),
-        pair_rows: g.pair_rows,
-        flops: g.flops(),
-    });
+    let gemm = profile.gemm.as_ref().map(gemm_report);
     let epilogue_cost = bare.as_ref().filter(|b| b.time.median_ms > 0.0).map(|b| time.median_ms / b.time.median_ms);
     KernelReport {
         name: spec.name.clone(),

@@ -22,6 +22,9 @@ pub(crate) struct Report {
     pub(crate) warmup: usize,
     /// Timed runs of each kernel and block.
     pub(crate) iters: usize,
+    /// The vendor reference the bare GEMMs were timed against
+    /// (`cuBLAS 13.1.0 (…)`), or why they were not (`not measured: …`).
+    pub(crate) vendor: String,
     pub(crate) blocks: Vec<BlockReport>,
     /// With `--grad`: each training step (saving forward plus backward).
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -121,6 +124,11 @@ pub(crate) struct StepReport {
     pub(crate) bare_gemms_ms: f64,
     /// `time_ms / bare_gemms_ms`.
     pub(crate) ratio: f64,
+    /// Sum of cuBLAS's GEMMs of both blocks, when every one was timed.
+    pub(crate) cublas_gemms_ms: Option<f64>,
+    /// Sum of codac's bare GEMMs of both blocks as timed alternating with
+    /// cuBLAS's (the sum to compare `cublas_gemms_ms` with).
+    pub(crate) vendor_bare_ms: Option<f64>,
 }
 
 impl StepReport {
@@ -131,7 +139,17 @@ impl StepReport {
         let time_ms = f.time.median_ms + b.time.median_ms;
         let bare_gemms_ms = f.sum_bare_gemms_ms + b.sum_bare_gemms_ms;
         let ratio = if bare_gemms_ms > 0.0 { time_ms / bare_gemms_ms } else { 0.0 };
-        Some(StepReport { forward: forward.into(), backward: backward.into(), time_ms, bare_gemms_ms, ratio })
+        let cublas_gemms_ms = f.sum_cublas_gemms_ms.zip(b.sum_cublas_gemms_ms).map(|(x, y)| x + y);
+        let vendor_bare_ms = f.sum_vendor_bare_ms.zip(b.sum_vendor_bare_ms).map(|(x, y)| x + y);
+        Some(StepReport {
+            forward: forward.into(),
+            backward: backward.into(),
+            time_ms,
+            bare_gemms_ms,
+            ratio,
+            cublas_gemms_ms,
+            vendor_bare_ms,
+        })
     }
 }
 
@@ -215,6 +233,49 @@ pub(crate) struct BareReport {
     pub(crate) compile: CompileReport,
 }
 
+/// A GEMM's shape and layouts as reported.
+pub(crate) fn gemm_report(g: &coda::GemmProfile) -> GemmReport {
+    GemmReport {
+        m: g.m.value,
+        n: g.n.value,
+        k: g.k.value,
+        a_layout: if g.a_row_major { "MxK" } else { "KxM" },
+        b_layout: if g.b_n_by_k { "NxK" } else { "KxN" },
+        dtype: g.dtype.to_string(),
+        pair_rows: g.pair_rows,
+        flops: g.flops(),
+    }
+}
+
+/// A bare GEMM timed against cuBLAS's GEMM of the same shape, layouts and
+/// dtype, alternating launches on the same copies of the data.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub(crate) struct VendorReport {
+    pub(crate) gemm: GemmReport,
+    /// The bare GEMM's tile configuration.
+    pub(crate) config: Option<String>,
+    pub(crate) bare: Timing,
+    pub(crate) cublas: Timing,
+    pub(crate) bare_tflops: f64,
+    pub(crate) cublas_tflops: f64,
+    /// cuBLAS's median over the bare GEMM's: codac's GEMM's speed as a
+    /// multiple of cuBLAS's (above 1: faster).
+    pub(crate) speed: f64,
+    /// The largest difference between the two products of the same data,
+    /// relative to the largest value (checked before timing).
+    pub(crate) difference: f64,
+}
+
+impl VendorReport {
+    /// Whether this measures the GEMM of kernel `k`.
+    fn measures(&self, k: &KernelReport) -> bool {
+        k.gemm.as_ref().is_some_and(|g| {
+            let v = &self.gemm;
+            (g.m, g.n, g.k, g.a_layout, g.b_layout, &g.dtype) == (v.m, v.n, v.k, v.a_layout, v.b_layout, &v.dtype)
+        })
+    }
+}
+
 /// One launched kernel.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub(crate) struct KernelReport {
@@ -260,6 +321,16 @@ pub(crate) struct BlockReport {
     pub(crate) sum_kernels_ms: f64,
     /// Sum of the bare GEMMs' medians.
     pub(crate) sum_bare_gemms_ms: f64,
+    /// Each distinct bare GEMM against cuBLAS (empty when cuBLAS was not
+    /// measured).
+    pub(crate) vendor: Vec<VendorReport>,
+    /// Sum over the GEMM kernels of cuBLAS's time for their GEMM, when
+    /// every one was measured.
+    pub(crate) sum_cublas_gemms_ms: Option<f64>,
+    /// The same sum of codac's bare GEMMs as timed alternating with cuBLAS
+    /// (at other clocks than `sum_bare_gemms_ms`, timed alternating with
+    /// the fused kernels; only this one compares with cuBLAS's sum).
+    pub(crate) sum_vendor_bare_ms: Option<f64>,
 }
 
 /// `flops` over `ms`, in TFLOP/s.
@@ -288,8 +359,15 @@ impl BlockReport {
         copies: usize,
         bytes_per_copy: u64,
         kernels: Vec<KernelReport>,
-        time: Timing,
+        (time, vendor): (Timing, Vec<VendorReport>),
     ) -> BlockReport {
+        let sum_of = |time: fn(&VendorReport) -> f64| {
+            let gemms = kernels.iter().filter(|k| k.gemm.is_some());
+            let each = gemms.map(|k| vendor.iter().find(|v| v.measures(k)).map(time));
+            each.sum::<Option<f64>>().filter(|_| !vendor.is_empty())
+        };
+        let sum_cublas_gemms_ms = sum_of(|v| v.cublas.median_ms);
+        let sum_vendor_bare_ms = sum_of(|v| v.bare.median_ms);
         let flops = kernels.iter().filter_map(|k| k.gemm.as_ref()).map(|g| g.flops).sum();
         let sum_kernels_ms = kernels.iter().map(|k| k.time.median_ms).sum();
         let sum_bare_gemms_ms = kernels.iter().filter_map(|k| k.bare_gemm.as_ref()).map(|b| b.time.median_ms).sum();
@@ -305,6 +383,9 @@ impl BlockReport {
             tflops,
             sum_kernels_ms,
             sum_bare_gemms_ms,
+            vendor,
+            sum_cublas_gemms_ms,
+            sum_vendor_bare_ms,
         }
     }
 }
@@ -423,18 +504,67 @@ pub(crate) fn render_text(r: &Report) -> String {
         if b.kernels.iter().any(|k| k.bare_gemm.as_ref().is_some_and(|g| g.interleaved)) {
             out.push_str("(each bare GEMM timed alternating with its kernel, at the same clocks)\n");
         }
+        out.push_str(&vendor_text(&r.vendor, b));
     }
     for step in &r.steps {
         out.push_str(&format!(
-            "\ntraining step {} + {}: {} ms; bare GEMMs {} ms; the step takes {:.2}× that\n",
+            "\ntraining step {} + {}: {} ms; bare GEMMs {} ms; the step takes {:.2}× that",
             step.forward,
             step.backward,
             ms(step.time_ms),
             ms(step.bare_gemms_ms),
             step.ratio
         ));
+        out.push('\n');
+        if let Some((c, ours)) = step.cublas_gemms_ms.zip(step.vendor_bare_ms) {
+            out.push_str(&format!("the step's GEMMs: {}\n", against_cublas(c, ours)));
+        }
     }
     out
+}
+
+/// The bare GEMMs of block `b` against cuBLAS (`vendor` says which), with
+/// the sum of cuBLAS's GEMMs for the block's kernels.
+fn vendor_text(vendor: &str, b: &BlockReport) -> String {
+    if b.vendor.is_empty() {
+        return if b.sum_bare_gemms_ms > 0.0 {
+            format!("bare GEMMs against cuBLAS: {vendor}\n")
+        } else {
+            String::new()
+        };
+    }
+    let mut out = format!("bare GEMMs against {vendor}, alternating launches on the same data:\n");
+    let header = ["GEMM", "layouts", "config", "codac", "TFLOP/s", "cuBLAS", "TFLOP/s", "codac's speed"];
+    let mut rows = vec![header.iter().map(ToString::to_string).collect::<Vec<_>>()];
+    rows.extend(b.vendor.iter().map(|v| {
+        let g = &v.gemm;
+        vec![
+            format!("{}×{}×{}", g.m, g.n, g.k),
+            format!("{} {} {}", g.a_layout, g.b_layout, g.dtype),
+            v.config.clone().unwrap_or_else(|| "-".into()),
+            ms(v.bare.median_ms),
+            format!("{:.0}", v.bare_tflops),
+            ms(v.cublas.median_ms),
+            format!("{:.0}", v.cublas_tflops),
+            format!("{:.2}× cuBLAS", v.speed),
+        ]
+    }));
+    out.push_str(&table(&rows));
+    if let Some((c, ours)) = b.sum_cublas_gemms_ms.zip(b.sum_vendor_bare_ms) {
+        out.push_str(&format!("the block's GEMMs: {}\n", against_cublas(c, ours)));
+    }
+    out
+}
+
+/// "cuBLAS 4.985 ms, codac's bare GEMMs alternating with them 4.860 ms
+/// (1.03× cuBLAS's speed)".
+fn against_cublas(cublas_ms: f64, ours_ms: f64) -> String {
+    let speed = if ours_ms > 0.0 { cublas_ms / ours_ms } else { 0.0 };
+    format!(
+        "cuBLAS {} ms, codac's bare GEMMs alternating with them {} ms ({speed:.2}× cuBLAS's speed)",
+        ms(cublas_ms),
+        ms(ours_ms)
+    )
 }
 
 #[cfg(test)]
@@ -500,7 +630,7 @@ mod tests {
             3,
             1 << 30,
             kernels,
-            timing(0.52),
+            (timing(0.52), Vec::new()),
         );
         Report {
             schema: SCHEMA,
@@ -517,6 +647,7 @@ mod tests {
             },
             warmup: 10,
             iters: 200,
+            vendor: "not measured: no cuBLAS library found".into(),
             blocks: vec![block],
             steps: Vec::new(),
             autotune: Vec::new(),
@@ -581,7 +712,14 @@ mod tests {
     #[test]
     fn training_step_adds_both_blocks() {
         let block = |name: &str, ms: f64, bare: f64| {
-            BlockReport::totals(name.into(), BTreeMap::new(), 1, 1, vec![gemm_kernel(ms, bare)], timing(ms))
+            BlockReport::totals(
+                name.into(),
+                BTreeMap::new(),
+                1,
+                1,
+                vec![gemm_kernel(ms, bare)],
+                (timing(ms), Vec::new()),
+            )
         };
         let mut r = report();
         r.blocks = vec![block("f_saving", 2.0, 1.5), block("f_grad", 4.0, 3.5)];
@@ -672,5 +810,56 @@ mod tests {
         assert!(text.contains("inside the block (events between its launches): k0 0.510 ms; sum 0.510 ms"), "{text}");
         assert!(text.contains("bare GEMMs: 0.400 ms; the block takes 1.30× that"), "{text}");
         assert!(text.contains("(each bare GEMM timed alternating with its kernel, at the same clocks)"), "{text}");
+        assert!(text.contains("bare GEMMs against cuBLAS: not measured: no cuBLAS library found\n"), "{text}");
+    }
+
+    fn vendor_of(kernel: &KernelReport, bare_ms: f64, cublas_ms: f64) -> VendorReport {
+        let gemm = kernel.gemm.clone().unwrap_or_else(|| panic!("not a GEMM kernel"));
+        VendorReport {
+            bare_tflops: tflops(gemm.flops, bare_ms),
+            cublas_tflops: tflops(gemm.flops, cublas_ms),
+            gemm,
+            config: Some("Cfg128x256".into()),
+            bare: timing(bare_ms),
+            cublas: timing(cublas_ms),
+            speed: cublas_ms / bare_ms,
+            difference: 0.004,
+        }
+    }
+
+    /// The cuBLAS comparison: a row per bare GEMM, the block against the
+    /// sum of cuBLAS's GEMMs for its kernels (a kernel per measured GEMM,
+    /// counted as often as the block launches it), and the training step.
+    #[test]
+    fn vendor_rows_and_sums() {
+        let kernel = gemm_kernel(0.5, 0.4);
+        let vendor = vec![vendor_of(&kernel, 0.4, 0.44)];
+        let kernels = vec![kernel.clone(), KernelReport { name: "k1".into(), ..kernel.clone() }];
+        let mut r = report();
+        let block = |name: &str, v: Vec<VendorReport>| {
+            BlockReport::totals(name.into(), BTreeMap::new(), 1, 1, kernels.clone(), (timing(1.1), v))
+        };
+        r.blocks = vec![block("f_saving", vendor.clone()), block("f_grad", vendor)];
+        assert_eq!(r.blocks[0].sum_cublas_gemms_ms, Some(0.88));
+        r.vendor = "cuBLAS 13.1.0 (cublasGemmEx)".into();
+        r.steps = StepReport::of(&r.blocks, "f_saving", "f_grad").into_iter().collect();
+        let text = render_text(&r);
+        assert!(text.contains("bare GEMMs against cuBLAS 13.1.0 (cublasGemmEx), alternating launches"), "{text}");
+        let row = text.lines().find(|l| l.starts_with("8192×4096×4096 ")).unwrap_or_else(|| panic!("{text}"));
+        let cells: Vec<&str> = row.split("  ").map(str::trim).filter(|c| !c.is_empty()).collect();
+        assert_eq!(
+            cells,
+            ["8192×4096×4096", "MxK NxK bf16", "Cfg128x256", "0.400", "687", "0.440", "625", "1.10× cuBLAS"]
+        );
+        let block_line = "the block's GEMMs: cuBLAS 0.880 ms, codac's bare GEMMs alternating with them 0.800 ms";
+        assert!(text.contains(&format!("{block_line} (1.10× cuBLAS's speed)\n")), "{text}");
+        let step_line = "the step's GEMMs: cuBLAS 1.760 ms, codac's bare GEMMs alternating with them 1.600 ms";
+        assert!(text.contains(&format!("the step takes 1.38× that\n{step_line} (1.10× cuBLAS's speed)\n")), "{text}");
+        let json = serde_json::to_value(&r).unwrap_or_default();
+        assert_eq!(json["blocks"][0]["vendor"][0]["speed"], 0.44 / 0.4);
+        assert_eq!(json["steps"][0]["cublas_gemms_ms"], 1.76);
+        assert_eq!(json["steps"][0]["vendor_bare_ms"], 1.6);
+        let unmatched = BlockReport::totals("b".into(), BTreeMap::new(), 1, 1, kernels, (timing(1.0), Vec::new()));
+        assert_eq!(unmatched.sum_cublas_gemms_ms, None, "no cuBLAS sum without cuBLAS");
     }
 }

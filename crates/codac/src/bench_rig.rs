@@ -142,7 +142,8 @@ fn host_bytes(dtype: DType, host: &HostTensor) -> Vec<u8> {
 
 /// One copy of every buffer and its bindings.
 struct Copy {
-    _buffers: Vec<DeviceBuffer>,
+    /// The allocations, by buffer name (aliases have none).
+    buffers: BTreeMap<String, DeviceBuffer>,
     bindings: BTreeMap<String, TensorArg>,
 }
 
@@ -156,7 +157,7 @@ fn make_copy(
     dims: &DimBindings,
     data: &BTreeMap<String, Vec<u8>>,
 ) -> Result<Copy> {
-    let mut buffers = Vec::new();
+    let mut buffers = BTreeMap::new();
     let mut bindings = BTreeMap::new();
     let mut pointers: BTreeMap<String, (u64, usize)> = BTreeMap::new();
     for b in &open.buffers {
@@ -179,7 +180,7 @@ fn make_copy(
                     }
                 };
                 let ptr = buffer.ptr();
-                buffers.push(buffer);
+                buffers.insert(b.name.clone(), buffer);
                 (ptr, ld)
             }
         };
@@ -191,7 +192,7 @@ fn make_copy(
         };
         bindings.insert(b.name.clone(), arg);
     }
-    Ok(Copy { _buffers: buffers, bindings })
+    Ok(Copy { buffers, bindings })
 }
 
 /// An executor with one prepared launch list per copy.
@@ -245,7 +246,7 @@ pub(crate) struct Rig {
     pub(crate) bytes_per_copy: u64,
     block: Runner,
     kernels: Vec<Runner>,
-    _data: Vec<Copy>,
+    data: Vec<Copy>,
 }
 
 /// What a rig is built from.
@@ -287,7 +288,7 @@ impl Rig {
         for (index, k) in open.kernels.iter().enumerate() {
             kernels.push(Runner::new(device, &k.name, &single_kernel(&open, index), spec.sources, &made, spec.dims)?);
         }
-        Ok(Rig { copies, bytes_per_copy, block, kernels, _data: made })
+        Ok(Rig { copies, bytes_per_copy, block, kernels, data: made })
     }
 
     /// Registers per thread of each launched kernel.
@@ -344,6 +345,52 @@ impl Rig {
             |c| a.executor.launch(&a.prepared[c], stream),
             |c| b.executor.launch(&b.prepared[c], stream),
         )?)
+    }
+
+    /// Times kernel `name` interleaved with `other`, a workload over
+    /// `other_copies` copies of its own data (see [`bench_interleaved`]).
+    pub(crate) fn time_against_fn(
+        &self,
+        device: &Device,
+        name: &str,
+        (other_copies, other): (usize, &mut dyn FnMut(usize) -> coda_runtime::Result<()>),
+        warmup: usize,
+        iters: usize,
+    ) -> Result<(BenchStats, BenchStats)> {
+        let a = self.runner(name)?;
+        let stream = device.stream();
+        let copies = (a.prepared.len(), other_copies);
+        Ok(bench_interleaved(
+            device,
+            stream,
+            warmup,
+            iters,
+            copies,
+            |c| a.executor.launch(&a.prepared[c], stream),
+            other,
+        )?)
+    }
+
+    /// Launches kernel `name` once on copy `copy` and waits for it.
+    pub(crate) fn run_kernel(&self, device: &Device, name: &str, copy: usize) -> Result<()> {
+        let runner = self.runner(name)?;
+        let prepared = runner.prepared.get(copy).with_context(|| format!("no copy {copy}"))?;
+        runner.executor.launch(prepared, device.stream())?;
+        Ok(device.stream().synchronize()?)
+    }
+
+    /// The contents of buffer `name` in copy `copy` (after the stream's work).
+    pub(crate) fn download(&self, name: &str, copy: usize) -> Result<Vec<u8>> {
+        let buffer = self.data.get(copy).and_then(|c| c.buffers.get(name));
+        Ok(buffer.with_context(|| format!("no allocation of `{name}` in copy {copy}"))?.download()?)
+    }
+
+    /// The binding of buffer `name` in each copy, in copy order.
+    pub(crate) fn bindings_of(&self, name: &str) -> Result<Vec<&TensorArg>> {
+        self.data
+            .iter()
+            .map(|c| c.bindings.get(name).with_context(|| format!("no buffer `{name}` in the rig")))
+            .collect()
     }
 
     fn runner(&self, name: &str) -> Result<&Runner> {

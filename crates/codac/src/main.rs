@@ -8,6 +8,7 @@
 mod bench_cmd;
 mod bench_report;
 mod bench_rig;
+mod bench_vendor;
 mod cli;
 mod commands;
 mod compile_cmd;
