@@ -333,18 +333,10 @@ impl Rig {
         warmup: usize,
         iters: usize,
     ) -> Result<(BenchStats, BenchStats)> {
-        let (a, b) = (self.runner(name)?, other.runner(other_name)?);
+        let b = other.runner(other_name)?;
         let stream = device.stream();
-        let copies = (a.prepared.len(), b.prepared.len());
-        Ok(bench_interleaved(
-            device,
-            stream,
-            warmup,
-            iters,
-            copies,
-            |c| a.executor.launch(&a.prepared[c], stream),
-            |c| b.executor.launch(&b.prepared[c], stream),
-        )?)
+        let mut launch_b = |c: usize| b.executor.launch(&b.prepared[c], stream);
+        self.time_against_fn(device, name, (b.prepared.len(), &mut launch_b), warmup, iters)
     }
 
     /// Times kernel `name` interleaved with `other`, a workload over
