@@ -24,3 +24,17 @@ export CODAC_REQUIRE_NVRTC=1
 # A changed snapshot fails instead of being written.
 export INSTA_UPDATE=no
 cargo test --workspace --locked
+
+# The Python package: torch, numpy, pytest and maturin into a cached
+# environment (the Linux torch wheel and its CUDA libraries are large),
+# then the package built from this checkout and its tests, which run on the
+# CPU through the interpreter here (GPU tests say "skipped: no GPU").
+py=target/py-venv
+if [ ! -x "$py/bin/python" ]; then
+    python3 -m venv "$py"
+fi
+if ! "$py/bin/python" -c 'import torch, numpy, pytest, maturin' 2>/dev/null; then
+    "$py/bin/pip" install --quiet --disable-pip-version-check torch numpy pytest maturin
+fi
+PATH="$PWD/$py/bin:$PATH" "$py/bin/pip" install --quiet --disable-pip-version-check --no-build-isolation ./python
+"$py/bin/python" -m pytest -q -rs python/tests

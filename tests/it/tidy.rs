@@ -1,5 +1,6 @@
 //! Tidy checks on the source tree: module docs everywhere, `unsafe` and
-//! cudarc confined to the runtime crate.
+//! cudarc confined to the runtime crate (and `unsafe` at the Python
+//! binding's FFI boundary, its `executor.rs`).
 
 use std::path::{Path, PathBuf};
 
@@ -42,6 +43,8 @@ fn every_rust_file_starts_with_module_docs() {
 fn unsafe_only_in_the_runtime() {
     for file in sources() {
         let in_runtime = file.components().any(|c| c.as_os_str() == "coda-runtime");
+        // The binding wraps PyTorch's stream handle and workspace pointer.
+        let at_ffi_boundary = file.ends_with("crates/coda-py/src/executor.rs");
         let text = std::fs::read_to_string(&file).unwrap_or_default();
         // The keyword is assembled so that this file does not match itself.
         let keyword = ["un", "safe "].concat();
@@ -49,7 +52,7 @@ fn unsafe_only_in_the_runtime() {
             let code = l.split("//").next().unwrap_or("");
             ["{", "fn", "impl"].iter().any(|next| code.contains(&format!("{keyword}{next}")))
         });
-        assert!(in_runtime || !uses_unsafe, "{} uses unsafe outside coda-runtime", file.display());
+        assert!(in_runtime || at_ffi_boundary || !uses_unsafe, "{} uses unsafe outside coda-runtime", file.display());
     }
 }
 

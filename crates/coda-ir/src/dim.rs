@@ -53,6 +53,13 @@ impl Dim {
         Dim { terms: BTreeMap::from([(vec![name.to_string()], 1)]) }
     }
 
+    /// The monomials with their coefficients: each a sorted list of
+    /// variable names (a name repeated for a power; empty for the constant
+    /// term) and a non-zero coefficient, in normal-form order.
+    pub fn monomials(&self) -> impl Iterator<Item = (&[String], i64)> {
+        self.terms.iter().map(|(mono, &coeff)| (mono.as_slice(), coeff))
+    }
+
     /// The value, when the dim is a constant.
     pub fn as_const(&self) -> Option<i64> {
         match self.terms.len() {

@@ -28,9 +28,18 @@ pub(crate) struct DimScope {
     /// Names whose declaration failed: uses are silently skipped, since the
     /// declaration's error already explains them.
     poisoned: std::collections::HashSet<String>,
+    /// Values the embedder fixes for declared dims ([`crate::lower_with`]):
+    /// each replaces its declaration's value, and later dims defined from it
+    /// follow.
+    overrides: std::sync::Arc<std::collections::BTreeMap<String, i64>>,
 }
 
 impl DimScope {
+    /// An empty scope in which the dims named in `overrides` take those values.
+    pub(crate) fn with_overrides(overrides: std::collections::BTreeMap<String, i64>) -> DimScope {
+        DimScope { overrides: std::sync::Arc::new(overrides), ..DimScope::default() }
+    }
+
     pub(crate) fn get(&self, name: &str) -> Option<&DimEntry> {
         self.index.get(name).and_then(|&i| self.entries.get(i))
     }
@@ -66,9 +75,11 @@ impl DimScope {
             );
             return;
         }
-        let (value, constant) = match &decl.value {
-            None => (Dim::symbol(name), None),
-            Some(expr) => {
+        let (value, constant) = match (self.overrides.get(name), &decl.value) {
+            // Positive by `lower_with`'s check.
+            (Some(&fixed), _) => (Dim::constant(fixed), Some(fixed)),
+            (None, None) => (Dim::symbol(name), None),
+            (None, Some(expr)) => {
                 let Some(dim) = self.eval(expr, diagnostics) else {
                     self.poisoned.insert(name.clone());
                     return;

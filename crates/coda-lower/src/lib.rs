@@ -21,6 +21,7 @@ mod sugar;
 use coda_diagnostics::{Diagnostic, SourceFile};
 use coda_ir::Module;
 use coda_syntax::ast;
+use std::collections::BTreeMap;
 
 pub use grad::GradRequest;
 
@@ -37,9 +38,41 @@ pub struct Lowered {
 
 /// Checks and lowers a parsed file. Blocks with errors are left out of the module.
 pub fn lower(file: &ast::File, source: &SourceFile) -> Lowered {
+    lower_with(file, source, &BTreeMap::new())
+}
+
+/// [`lower`] with some dims fixed from outside: `dims[name]` replaces the
+/// value of every declaration of the dim `name` (a symbolic `dim M` becomes
+/// a constant; a constant takes the new value, and dims defined from it
+/// follow). A name that no `dim` declares, or a value that is not positive,
+/// is an error.
+pub fn lower_with(file: &ast::File, source: &SourceFile, dims: &BTreeMap<String, i64>) -> Lowered {
     let mut diagnostics = Vec::new();
+    let declared = declared_dims(file);
+    for (name, &value) in dims {
+        if !declared.contains(&name.as_str()) {
+            let known = if declared.is_empty() { "none".to_string() } else { declared.join(", ") };
+            diagnostics.push(
+                Diagnostic::error("E0107", format!("no dimension `{name}` to fix"))
+                    .with_note(format!(
+                        "the dims given to the compiler name `{name}`, which {} does not declare",
+                        source.name
+                    ))
+                    .with_help(format!("the file declares: {known}")),
+            );
+        } else if value <= 0 {
+            diagnostics.push(
+                Diagnostic::error("E0107", format!("dimension `{name}` must be positive"))
+                    .with_note(format!("the dims given to the compiler fix `{name}` = {value}")),
+            );
+        }
+    }
+    if coda_diagnostics::has_errors(&diagnostics) {
+        let module = Module { file_name: source.name.clone(), blocks: Vec::new() };
+        return Lowered { module, diagnostics, grads: Vec::new() };
+    }
     let mut module = Module { file_name: source.name.clone(), blocks: Vec::new() };
-    let mut file_dims = dims::DimScope::default();
+    let mut file_dims = dims::DimScope::with_overrides(dims.clone());
     let mut seen_blocks: Vec<&ast::Ident> = Vec::new();
     let mut grad_decls: Vec<&ast::GradDecl> = Vec::new();
     for item in &file.items {
@@ -74,4 +107,25 @@ pub fn lower(file: &ast::File, source: &SourceFile) -> Lowered {
     }
     diagnostics.sort_by_key(|d| d.labels.first().map(|l| l.span));
     Lowered { module, diagnostics, grads }
+}
+
+/// The names of every `dim` the file declares, at file level or in a block,
+/// in source order without repeats.
+fn declared_dims(file: &ast::File) -> Vec<&str> {
+    let mut names: Vec<&str> = Vec::new();
+    for item in &file.items {
+        let decls: Vec<&ast::DimDecl> = match item {
+            ast::Item::Dim(decl) => vec![decl],
+            ast::Item::Block(block) => {
+                block.body.iter().filter_map(|s| if let ast::Stmt::Dim(decl) = s { Some(decl) } else { None }).collect()
+            }
+            ast::Item::Grad(_) => Vec::new(),
+        };
+        for decl in decls {
+            if !names.contains(&decl.name.name.as_str()) {
+                names.push(&decl.name.name);
+            }
+        }
+    }
+    names
 }

@@ -55,6 +55,18 @@ impl Stream {
         self.inner.cu_stream() as u64
     }
 
+    /// Enqueues `bytes` zero bytes at device address `ptr`
+    /// (`cuMemsetD8Async`).
+    ///
+    /// # Safety
+    /// `[ptr, ptr + bytes)` must be device memory of this stream's context
+    /// that nothing else uses until the memset has run.
+    pub(crate) unsafe fn zero_async(&self, ptr: u64, bytes: usize) -> Result<()> {
+        self.inner.context().bind_to_thread().cuda("cuCtxSetCurrent")?;
+        // SAFETY: forwarded to the caller (see the function's contract).
+        unsafe { result::memset_d8_async(ptr, 0, bytes, self.inner.cu_stream()) }.cuda("cuMemsetD8Async")
+    }
+
     /// Wraps a stream owned by someone else (e.g. PyTorch's current stream).
     /// Dropping the wrapper does not destroy the stream.
     ///
@@ -101,6 +113,12 @@ impl Device {
             return Err(RuntimeError::NoSuchDevice { ordinal, count });
         }
         let ctx = CudaContext::new(ordinal).cuda("cuDevicePrimaryCtxRetain")?;
+        // SAFETY: event tracking orders cudarc's own `CudaSlice`s across
+        // streams; this crate allocates none (its buffers are raw device
+        // pointers with explicit streams). Without it, creating the first
+        // stream does not synchronize the context, which a caller sharing
+        // it (PyTorch) must not see.
+        unsafe { ctx.disable_event_tracking() };
         let stream = Stream { inner: ctx.new_stream().cuda("cuStreamCreate")? };
         let (major, minor) = ctx.compute_capability().cuda("cuDeviceGetAttribute")?;
         let (major, minor) = (major.max(0) as u32, minor.max(0) as u32);

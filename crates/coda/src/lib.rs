@@ -71,11 +71,24 @@ impl Checked {
 
 /// Checks a source text: parse, resolve, check shapes, lower and verify.
 pub fn check(file_name: &str, text: &str) -> Result<Checked, InternalError> {
+    check_with_dims(file_name, text, &std::collections::BTreeMap::new())
+}
+
+/// [`check`] with dims fixed from outside: each `dims[name]` replaces the
+/// value of the file's `dim name` declaration (a symbolic dim becomes that
+/// constant, a constant takes the new value, and dims defined from it
+/// follow); see [`coda_lower::lower_with`]. This is how an embedder
+/// specializes a file written for one model size to another.
+pub fn check_with_dims(
+    file_name: &str,
+    text: &str,
+    dims: &std::collections::BTreeMap<String, i64>,
+) -> Result<Checked, InternalError> {
     let source = SourceFile::new(file_name, text);
     let parsed = coda_syntax::parse(&source);
     let mut diagnostics = parsed.diagnostics;
     let syntax_ok = !has_errors(&diagnostics);
-    let lowered = coda_lower::lower(&parsed.file, &source);
+    let lowered = coda_lower::lower_with(&parsed.file, &source, dims);
     // Name and shape errors in a file that did not parse are mostly echoes of
     // the syntax error; report the syntax errors alone.
     if syntax_ok {

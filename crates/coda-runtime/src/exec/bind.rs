@@ -17,6 +17,9 @@ use std::collections::{BTreeMap, BTreeSet};
 #[derive(Debug)]
 pub struct Prepared {
     pub(super) launches: Vec<Launch>,
+    /// Counters in a caller's workspace, zeroed on the stream before the
+    /// first kernel: (address, bytes).
+    pub(super) zero_first: Vec<(u64, usize)>,
     _owned: Vec<DeviceBuffer>,
 }
 
@@ -41,7 +44,15 @@ fn invalid(message: String) -> RuntimeError {
     RuntimeError::InvalidInput(message)
 }
 
+/// The value of a size expression. Most are a literal or a dim's name,
+/// read without parsing: a block launch evaluates a hundred of them.
 fn size(expr: &str, dims: &BTreeMap<String, i64>) -> Result<i64> {
+    if let Ok(v) = expr.parse::<i64>() {
+        return Ok(v);
+    }
+    if let Some(&v) = dims.get(expr) {
+        return Ok(v);
+    }
     eval_str(expr, dims).map_err(|e| invalid(e.to_string()))
 }
 
@@ -50,13 +61,87 @@ fn usize_of(v: i64, what: &str) -> Result<usize> {
 }
 
 impl BlockExecutor {
-    /// Checks the bindings and builds every launch (see the module docs).
+    /// Checks the bindings and builds every launch (see the module docs),
+    /// allocating the buffers the host owns with [`DeviceBuffer::alloc`].
     pub fn prepare(
         &self,
         device: &Device,
         dims: &BTreeMap<String, i64>,
         bindings: &BTreeMap<String, TensorArg>,
     ) -> Result<Prepared> {
+        let mut owned = Vec::new();
+        let (resolved, aliased) = self.resolve(dims, bindings, &mut |b, bytes| {
+            let mut buffer = DeviceBuffer::alloc(device, bytes.max(16))?;
+            // A grid reduction's ticket counter must be 0 before the first
+            // launch; each launch leaves it 0 again.
+            if b.role == "counter" {
+                buffer.zero()?;
+            }
+            let ptr = buffer.ptr();
+            owned.push(buffer);
+            Ok(ptr)
+        })?;
+        let launches = self.build_launches(device, &resolved, &aliased, dims)?;
+        Ok(Prepared { launches, zero_first: Vec::new(), _owned: owned })
+    }
+
+    /// [`Self::prepare`] with the host's buffers (scratch, partials,
+    /// counters, and the staging copies of inputs that a GEMM cannot read
+    /// in place) in one region that the caller allocates: `alloc(bytes)` is
+    /// called once, when the block needs any, and returns the region's
+    /// address. A PyTorch binding allocates it from its caching allocator.
+    /// Counters are zeroed on the stream by [`Self::launch`], before the
+    /// kernels.
+    ///
+    /// # Safety
+    /// The address `alloc` returns must point to at least `bytes` bytes of
+    /// device memory of `device`, aligned to [`WORKSPACE_ALIGN`] bytes, that
+    /// stay valid and unused by anything else until the launched work has
+    /// finished.
+    pub unsafe fn prepare_with(
+        &self,
+        device: &Device,
+        dims: &BTreeMap<String, i64>,
+        bindings: &BTreeMap<String, TensorArg>,
+        alloc: &mut dyn FnMut(usize) -> Result<u64>,
+    ) -> Result<Prepared> {
+        let mut layout = WorkspaceLayout::default();
+        let mut counters = Vec::new();
+        // Host buffers resolve to their offsets first, then move to the region.
+        let (mut resolved, aliased) = self.resolve(dims, bindings, &mut |b, bytes| {
+            let offset = layout.place(b, bytes)?;
+            if b.role == "counter" {
+                counters.push((offset, bytes));
+            }
+            Ok(offset as u64)
+        })?;
+        let mut zero_first = Vec::new();
+        if layout.bytes > 0 {
+            let base = alloc(layout.bytes)?;
+            if base % WORKSPACE_ALIGN as u64 != 0 {
+                return Err(invalid(format!("workspace at {base:#x} is not {WORKSPACE_ALIGN}-byte aligned")));
+            }
+            for (name, _) in &layout.buffers {
+                if let Some(r) = resolved.get_mut(name) {
+                    r.ptr += base;
+                }
+            }
+            zero_first = counters.into_iter().map(|(offset, bytes)| (base + offset as u64, bytes)).collect();
+        }
+        let launches = self.build_launches(device, &resolved, &aliased, dims)?;
+        Ok(Prepared { launches, zero_first, _owned: Vec::new() })
+    }
+
+    /// Resolves every buffer: the caller's tensors for inputs and outputs,
+    /// the input itself for a staging buffer it can stand in for, and
+    /// `place(buffer, bytes)` for the rest. Returns the resolved buffers and
+    /// the staging buffers that alias their inputs.
+    fn resolve(
+        &self,
+        dims: &BTreeMap<String, i64>,
+        bindings: &BTreeMap<String, TensorArg>,
+        place: &mut dyn FnMut(&BufferSpec, usize) -> Result<u64>,
+    ) -> Result<(BTreeMap<String, Resolved>, BTreeSet<String>)> {
         for name in &self.manifest.dims {
             match dims.get(name) {
                 Some(v) if *v > 0 => {}
@@ -65,7 +150,6 @@ impl BlockExecutor {
             }
         }
         let mut resolved: BTreeMap<String, Resolved> = BTreeMap::new();
-        let mut owned = Vec::new();
         let mut aliased: BTreeSet<String> = BTreeSet::new();
         for b in &self.manifest.buffers {
             let r = match b.role.as_str() {
@@ -77,35 +161,63 @@ impl BlockExecutor {
                         aliased.insert(b.name.clone());
                         src
                     } else {
-                        allocate(device, b, dims, &mut owned)?
+                        host_buffer(b, dims, place)?
                     }
                 }
-                // A grid reduction's ticket counter must be 0 before the
-                // first launch; each launch leaves it 0 again.
-                "counter" => {
-                    let r = allocate(device, b, dims, &mut owned)?;
-                    if let Some(buffer) = owned.last_mut() {
-                        buffer.zero()?;
-                    }
-                    r
-                }
-                _ => allocate(device, b, dims, &mut owned)?,
+                _ => host_buffer(b, dims, place)?,
             };
             resolved.insert(b.name.clone(), r);
         }
+        Ok((resolved, aliased))
+    }
+
+    /// Every launch, in order, but the copy kernels of staging buffers that
+    /// alias their inputs.
+    fn build_launches(
+        &self,
+        device: &Device,
+        resolved: &BTreeMap<String, Resolved>,
+        aliased: &BTreeSet<String>,
+        dims: &BTreeMap<String, i64>,
+    ) -> Result<Vec<Launch>> {
         let mut launches = Vec::new();
         for (index, loaded) in self.kernels.iter().enumerate() {
             if loaded.spec.when.as_ref().is_some_and(|w| aliased.contains(w)) {
                 continue;
             }
             let sms = device.info().multiprocessors;
-            let mut launch = build_launch(index, &loaded.spec, &resolved, dims, sms)?;
+            let mut launch = build_launch(index, &loaded.spec, resolved, dims, sms)?;
             if loaded.spec.cluster > 1 {
                 launch.cfg.grid.0 = cluster_grid(&loaded.kernel, &loaded.spec, &launch.cfg)?;
             }
             launches.push(launch);
         }
-        Ok(Prepared { launches, _owned: owned })
+        Ok(launches)
+    }
+}
+
+/// Alignment of every buffer in a workspace: TMA needs 16 bytes, and 256
+/// keeps each buffer on its own cache-line group as `cudaMalloc` would.
+pub const WORKSPACE_ALIGN: usize = 256;
+
+/// Where the host-owned buffers of one run go in a single region of
+/// memory ([`BlockExecutor::prepare_with`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct WorkspaceLayout {
+    /// Bytes the region needs (0: the block needs no host buffer).
+    bytes: usize,
+    /// Each buffer's name and offset, in manifest order.
+    buffers: Vec<(String, usize)>,
+}
+
+impl WorkspaceLayout {
+    /// Appends a buffer of `bytes` bytes; returns its offset.
+    fn place(&mut self, b: &BufferSpec, bytes: usize) -> Result<usize> {
+        let offset = self.bytes.next_multiple_of(WORKSPACE_ALIGN);
+        self.bytes =
+            offset.checked_add(bytes.max(16)).ok_or_else(|| invalid(format!("buffer `{}` is too large", b.name)))?;
+        self.buffers.push((b.name.clone(), offset));
+        Ok(offset)
     }
 }
 
@@ -149,12 +261,11 @@ fn bind_tensor(
     Ok(Resolved { ptr: t.ptr, ld, dtype })
 }
 
-/// Allocates a buffer the host owns (`rows * ld` elements).
-fn allocate(
-    device: &Device,
+/// A buffer the host owns (`rows * ld` elements), put where `place` says.
+fn host_buffer(
     b: &BufferSpec,
     dims: &BTreeMap<String, i64>,
-    owned: &mut Vec<DeviceBuffer>,
+    place: &mut dyn FnMut(&BufferSpec, usize) -> Result<u64>,
 ) -> Result<Resolved> {
     let dtype: DType = b.dtype.parse()?;
     let rows = size(&b.shape[0], dims)?;
@@ -163,11 +274,11 @@ fn allocate(
         None => size(&b.shape[1], dims)?,
     };
     let elements = rows.checked_mul(ld).ok_or_else(|| invalid(format!("buffer `{}` is too large", b.name)))?;
-    let bytes = usize_of(elements, "buffer size")? * dtype.size_bytes();
-    let buffer = DeviceBuffer::alloc(device, bytes.max(16))?;
-    let r = Resolved { ptr: buffer.ptr(), ld, dtype };
-    owned.push(buffer);
-    Ok(r)
+    let bytes = usize_of(elements, "buffer size")?
+        .checked_mul(dtype.size_bytes())
+        .ok_or_else(|| invalid(format!("buffer `{}` is too large", b.name)))?;
+    let ptr = place(b, bytes)?;
+    Ok(Resolved { ptr, ld, dtype })
 }
 
 /// The launch configuration and parameters of one kernel: its tensor maps,

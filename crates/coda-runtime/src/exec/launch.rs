@@ -29,6 +29,11 @@ impl BlockExecutor {
         stream: &Stream,
         mark: &mut dyn FnMut(usize) -> Result<()>,
     ) -> Result<()> {
+        for &(ptr, bytes) in &prepared.zero_first {
+            // SAFETY: `prepare_in`'s caller vouched that the workspace holding
+            // this counter is valid device memory of the stream's context.
+            unsafe { stream.zero_async(ptr, bytes)? };
+        }
         for (i, l) in prepared.launches.iter().enumerate() {
             mark(i)?;
             let params: Vec<_> = l.params.iter().collect();

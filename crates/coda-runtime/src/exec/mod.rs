@@ -10,7 +10,11 @@
 //! bf16[128, 4096], got …``), allocates scratch, partial and staging
 //! buffers, and builds every launch; [`BlockExecutor::launch`] enqueues the
 //! kernels in order on a stream, and [`BlockExecutor::time`] measures each
-//! kernel with CUDA events.
+//! kernel with CUDA events. [`BlockExecutor::prepare_with`] is `prepare`
+//! for a caller that owns all memory (the PyTorch binding): the buffers the
+//! host would allocate are laid out in one region that the caller's
+//! allocator provides, and grid-reduction counters in it are zeroed on the
+//! stream before each launch of the block.
 //!
 //! Layout rules for bindings: a rank-2 tensor needs a unit column stride
 //! (its row stride is the leading dimension); rank-0 and rank-1 tensors
@@ -29,7 +33,7 @@ use crate::nvrtc::CompileOptions;
 use coda_cuda::manifest::{BlockManifest, KernelSpec};
 use coda_cuda::KernelSource;
 
-pub use bind::Prepared;
+pub use bind::{Prepared, WORKSPACE_ALIGN};
 pub use launch::KernelTiming;
 
 /// How one kernel was compiled.

@@ -1,0 +1,99 @@
+"""Host time per eager call of a codac block from PyTorch.
+
+Runs the Llama-3 layer at tiny widths and few tokens, so that launching, not
+the GPU, is the bottleneck, and reports the median over rounds of the host
+time per call (no synchronization inside a round) for: the plain forward
+under ``torch.no_grad()``, the differentiated forward (saving forward and
+autograd bookkeeping), and as a yardstick, one ``torch.nn.functional.linear``.
+
+    python bench/python_overhead.py [--calls 2000] [--rounds 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+import codac
+
+DIMS = {"D": 128, "F": 256, "HD": 64, "QH": 1, "KVH": 1}
+
+
+def per_call_us(fn, calls: int, rounds: int) -> float:
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        samples.append((time.perf_counter() - start) / calls * 1e6)
+        torch.cuda.synchronize()
+    return statistics.median(samples)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--profile", action="store_true", help="print cProfile's top entries for the no_grad call")
+    args = parser.parse_args()
+    root = Path(__file__).resolve().parents[1]
+    layer = codac.load(root / "examples/llama3_block.coda", dims=DIMS).block("llama3_layer")
+    m, d, f, q = 16, DIMS["D"], DIMS["F"], (DIMS["QH"] + 2 * DIMS["KVH"]) * DIMS["HD"]
+    g = torch.Generator(device="cuda").manual_seed(0)
+
+    def rand(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, device="cuda", generator=g).to(torch.bfloat16)
+
+    inputs = [rand(m, d), rand(m, d), rand(d, d) * d**-0.5, rand(d) * 0.1 + 1, rand(2 * f, d) * d**-0.5,
+              rand(d, f) * f**-0.5, rand(d) * 0.1 + 1, rand(q, d) * d**-0.5,
+              torch.arange(m, dtype=torch.int32, device="cuda")]
+    leaves = [t.clone().requires_grad_(t.is_floating_point()) for t in inputs]
+    x, w = rand(m, d), rand(d, d)
+
+    def no_grad() -> None:
+        with torch.no_grad():
+            layer(*inputs)
+
+    def with_grad() -> None:
+        layer(*leaves)
+
+    def linear() -> None:
+        with torch.no_grad():
+            torch.nn.functional.linear(x, w)
+
+    def empty() -> None:
+        torch.empty(16, device="cuda")
+
+    if args.profile:
+        import cProfile
+        import pstats
+
+        profiler = cProfile.Profile()
+        profiler.enable()
+        for _ in range(args.calls):
+            no_grad()
+        profiler.disable()
+        torch.cuda.synchronize()
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(14)
+
+    rows = [
+        ("codac block, no_grad (4 kernels)", per_call_us(no_grad, args.calls, args.rounds)),
+        ("codac block, with grad (saving forward)", per_call_us(with_grad, args.calls, args.rounds)),
+        ("torch.nn.functional.linear, no_grad", per_call_us(linear, args.calls, args.rounds)),
+        ("torch.empty(16, device='cuda')", per_call_us(empty, args.calls, args.rounds)),
+    ]
+    print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
+    print(f"{'call':<42} {'host us/call':>12}")
+    for name, us in rows:
+        print(f"{name:<42} {us:>12.1f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,183 @@
+"""The blocks as PyTorch operators, with autograd.
+
+Three ``torch.library`` custom ops serve every block of every program, keyed
+by a string naming the block (``"<program digest>:<block>"``):
+
+* ``codac::forward(key, inputs) -> outputs``: the plain forward;
+* ``codac::saving(key, inputs) -> outputs + saved``: the forward that also
+  stores the tensors its backward reads (``codac explain --grad`` lists them);
+* ``codac::backward(key, inputs) -> input gradients``: the backward block.
+
+Their fake implementations compute output shapes from the signature, so
+``torch.compile`` traces them without running anything, for any token count.
+``codac::saving`` carries the autograd formula: its backward runs
+``codac::backward``. In eager mode a call skips the dispatcher and the same
+work runs through a ``torch.autograd.Function``, which costs less host time.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Optional, Sequence
+
+import torch
+
+if TYPE_CHECKING:
+    from ._program import BlockFunction, Gradient, Variant
+
+_BLOCKS: dict[str, "BlockFunction"] = {}
+
+
+def register(fn: "BlockFunction") -> None:
+    _BLOCKS[fn.key] = fn
+
+
+def _block(key: str) -> "BlockFunction":
+    fn = _BLOCKS.get(key)
+    if fn is None:
+        raise RuntimeError(f"codac: no block {key!r} is loaded in this process (load its program first)")
+    return fn
+
+
+def _gradient(fn: "BlockFunction") -> "Gradient":
+    if fn.gradient is None:
+        raise RuntimeError(f"codac block {fn.name!r} has no grad declaration")
+    return fn.gradient
+
+
+def _fake(variant: "Variant", tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    dims = variant.signature.bind(list(tensors))
+    device = tensors[0].device
+    return [torch.empty(spec.shape(dims), dtype=spec.dtype, device=device) for spec in variant.signature.outputs]
+
+
+@torch.library.custom_op("codac::forward", mutates_args=())
+def forward_op(key: str, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    return _block(key).forward.run(list(inputs))
+
+
+@torch.library.custom_op("codac::saving", mutates_args=())
+def saving_op(key: str, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    return _gradient(_block(key)).saving.run(list(inputs))
+
+
+@torch.library.custom_op("codac::backward", mutates_args=())
+def backward_op(key: str, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    return _gradient(_block(key)).backward.run(list(inputs))
+
+
+@forward_op.register_fake
+def _(key: str, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    return _fake(_block(key).forward, inputs)
+
+
+@saving_op.register_fake
+def _(key: str, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    return _fake(_gradient(_block(key)).saving, inputs)
+
+
+@backward_op.register_fake
+def _(key: str, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    return _fake(_gradient(_block(key)).backward, inputs)
+
+
+def _keep(gradient: "Gradient", tensors: Sequence[torch.Tensor], everything: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """What a differentiated call keeps for its backward: the forward inputs
+    and saving-forward outputs the backward block reads, and nothing else."""
+    return [tensors[i] for i in gradient.saved_inputs] + [everything[j] for j in gradient.saved_outputs]
+
+
+def _backward_args(gradient: "Gradient", kept: Sequence[torch.Tensor], grads: Sequence[Optional[torch.Tensor]]) -> list[torch.Tensor]:
+    """The backward block's inputs from what ``_keep`` kept and the output
+    gradients (in each output's dtype; autograd materializes missing ones
+    as zeros)."""
+    inputs = dict(zip(gradient.saved_inputs, kept))
+    saved = dict(zip(gradient.saved_outputs, kept[len(gradient.saved_inputs) :]))
+    args = []
+    for (kind, j), spec in zip(gradient.sources, gradient.backward.signature.inputs):
+        if kind == "input":
+            args.append(inputs[j])
+        elif kind == "saved":
+            args.append(saved[j])
+        else:
+            g = grads[j]
+            if g is None:
+                raise RuntimeError(f"internal error in codac: no gradient for output {j}")
+            args.append(g if g.dtype == spec.dtype else g.to(spec.dtype))
+    return args
+
+
+def _input_grads(gradient: "Gradient", n_inputs: int, dinputs: Sequence[torch.Tensor]) -> list[Optional[torch.Tensor]]:
+    grads: list[Optional[torch.Tensor]] = [None] * n_inputs
+    for i, o in gradient.wrt:
+        grads[i] = dinputs[o]
+    return grads
+
+
+def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+    key, tensors = inputs
+    gradient = _gradient(_block(key))
+    ctx.key = key
+    ctx.n_inputs = len(tensors)
+    ctx.save_for_backward(*_keep(gradient, tensors, output))
+    ctx.mark_non_differentiable(*output[gradient.n_outputs :])
+
+
+def _backward(ctx: Any, grads: list[Optional[torch.Tensor]]) -> tuple[None, list[Optional[torch.Tensor]]]:
+    gradient = _gradient(_block(ctx.key))
+    args = _backward_args(gradient, ctx.saved_tensors, grads)
+    dinputs = torch.ops.codac.backward(ctx.key, args)
+    return None, _input_grads(gradient, ctx.n_inputs, dinputs)
+
+
+saving_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+class _Eager(torch.autograd.Function):
+    """The eager path of a differentiated call (no dispatcher round trips)."""
+
+    @staticmethod
+    def forward(ctx: Any, key: str, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:  # type: ignore[override]
+        gradient = _gradient(_block(key))
+        everything = gradient.saving.run(list(tensors))
+        ctx.key = key
+        ctx.n_inputs = len(tensors)
+        ctx.save_for_backward(*_keep(gradient, tensors, everything))
+        ctx.mark_non_differentiable(*everything[gradient.n_outputs :])
+        return tuple(everything)
+
+    @staticmethod
+    def backward(ctx: Any, *grads: Optional[torch.Tensor]) -> tuple[Optional[torch.Tensor], ...]:  # type: ignore[override]
+        gradient = _gradient(_block(ctx.key))
+        args = _backward_args(gradient, ctx.saved_tensors, grads)
+        dinputs = gradient.backward.run(args)
+        return (None, *_input_grads(gradient, ctx.n_inputs, dinputs))
+
+
+def _needs_grad(fn: "BlockFunction", tensors: Sequence[torch.Tensor]) -> bool:
+    if not torch.is_grad_enabled():
+        return False
+    wanted = [i for i, t in enumerate(tensors) if t.requires_grad]
+    if not wanted:
+        return False
+    gradient = fn.gradient
+    missing = [fn.signature.inputs[i].name for i in wanted if gradient is None or i not in gradient.differentiable]
+    if missing:
+        declared = "no grad declaration" if gradient is None else "a grad declaration without them"
+        raise ValueError(
+            f"codac block {fn.name!r}: input(s) {', '.join(repr(m) for m in missing)} require grad, but the "
+            f"block has {declared}; add them to the block's `grad ... wrt (...)`, or pass them detached"
+        )
+    return True
+
+
+def call(fn: "BlockFunction", tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Runs ``fn`` on ``tensors``: the saving forward with autograd when a
+    differentiated input requires grad, else the plain forward."""
+    grad = _needs_grad(fn, tensors)
+    if torch.compiler.is_compiling():
+        if grad:
+            return list(torch.ops.codac.saving(fn.key, tensors)[: _gradient(fn).n_outputs])
+        return list(torch.ops.codac.forward(fn.key, tensors))
+    if grad:
+        return list(_Eager.apply(fn.key, *tensors)[: _gradient(fn).n_outputs])
+    return fn.forward.run(tensors)

@@ -1,0 +1,244 @@
+"""The package on a GPU: results against the interpreter, streams, no
+synchronization, CUDA graphs, torch.compile, memory and devices.
+
+Every test here needs CUDA and says "skipped: no GPU" without it.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import torch
+
+import codac
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="skipped: no GPU"),
+]
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+# Llama-3 widths small enough for the CPU interpreter at M = 333, with
+# tiles of every kind: 4 query heads and 2 KV heads of width 64.
+SMALL = {"D": 512, "F": 1024, "HD": 64, "QH": 4, "KVH": 2}
+
+
+def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.double().cpu(), b.double().cpu()
+    return float((a - b).norm() / b.norm().clamp_min(1e-30))
+
+
+def llama_inputs(m: int, dims: dict[str, int], device: str, seed: int) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    d, f, q = dims["D"], dims["F"], (dims["QH"] + 2 * dims["KVH"]) * dims["HD"]
+
+    def normal(*shape: int, std: float) -> torch.Tensor:
+        return (torch.randn(*shape, generator=g) * std).to(torch.bfloat16).to(device)
+
+    return {
+        "attn": normal(m, d, std=1.0),
+        "x0": normal(m, d, std=1.0),
+        "w_o": normal(d, d, std=d**-0.5),
+        "g_ffn": (1 + 0.1 * torch.randn(d, generator=g)).to(torch.bfloat16).to(device),
+        "w_gu": normal(2 * f, d, std=d**-0.5),
+        "w_down": normal(d, f, std=f**-0.5),
+        "g_attn": (1 + 0.1 * torch.randn(d, generator=g)).to(torch.bfloat16).to(device),
+        "w_qkv": normal(q, d, std=d**-0.5),
+        "pos": torch.randint(0, 4096, (m,), generator=g, dtype=torch.int32).to(device),
+    }
+
+
+@pytest.fixture(scope="module")
+def layer() -> codac.BlockFunction:
+    return codac.load(EXAMPLES / "llama3_block.coda", dims=SMALL).block("llama3_layer")
+
+
+def step(fn: codac.BlockFunction, inputs: dict[str, torch.Tensor], seed: int) -> tuple[list[torch.Tensor], dict]:
+    """Forward, then backward from fixed random output gradients."""
+    leaves = {k: (v.detach().clone().requires_grad_(v.is_floating_point())) for k, v in inputs.items()}
+    outputs = fn(**leaves)
+    g = torch.Generator().manual_seed(seed)
+    grads = [torch.randn(o.shape, generator=g).to(o.dtype).to(o.device) for o in outputs]
+    torch.autograd.backward(outputs, grads)
+    return [o.detach() for o in outputs], {k: v.grad for k, v in leaves.items() if v.grad is not None}
+
+
+@pytest.mark.parametrize("m", [333, 1000])
+def test_forward_and_gradients_match_the_interpreter(layer: codac.BlockFunction, m: int) -> None:
+    inputs = llama_inputs(m, SMALL, "cuda", seed=m)
+    gpu_out, gpu_grads = step(layer, inputs, seed=1)
+    cpu_out, cpu_grads = step(layer, {k: v.cpu() for k, v in inputs.items()}, seed=1)
+    for a, b in zip(gpu_out, cpu_out):
+        assert a.isfinite().all()
+        assert relative_error(a, b) < 2e-2
+    assert gpu_grads.keys() == cpu_grads.keys()
+    for name in cpu_grads:
+        assert gpu_grads[name].dtype == inputs[name].dtype
+        assert relative_error(gpu_grads[name], cpu_grads[name]) < 3e-2, name
+
+
+def test_a_non_default_stream_gives_the_same_results(layer: codac.BlockFunction) -> None:
+    inputs = llama_inputs(333, SMALL, "cuda", seed=5)
+    with torch.no_grad():
+        expected = layer(**inputs)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            got = layer(**inputs)
+        torch.cuda.current_stream().wait_stream(side)
+    for a, b in zip(got, expected):
+        assert torch.equal(a, b)
+
+
+def test_nothing_synchronizes(layer: codac.BlockFunction) -> None:
+    inputs = llama_inputs(333, SMALL, "cuda", seed=6)
+    step(layer, inputs, seed=2)  # compile and load first
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        leaves = {k: v.detach().clone().requires_grad_(v.is_floating_point()) for k, v in inputs.items()}
+        x2, qkv = layer(**leaves)
+        (x2.float().sum() + qkv.float().sum()).backward()
+        with torch.no_grad():
+            layer(**inputs)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+
+def test_cuda_graph_replay_matches_eager_on_new_values(layer: codac.BlockFunction) -> None:
+    static = llama_inputs(333, SMALL, "cuda", seed=7)
+    with torch.no_grad():
+        layer(**static)  # compile before capture
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            captured = layer(**static)
+        fresh = llama_inputs(333, SMALL, "cuda", seed=8)
+        for k, v in fresh.items():
+            static[k].copy_(v)
+        graph.replay()
+        expected = layer(**fresh)
+    for a, b in zip(captured, expected):
+        assert torch.equal(a, b)
+
+
+def test_capture_before_compiling_raises_a_clear_error() -> None:
+    fn = codac.load(EXAMPLES / "llama3_block.coda", dims={**SMALL, "F": 768}).block("llama3_layer")
+    inputs = llama_inputs(64, {**SMALL, "F": 768}, "cuda", seed=9)
+    graph = torch.cuda.CUDAGraph()
+    with pytest.raises(RuntimeError, match="before capturing"):
+        with torch.no_grad(), torch.cuda.graph(graph):
+            fn(**inputs)
+
+
+def test_torch_compile_has_no_graph_breaks_and_no_recompiles(layer: codac.BlockFunction) -> None:
+    class Model(torch.nn.Module):
+        def forward(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+            x2, qkv = layer(**inputs)
+            return x2.float().square().mean() + qkv.float().square().mean()
+
+    model = Model()
+    inputs = llama_inputs(1000, SMALL, "cuda", seed=10)
+    explanation = torch._dynamo.explain(model)(inputs)
+    assert explanation.graph_break_count == 0
+    torch._dynamo.reset()
+    compiled = torch.compile(model, fullgraph=True, dynamic=True)
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+    for m in (1000, 4096, 8192):
+        batch = llama_inputs(m, SMALL, "cuda", seed=m)
+        leaves = {k: v.requires_grad_(v.is_floating_point()) for k, v in batch.items()}
+        loss = compiled(leaves)
+        loss.backward()
+        eager = model({k: v.detach() for k, v in batch.items()})
+        assert relative_error(loss.detach(), eager) < 1e-2
+    assert counters["stats"]["unique_graphs"] == 1
+    # The kernels are M-generic: one executor per variant, whatever M was.
+    assert list(layer.forward._executors) == [0]
+
+
+def test_memory_does_not_grow_over_calls(layer: codac.BlockFunction) -> None:
+    inputs = llama_inputs(333, SMALL, "cuda", seed=11)
+    with torch.no_grad():
+        layer(**inputs)
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+        for _ in range(1000):
+            outputs = layer(**inputs)
+        del outputs
+        torch.cuda.synchronize()
+        assert torch.cuda.memory_allocated() == before
+
+
+def test_workspace_memory_comes_from_the_caching_allocator(layer: codac.BlockFunction) -> None:
+    # The 2-row input has a misaligned row stride, so the block stages a
+    # copy of it: that and every output show in PyTorch's statistics.
+    inputs = llama_inputs(333, SMALL, "cuda", seed=12)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    with torch.no_grad():
+        outputs = layer(**inputs)
+    torch.cuda.synchronize()
+    out_bytes = sum(o.numel() * o.element_size() for o in outputs)
+    assert torch.cuda.max_memory_allocated() > base + out_bytes
+
+
+def test_misaligned_and_strided_inputs(layer: codac.BlockFunction) -> None:
+    inputs = llama_inputs(333, SMALL, "cuda", seed=13)
+    with torch.no_grad():
+        expected = layer(**inputs)
+        odd = dict(inputs)
+        # A view one element into a larger buffer: 2-byte aligned, not 16.
+        big = torch.empty(333 * SMALL["D"] + 1, dtype=torch.bfloat16, device="cuda")
+        odd["attn"] = big[1:].view(333, SMALL["D"])
+        odd["attn"].copy_(inputs["attn"])
+        # A transposed weight: the binding copies it to a readable layout.
+        odd["w_o"] = inputs["w_o"].t().contiguous().t()
+        got = layer(**odd)
+    for a, b in zip(got, expected):
+        assert torch.equal(a, b)
+
+
+def test_inputs_on_two_devices_are_refused(layer: codac.BlockFunction) -> None:
+    inputs = llama_inputs(8, SMALL, "cuda", seed=14)
+    inputs["w_o"] = inputs["w_o"].cpu()
+    with pytest.raises(ValueError, match="w_o"):
+        layer(**inputs)
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="skipped: needs 2 GPUs")
+def test_tensors_on_the_second_gpu_run_there(layer: codac.BlockFunction) -> None:
+    inputs = llama_inputs(333, SMALL, "cuda:0", seed=15)
+    with torch.no_grad():
+        expected = layer(**inputs)
+        got = layer(**{k: v.to("cuda:1") for k, v in inputs.items()})
+    assert got[0].device == torch.device("cuda:1")
+    for a, b in zip(got, expected):
+        assert torch.equal(a.cpu(), b.cpu())
+
+
+def test_opcheck_on_cuda(layer: codac.BlockFunction) -> None:
+    inputs = llama_inputs(40, SMALL, "cuda", seed=16)
+    tensors = [inputs[t.name] for t in layer.signature.inputs]
+    torch.library.opcheck(torch.ops.codac.forward.default, (layer.key, tensors))
+    leaves = [t.clone().requires_grad_(t.is_floating_point()) for t in tensors]
+    torch.library.opcheck(torch.ops.codac.saving.default, (layer.key, leaves))
+
+
+def test_module_parameters_train(layer: codac.BlockFunction) -> None:
+    prog = codac.load(EXAMPLES / "llama3_block.coda", dims=SMALL)
+    block = codac.nn.Block(prog, "llama3_layer", params=["w_o", "g_ffn", "w_gu", "w_down", "g_attn", "w_qkv"], device="cuda")
+    reference = copy.deepcopy(block).cpu()
+    inputs = llama_inputs(64, SMALL, "cuda", seed=17)
+    data = {k: inputs[k] for k in ("attn", "x0", "pos")}
+    x2, qkv = block(**data)
+    (x2.float().square().mean() + qkv.float().square().mean()).backward()
+    x2c, qkvc = reference(**{k: v.cpu() for k, v in data.items()})
+    (x2c.float().square().mean() + qkvc.float().square().mean()).backward()
+    for (name, p), (_, q) in zip(block.named_parameters(), reference.named_parameters()):
+        assert p.grad is not None and p.grad.dtype == p.dtype
+        assert relative_error(p.grad, q.grad) < 3e-2, name
