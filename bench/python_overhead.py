@@ -71,6 +71,46 @@ def main() -> None:
     def empty() -> None:
         torch.empty(16, device="cuda")
 
+    a, b, c = rand(16), rand(16), rand(16)
+
+    def add() -> None:
+        torch.add(a, b, out=c)
+
+    # The parts of a no_grad call: argument checks and dims, then the
+    # extension's run (prepare and launch) on ready arguments.
+    from codac._cuda import run_cuda
+
+    variant = layer.forward
+    executor = variant.executor(0)
+    dims = variant.signature.bind(inputs)
+    outputs = [torch.empty(spec.shape(dims), dtype=spec.dtype, device="cuda") for spec in variant.signature.outputs]
+    everything = inputs + outputs
+    ready = (dict(dims), [t.data_ptr() for t in everything], [tuple(t.shape) for t in everything],
+             [t.stride() for t in everything])
+    stream = torch.cuda.current_stream().cuda_stream
+    keep = []
+
+    def alloc(n: int) -> int:
+        t = torch.empty(n, dtype=torch.uint8, device="cuda")
+        keep.append(t)
+        return t.data_ptr()
+
+    def bind() -> None:
+        variant.signature.bind(inputs)
+
+    def native_run() -> None:
+        executor.run(*ready, stream, alloc)
+        keep.clear()
+
+    def python_run() -> None:
+        run_cuda(variant, dims, inputs)
+
+    saving = layer.gradient.saving
+
+    def saving_run() -> None:
+        with torch.no_grad():
+            saving.run(inputs)
+
     if args.profile:
         import cProfile
         import pstats
@@ -88,6 +128,11 @@ def main() -> None:
         ("codac block, with grad (saving forward)", per_call_us(with_grad, args.calls, args.rounds)),
         ("torch.nn.functional.linear, no_grad", per_call_us(linear, args.calls, args.rounds)),
         ("torch.empty(16, device='cuda')", per_call_us(empty, args.calls, args.rounds)),
+        ("torch.add(out=) on 16 elements (1 launch)", per_call_us(add, args.calls, args.rounds)),
+        ("  part: Signature.bind (checks, dims)", per_call_us(bind, args.calls, args.rounds)),
+        ("  part: run_cuda (allocation, extension)", per_call_us(python_run, args.calls, args.rounds)),
+        ("  part: Executor.run (prepare, 4 launches)", per_call_us(native_run, args.calls, args.rounds)),
+        ("  part: saving forward without autograd", per_call_us(saving_run, args.calls, args.rounds)),
     ]
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
     print(f"{'call':<42} {'host us/call':>12}")

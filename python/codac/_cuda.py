@@ -19,28 +19,48 @@ if TYPE_CHECKING:
     from ._program import Variant
 
 
-def _acceptable(t: torch.Tensor) -> torch.Tensor:
-    """``t``, or a contiguous copy when its layout is one the kernels can't
-    read (a rank-2 tensor needs a unit column stride and a row stride of at
-    least its column count; vectors and scalars must be contiguous). A
-    16-bit input that is not 16-byte aligned is staged by the block itself."""
-    if t.dim() == 2:
-        rows, cols = t.shape
-        row_stride, col_stride = t.stride()
-        if (cols <= 1 or col_stride == 1) and (rows <= 1 or row_stride >= max(cols, 1)):
-            return t
-        return t.contiguous()
-    return t if t.is_contiguous() else t.contiguous()
+def _current_stream(index: int) -> int:
+    """The raw handle of PyTorch's current stream on device ``index``."""
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return raw(index)
+    return torch.cuda.current_stream(index).cuda_stream
+
+
+def _readable(shape: torch.Size, stride: tuple[int, ...]) -> bool:
+    """Whether the kernels can read a tensor of this layout in place: a
+    rank-2 tensor needs a unit column stride and a row stride of at least
+    its column count, vectors and scalars must be contiguous. (A 16-bit
+    input that is not 16-byte aligned is staged by the block itself.)"""
+    if len(shape) == 2:
+        rows, cols = shape
+        return (cols <= 1 or stride[1] == 1) and (rows <= 1 or stride[0] >= cols)
+    return len(shape) == 0 or shape[0] <= 1 or stride[0] == 1
 
 
 def run_cuda(variant: "Variant", dims: Mapping[str, int], tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     device = tensors[0].device
     index = device.index if device.index is not None else torch.cuda.current_device()
     executor = variant.executor(index)
-    inputs = [_acceptable(t) for t in tensors]
-    outputs = [
-        torch.empty(spec.shape(dims), dtype=spec.dtype, device=device) for spec in variant.signature.outputs
-    ]
+    ptrs, shapes, strides = [], [], []
+    # Tensors copied to a readable layout must live until the kernels have
+    # read them; like the workspace, the caching allocator orders their
+    # reuse after this stream's work, so dropping them after the launch is safe.
+    copies = []
+    for t in tensors:
+        shape, stride = t.shape, t.stride()
+        if not _readable(shape, stride):
+            t = t.contiguous()
+            copies.append(t)
+            stride = t.stride()
+        ptrs.append(t.data_ptr())
+        shapes.append(shape)
+        strides.append(stride)
+    outputs = [torch.empty(spec.shape(dims), dtype=spec.dtype, device=device) for spec in variant.signature.outputs]
+    for t in outputs:
+        ptrs.append(t.data_ptr())
+        shapes.append(t.shape)
+        strides.append(t.stride())
     workspace: list[torch.Tensor] = []
 
     def alloc(nbytes: int) -> int:
@@ -51,17 +71,5 @@ def run_cuda(variant: "Variant", dims: Mapping[str, int], tensors: list[torch.Te
             raise RuntimeError(f"codac: PyTorch gave a workspace at {ptr:#x}, not {_native.WORKSPACE_ALIGN}-byte aligned")
         return ptr
 
-    everything = inputs + outputs
-    stream = torch.cuda.current_stream(device).cuda_stream
-    executor.run(
-        dict(dims),
-        [t.data_ptr() for t in everything],
-        [tuple(t.shape) for t in everything],
-        [t.stride() for t in everything],
-        stream,
-        alloc,
-    )
-    # Inputs copied to a new layout must live until the kernels have read
-    # them; like the workspace, the caching allocator orders their reuse
-    # after this stream's work.
+    executor.run(dims, ptrs, shapes, strides, _current_stream(index), alloc)
     return outputs

@@ -109,12 +109,16 @@ class Signature:
         self.inputs: tuple[TensorSpec, ...] = tuple(TensorSpec.of(t) for t in raw["inputs"])
         self.outputs: tuple[TensorSpec, ...] = tuple(TensorSpec.of(t) for t in raw["outputs"])
         self.input_index: dict[str, int] = {t.name: i for i, t in enumerate(self.inputs)}
+        # Dims by (dtype, shape, device) of every input: a training loop
+        # calls a block with few distinct shapes, and checking them costs
+        # more host time than the rest of a call.
+        self._bound: dict[tuple[Any, ...], dict[str, Size]] = {}
 
     def arrange(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[torch.Tensor]:
         """The tensors in signature order, from positional and keyword arguments."""
         if len(args) > len(self.inputs):
             raise TypeError(
-                f"codac block {self.block!r} takes {len(self.inputs)} inputs "
+                f"codac block {self.block!r}: takes {len(self.inputs)} inputs "
                 f"({', '.join(t.name for t in self.inputs)}), got {len(args)} positional arguments"
             )
         slots: list[Any] = list(args) + [None] * (len(self.inputs) - len(args))
@@ -122,11 +126,11 @@ class Signature:
             index = self.input_index.get(name)
             if index is None:
                 raise TypeError(
-                    f"codac block {self.block!r} has no input {name!r} "
+                    f"codac block {self.block!r}: no input {name!r} "
                     f"(inputs: {', '.join(t.name for t in self.inputs)})"
                 )
             if index < len(args):
-                raise TypeError(f"codac block {self.block!r} got input {name!r} twice, by position and by name")
+                raise TypeError(f"codac block {self.block!r}: input {name!r} given twice, by position and by name")
             slots[index] = value
         for spec, value in zip(self.inputs, slots):
             if value is None:
@@ -144,6 +148,19 @@ class Signature:
         A dim is read off the first input axis that is that dim times a
         constant; every axis must then agree.
         """
+        try:
+            key = tuple([(t.dtype, t.shape, t.device) for t in tensors])
+            dims = self._bound.get(key)
+        except TypeError:  # symbolic sizes are not hashable: check them each time
+            return self._bind(tensors)
+        if dims is None:
+            dims = self._bind(tensors)
+            if len(self._bound) >= 64:
+                self._bound.clear()
+            self._bound[key] = dims
+        return dims
+
+    def _bind(self, tensors: Sequence[torch.Tensor]) -> dict[str, Size]:
         device = tensors[0].device if tensors else None
         for spec, t in zip(self.inputs, tensors):
             if t.dtype != spec.dtype:

@@ -7,7 +7,7 @@ use crate::signature;
 use coda::grad::Gradient;
 use coda::ir::{Block, Module};
 use coda::{Checked, EvalOptions, HostTensor};
-use pyo3::exceptions::{PyKeyError, PyValueError};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 use std::collections::BTreeMap;
@@ -49,8 +49,8 @@ impl Program {
     pub(crate) fn block(&self, variant: Variant, name: &str) -> PyResult<&Block> {
         let forward = self.checked.module.block(name).ok_or_else(|| {
             let known: Vec<&str> = self.checked.module.blocks.iter().map(|b| b.name.as_str()).collect();
-            PyKeyError::new_err(format!(
-                "no block named {name:?} in {} (blocks: {})",
+            PyValueError::new_err(format!(
+                "no block named '{name}' in {} (blocks: {})",
                 self.checked.source.name,
                 known.join(", ")
             ))
@@ -60,7 +60,7 @@ impl Program {
         }
         let gradient = self.gradient(name).ok_or_else(|| {
             PyValueError::new_err(format!(
-                "block {name:?} of {} has no `grad` declaration, so it cannot be differentiated",
+                "block '{name}' of {} has no `grad` declaration, so it cannot be differentiated",
                 self.checked.source.name
             ))
         })?;
@@ -178,20 +178,20 @@ impl Program {
         let mut host = BTreeMap::new();
         for p in &block.params {
             let Some((rows, cols, bytes)) = inputs.get(&p.name) else {
-                return Err(PyValueError::new_err(format!("block {name:?}: input `{}` is missing", p.name)));
+                return Err(PyValueError::new_err(format!("codac block '{name}': input '{}' is missing", p.name)));
             };
             let data: Vec<f64> = bytes
                 .chunks_exact(8)
                 .map(|c| f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
                 .collect();
             let tensor = HostTensor::new(p.dtype, *rows, *cols, data)
-                .map_err(|e| PyValueError::new_err(format!("block {name:?}, input `{}`: {e}", p.name)))?;
+                .map_err(|e| PyValueError::new_err(format!("codac block '{name}': input '{}': {e}", p.name)))?;
             host.insert(p.name.clone(), tensor);
         }
         let options = EvalOptions { round_to_storage: round };
         let outputs = py
             .detach(|| coda::eval(block, &dims, &host, &options))
-            .map_err(|e| PyValueError::new_err(format!("block {name:?}: {e}")))?;
+            .map_err(|e| PyValueError::new_err(format!("codac block '{name}': {e}")))?;
         let d = PyDict::new(py);
         for (out_name, t) in outputs {
             let bytes: Vec<u8> = t.data.iter().flat_map(|v| v.to_le_bytes()).collect();
