@@ -27,7 +27,7 @@ import os
 import sys
 import sysconfig
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterator, Optional
 
@@ -231,11 +231,17 @@ def corpus(limit: int = 64 << 20) -> torch.Tensor:
     return torch.frombuffer(bytearray(b"".join(chunks)), dtype=torch.uint8)
 
 
-def batches(data: torch.Tensor, cfg: Config, seed: int, device: torch.device) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """Random windows of ``seq + 1`` bytes: inputs and next-byte targets."""
+def batches(
+    data: torch.Tensor, cfg: Config, seed: int, device: torch.device, rank: int = 0, world: int = 1
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Random windows of ``seq + 1`` bytes: inputs and next-byte targets.
+    Of a global batch of ``world * batch`` windows, rank ``rank`` takes its
+    ``batch`` rows, so one process with ``batch * world`` rows sees the same
+    data as ``world`` processes together."""
     g = torch.Generator().manual_seed(seed)
     while True:
-        starts = torch.randint(0, data.numel() - cfg.seq - 1, (cfg.batch,), generator=g)
+        starts = torch.randint(0, data.numel() - cfg.seq - 1, (cfg.batch * world,), generator=g)
+        starts = starts[rank * cfg.batch : (rank + 1) * cfg.batch]
         window = torch.stack([data[s : s + cfg.seq + 1] for s in starts.tolist()]).long()
         yield window[:, :-1].to(device), window[:, 1:].to(device)
 
@@ -256,6 +262,8 @@ def train(
     step_fn: Optional[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = None,
     warmup: int = 3,
     quiet: bool = False,
+    rank: int = 0,
+    world: int = 1,
 ) -> dict:
     """AdamW for ``steps`` steps; returns the losses and the throughput."""
     data = corpus()
@@ -267,7 +275,7 @@ def train(
         torch.cuda.reset_peak_memory_stats(device)
     start = time.perf_counter()
     timed_from = None
-    for step, (tokens, targets) in enumerate(batches(data, cfg, seed, device), start=1):
+    for step, (tokens, targets) in enumerate(batches(data, cfg, seed, device, rank, world), start=1):
         loss = forward(tokens, targets)
         loss.backward()
         optimizer.step()
@@ -308,10 +316,14 @@ def distributed(args: argparse.Namespace, cfg: Config) -> None:
     """One process per GPU under torchrun: FSDP2 (fully_shard per block) or DDP."""
     import torch.distributed as dist
 
-    dist.init_process_group("nccl")
+    cuda = args.device.startswith("cuda")
+    dist.init_process_group("nccl" if cuda else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank)))
-    torch.cuda.set_device(device)
+    if cuda:
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank)))
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
     model = build(cfg, args.model, args.seed, device)
     if args.dist == "fsdp":
         from torch.distributed.fsdp import fully_shard
@@ -321,15 +333,17 @@ def distributed(args: argparse.Namespace, cfg: Config) -> None:
         fully_shard(model)
         step_model: nn.Module = model
     else:
-        step_model = nn.parallel.DistributedDataParallel(model, device_ids=[device.index])
-    # Every rank sees its own batches: the global batch is world × batch.
-    result = train(step_model, cfg, args.steps, args.seed + 1000 * rank, device, quiet=rank != 0)
+        step_model = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if cuda else None)
+    # Each rank takes its rows of a global batch of world × batch windows:
+    # `--batch-multiple world` trains one process on the same data.
+    result = train(step_model, cfg, args.steps, args.seed, device, quiet=rank != 0, rank=rank, world=world)
     mean = torch.tensor(result["losses"], device=device)
     dist.all_reduce(mean)
     result["losses"] = (mean / world).tolist()
     result["tokens_per_s"] *= world
     if rank == 0:
-        report(args, cfg, {f"{args.model} ({args.dist}, {world} GPUs)": result})
+        where = f"{world} GPUs" if cuda else f"{world} processes"
+        report(args, cfg, {f"{args.model} ({args.dist}, {where})": result})
     dist.destroy_process_group()
 
 
@@ -356,8 +370,15 @@ def main(argv: Optional[list[str]] = None) -> dict[str, dict]:
     parser.add_argument("--compile", action="store_true", help="torch.compile the model (default mode)")
     parser.add_argument("--dist", choices=["fsdp", "ddp"], help="under torchrun: shard with FSDP2 or replicate with DDP")
     parser.add_argument("--json", help="write the losses and the summary to this file")
+    parser.add_argument(
+        "--batch-multiple", type=int, default=1, help="train on this many times the config's batch (the global batch of that many ranks)"
+    )
     args = parser.parse_args(argv)
     cfg = CONFIGS[args.config]
+    if args.batch_multiple > 1:
+        if args.dist:
+            parser.error("--batch-multiple is for one process; under torchrun each rank takes its share")
+        cfg = replace(cfg, batch=cfg.batch * args.batch_multiple)
     if args.dist:
         if args.model == "both":
             parser.error("--dist trains one model: pass --model codac or --model torch")

@@ -43,3 +43,24 @@ def test_tiny_config_on_the_gpu_matches_the_plain_model() -> None:
     results = train.main(["--config", "tiny", "--device", "cuda", "--steps", "20", "--model", "both"])
     for step, (a, b) in enumerate(zip(results["codac"]["losses"], results["torch"]["losses"]), start=1):
         assert abs(a - b) < 2e-2, f"step {step}: codac {a:.4f}, torch {b:.4f}"
+
+
+@pytest.mark.parametrize("dist", ["fsdp", "ddp"])
+def test_two_processes_match_one_with_their_global_batch(dist: str, tmp_path: Path) -> None:
+    """FSDP2 (fully_shard per block) and DDP over 2 CPU processes (gloo)
+    train on the shards of the global batch that one process takes whole."""
+    import json
+    import subprocess
+
+    def run(launcher: list[str], options: list[str], json_path: Path) -> list[float]:
+        common = ["--config", "tiny", "--device", "cpu", "--steps", "5", "--model", "codac", "--json", str(json_path)]
+        subprocess.run([*launcher, str(EXAMPLE), *common, *options], check=True, capture_output=True, timeout=600)
+        return next(iter(json.loads(json_path.read_text())["results"].values()))["losses"]
+
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
+    sharded = run(torchrun, ["--dist", dist], tmp_path / "sharded.json")
+    single = run([sys.executable], ["--batch-multiple", "2"], tmp_path / "single.json")
+    assert len(sharded) == len(single) == 5
+    # The same data and gradients up to the order of the gradient reduction.
+    for step, (a, b) in enumerate(zip(sharded, single), start=1):
+        assert abs(a - b) < 2e-3, f"step {step}: {dist} {a:.4f}, one process {b:.4f}"

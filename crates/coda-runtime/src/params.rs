@@ -159,6 +159,17 @@ impl ParamBlock {
         self.push(FieldKind::F64, &v.to_ne_bytes())
     }
 
+    /// Overwrites pointer field `field` (a plan's placeholder) with `ptr`.
+    pub(crate) fn set_ptr(&mut self, field: usize, ptr: u64) -> crate::Result<()> {
+        match (self.fields.get(field), self.offsets.get(field)) {
+            (Some(FieldKind::Ptr), Some(&offset)) => {
+                self.data[offset..offset + 8].copy_from_slice(&ptr.to_ne_bytes());
+                Ok(())
+            }
+            _ => Err(crate::RuntimeError::InvalidInput(format!("field {field} of a parameter block is not a pointer"))),
+        }
+    }
+
     /// Field kinds pushed so far.
     pub fn fields(&self) -> &[FieldKind] {
         &self.fields

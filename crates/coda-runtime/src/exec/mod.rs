@@ -24,6 +24,7 @@
 
 mod bind;
 mod launch;
+mod plan;
 
 use crate::compiler::Compiler;
 use crate::device::Device;
@@ -66,6 +67,8 @@ pub struct BlockExecutor {
     manifest: BlockManifest,
     kernels: Vec<Loaded>,
     report: Vec<KernelCompile>,
+    /// Launch plans by the shape of their bindings (`plan.rs`).
+    plans: std::sync::Mutex<std::collections::HashMap<plan::PlanKey, std::sync::Arc<plan::Plan>>>,
 }
 
 impl BlockExecutor {
@@ -96,7 +99,7 @@ impl BlockExecutor {
             });
             kernels.push(Loaded { spec: spec.clone(), kernel });
         }
-        Ok(BlockExecutor { manifest: manifest.clone(), kernels, report })
+        Ok(BlockExecutor { manifest: manifest.clone(), kernels, report, plans: Default::default() })
     }
 
     /// How each kernel was compiled, in launch order.
