@@ -8,6 +8,8 @@
 #   train     the 1B-width training example: codac, PyTorch eager and
 #             torch.compile from one initialization, and PyTorch eager from
 #             a second seed for the run-to-run spread (300 steps each)
+#   dist      (2 GPUs) the codac model under FSDP2 and DDP against one GPU
+#             on the same global batch, and the tests that need 2 GPUs
 # Logs and JSON go to $OUT (or out/).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -37,6 +39,18 @@ for part in $parts; do
         python3 $train --config 1b --steps "$steps" --model torch --seed 0 --compile --json "$out/train-compile.json" || status=1
         python3 $train --config 1b --steps "$steps" --model torch --seed 1 --json "$out/train-torch-seed1.json" || status=1
         python3 scripts/train-table.py "$out"/train-*.json | tee "$out/train-table.md" || status=1 ;;
+    dist)
+        train=examples/torch/train_llama.py
+        dsteps="${CODAC_DIST_STEPS:-100}"
+        for mode in fsdp ddp; do
+            python3 -m torch.distributed.run --nproc-per-node 2 $train --config 1b --steps "$dsteps" --model codac \
+                --dist $mode --json "$out/dist-$mode.json" 2>&1 | grep -v '^\[' || status=1
+        done
+        python3 $train --config 1b --steps "$dsteps" --model codac --batch-multiple 2 --json "$out/dist-single.json" \
+            2>&1 | grep -v '^\[' || status=1
+        python3 scripts/train-table.py "$out"/dist-single.json "$out"/dist-fsdp.json "$out"/dist-ddp.json \
+            | tee "$out/dist-table.md" || status=1
+        python3 -m pytest -q -rs python/tests/test_cuda.py -k second_gpu 2>&1 | tail -3 || status=1 ;;
     *) echo "unknown part $part"; status=1 ;;
     esac
 done

@@ -357,7 +357,14 @@ def report(args: argparse.Namespace, cfg: Config, results: dict[str, dict]) -> N
         gaps = [abs(x - y) for x, y in zip(a["losses"], b["losses"])]
         print(f"|loss({na}) - loss({nb})| per step: max {max(gaps):.4f}, last {gaps[-1]:.4f}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"config": asdict(cfg), "args": vars(args), "results": results}, indent=1))
+        run = {
+            "date": time.strftime("%Y-%m-%d", time.gmtime()),
+            "gpu": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu",
+            "torch": torch.__version__,
+            "command": " ".join(["python", "examples/torch/train_llama.py", *sys.argv[1:]]),
+        }
+        document = {"run": run, "config": asdict(cfg), "args": vars(args), "results": results}
+        Path(args.json).write_text(json.dumps(document, indent=1))
 
 
 def main(argv: Optional[list[str]] = None) -> dict[str, dict]:
