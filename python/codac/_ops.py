@@ -86,10 +86,16 @@ def _keep(gradient: "Gradient", tensors: Sequence[torch.Tensor], everything: Seq
     return [tensors[i] for i in gradient.saved_inputs] + [everything[j] for j in gradient.saved_outputs]
 
 
-def _backward_args(gradient: "Gradient", kept: Sequence[torch.Tensor], grads: Sequence[Optional[torch.Tensor]]) -> list[torch.Tensor]:
+def _backward_args(
+    gradient: "Gradient",
+    kept: Sequence[torch.Tensor],
+    grads: Sequence[Optional[torch.Tensor]],
+    shapes: Sequence[torch.Size],
+    device: torch.device,
+) -> list[torch.Tensor]:
     """The backward block's inputs from what ``_keep`` kept and the output
-    gradients (in each output's dtype; autograd materializes missing ones
-    as zeros)."""
+    gradients, in each output's dtype (zeros of the output's ``shapes`` for
+    an output that received none)."""
     inputs = dict(zip(gradient.saved_inputs, kept))
     saved = dict(zip(gradient.saved_outputs, kept[len(gradient.saved_inputs) :]))
     args = []
@@ -101,7 +107,7 @@ def _backward_args(gradient: "Gradient", kept: Sequence[torch.Tensor], grads: Se
         else:
             g = grads[j]
             if g is None:
-                raise RuntimeError(f"internal error in codac: no gradient for output {j}")
+                g = torch.zeros(shapes[j], dtype=spec.dtype, device=device)
             args.append(g if g.dtype == spec.dtype else g.to(spec.dtype))
     return args
 
@@ -118,13 +124,15 @@ def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
     gradient = _gradient(_block(key))
     ctx.key = key
     ctx.n_inputs = len(tensors)
+    ctx.shapes = [o.shape for o in output[: gradient.n_outputs]]
+    ctx.device = tensors[0].device
     ctx.save_for_backward(*_keep(gradient, tensors, output))
     ctx.mark_non_differentiable(*output[gradient.n_outputs :])
 
 
 def _backward(ctx: Any, grads: list[Optional[torch.Tensor]]) -> tuple[None, list[Optional[torch.Tensor]]]:
     gradient = _gradient(_block(ctx.key))
-    args = _backward_args(gradient, ctx.saved_tensors, grads)
+    args = _backward_args(gradient, ctx.saved_tensors, grads, ctx.shapes, ctx.device)
     dinputs = torch.ops.codac.backward(ctx.key, args)
     return None, _input_grads(gradient, ctx.n_inputs, dinputs)
 
@@ -141,6 +149,8 @@ class _Eager(torch.autograd.Function):
         everything = gradient.saving.run(list(tensors))
         ctx.key = key
         ctx.n_inputs = len(tensors)
+        ctx.shapes = [o.shape for o in everything[: gradient.n_outputs]]
+        ctx.device = tensors[0].device
         ctx.save_for_backward(*_keep(gradient, tensors, everything))
         ctx.mark_non_differentiable(*everything[gradient.n_outputs :])
         return tuple(everything)
@@ -148,7 +158,7 @@ class _Eager(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, *grads: Optional[torch.Tensor]) -> tuple[Optional[torch.Tensor], ...]:  # type: ignore[override]
         gradient = _gradient(_block(ctx.key))
-        args = _backward_args(gradient, ctx.saved_tensors, grads)
+        args = _backward_args(gradient, ctx.saved_tensors, grads, ctx.shapes, ctx.device)
         dinputs = gradient.backward.run(args)
         return (None, *_input_grads(gradient, ctx.n_inputs, dinputs))
 

@@ -216,3 +216,20 @@ def test_no_gpu_tests_skip_with_a_reason() -> None:
     # The GPU tests' skip reason is what CI's log shows without a GPU.
     text = (Path(__file__).parent / "test_cuda.py").read_text()
     assert 'reason="skipped: no GPU"' in text
+
+
+def test_an_output_without_gradient_counts_as_zero(layer: codac.BlockFunction) -> None:
+    inputs = llama_inputs(6, seed=3)
+    leaves = {k: v.clone().requires_grad_(v.is_floating_point()) for k, v in inputs.items()}
+    x2, _ = layer(**leaves)
+    x2.float().sum().backward()
+    eager = {k: v.grad for k, v in leaves.items() if v.grad is not None}
+    for v in leaves.values():
+        v.grad = None
+
+    def only_x2(i: dict[str, torch.Tensor]) -> torch.Tensor:
+        return layer(**i)[0].float().sum()
+
+    torch.compile(only_x2, fullgraph=True, backend="aot_eager")(leaves).backward()
+    for k, g in eager.items():
+        torch.testing.assert_close(leaves[k].grad, g)
