@@ -119,15 +119,20 @@ def _input_grads(gradient: "Gradient", n_inputs: int, dinputs: Sequence[torch.Te
     return grads
 
 
-def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
-    key, tensors = inputs
+def _save(ctx: Any, key: str, tensors: Sequence[torch.Tensor], everything: Sequence[torch.Tensor]) -> None:
+    """Records on ``ctx`` what the backward of a saving-forward call needs."""
     gradient = _gradient(_block(key))
     ctx.key = key
     ctx.n_inputs = len(tensors)
-    ctx.shapes = [o.shape for o in output[: gradient.n_outputs]]
+    ctx.shapes = [o.shape for o in everything[: gradient.n_outputs]]
     ctx.device = tensors[0].device
-    ctx.save_for_backward(*_keep(gradient, tensors, output))
-    ctx.mark_non_differentiable(*output[gradient.n_outputs :])
+    ctx.save_for_backward(*_keep(gradient, tensors, everything))
+    ctx.mark_non_differentiable(*everything[gradient.n_outputs :])
+
+
+def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+    key, tensors = inputs
+    _save(ctx, key, tensors, output)
 
 
 def _backward(ctx: Any, grads: list[Optional[torch.Tensor]]) -> tuple[None, list[Optional[torch.Tensor]]]:
@@ -145,14 +150,8 @@ class _Eager(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, key: str, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:  # type: ignore[override]
-        gradient = _gradient(_block(key))
-        everything = gradient.saving.run(list(tensors))
-        ctx.key = key
-        ctx.n_inputs = len(tensors)
-        ctx.shapes = [o.shape for o in everything[: gradient.n_outputs]]
-        ctx.device = tensors[0].device
-        ctx.save_for_backward(*_keep(gradient, tensors, everything))
-        ctx.mark_non_differentiable(*everything[gradient.n_outputs :])
+        everything = _gradient(_block(key)).saving.run(list(tensors))
+        _save(ctx, key, tensors, everything)
         return tuple(everything)
 
     @staticmethod
