@@ -4,7 +4,7 @@
 //! GEMM's own copies of the data, so that both run at the same clocks. This
 //! is how the "bare GEMM at least 0.95× cuBLAS" target is measured: a
 //! cuBLAS GEMM timed by another process a minute later ran up to 17% faster
-//! or slower than in the run before (`docs/benchmarks.md`, session 23).
+//! or slower than in the run before (`docs/benchmarks.md`, `bench/compare.py`).
 //! Before timing, both compute the product once on the same data and must
 //! agree, so the reference is the same GEMM, not one of another layout.
 

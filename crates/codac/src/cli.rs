@@ -66,13 +66,13 @@ pub(crate) struct FileArg {
 /// `explain`, `run` and `bench`).
 #[derive(Debug, Clone, Copy, Args)]
 pub(crate) struct KernelFlags {
-    /// Put the RMSNorm of a block input into the consuming GEMM's mainloop (gain on load, row sums of squares on the way) instead of a row kernel before it: one kernel fewer, but slower on the H100 (docs/reparameterizer.md).
+    /// Put the RMSNorm of a block input into the consuming GEMM's mainloop (gain on load, row sums of squares on the way) instead of a row kernel before it: one kernel fewer, but slower on the H100 (docs/decisions/a-prologue.md).
     #[arg(long)]
     pub(crate) a_prologue: bool,
     /// Keep a row kernel separate from the Hopper GEMM after it, instead of having the GEMM compute its rows on demand (docs/codegen.md, "Row preludes").
     #[arg(long)]
     pub(crate) no_row_prelude: bool,
-    /// In backward blocks, read the RMSNorm backward's row term from the forward's saved product in the epilogue that makes the gradient, instead of recomputing it after the dgrad GEMM (the `zdz` rule): fewer kernels, but slower on the H100 (docs/backward.md).
+    /// In backward blocks, read the RMSNorm backward's row term from the forward's saved product in the epilogue that makes the gradient, instead of recomputing it after the dgrad GEMM (the `zdz` rule): fewer kernels, but slower on the H100 (docs/decisions/zdz-rule.md).
     #[arg(long)]
     pub(crate) saved_products: bool,
     /// Give every Hopper GEMM that can take it this tile configuration instead of the rules' (or the autotuner's) choice, e.g. `Sm90Cfg128x192ew` (the epilogue warpgroup: each tile's epilogue overlaps the next tile's K loop); the names are in docs/cli.md.

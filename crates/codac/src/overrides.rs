@@ -3,9 +3,8 @@
 //! place of the generated kernel of the same file name (`<block>_k<n>.cu`,
 //! as `codac compile` writes it), and say so for each one. The kernel's
 //! parameters and launch stay those of the manifest, so an edit must keep
-//! the entry point's signature. How a session measured an idea before
-//! building it into the code generator (docs/benchmarks.md, sessions 13 and
-//! 15).
+//! the entry point's signature. This is how an idea is measured before it
+//! is built into the code generator (`docs/cli.md`).
 
 use anyhow::{Context, Result};
 use std::path::Path;

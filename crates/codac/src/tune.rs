@@ -12,14 +12,11 @@
 //! that run-to-run noise does not flip configurations, and the block must
 //! then run faster by [`MARGIN`] with all its kernels' winners than with
 //! the rules' configurations ([`TuneBlockCheck`]), or none is kept: a
-//! kernel can win alone and still not speed up, or slow, the block. At the
-//! Llama-3 1B shapes (M = 8192) the ping-pong mainloop won two kernels by
-//! 3% and 7% alone, interleaved with their rules' versions, while the
-//! block took 1.693 ms with it everywhere against 1.600–1.616 ms without
-//! (session 16, `docs/benchmarks.md`). The check is no proof either: in
-//! the same session it measured the tuned 1B block 2.7% faster, which
-//! separately timed blocks did not confirm (1.619–1.629 against
-//! 1.611–1.622 ms).
+//! kernel can win alone and still not speed up, or slow, the block
+//! (`docs/decisions/ping-pong.md`: per-kernel ping-pong wins of 3–7% at the
+//! Llama-3 1B shapes made the block slower). The check is no proof either:
+//! it can favour the tuned block by a few percent that separately timed
+//! blocks do not confirm, which is why the margin applies to it too.
 
 use crate::bench_report::{TuneBlockCheck, TuneReport, TuneTrial};
 use crate::bench_rig::{Rig, RigSpec};
@@ -216,8 +213,8 @@ impl Autotune<'_> {
         let tuned = self.rig(manifest, &compiled, block)?;
         tuned.fill_and_spin(self.device, 0.0)?;
         // Two rounds of each, alternating, each timed as `codac bench` times
-        // a block (back to back). Launch by launch interleaving favoured
-        // the second block more (session 16, `docs/benchmarks.md`).
+        // a block (back to back): launch-by-launch interleaving of two
+        // whole blocks favoured the second one more.
         let (mut rules, mut with_winners) = (0.0f32, 0.0f32);
         for _ in 0..2 {
             rules += rig.time_block(self.device, self.warmup, self.iters)?.median_ms / 2.0;
