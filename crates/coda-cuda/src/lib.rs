@@ -18,7 +18,7 @@ mod emit;
 pub mod emulate;
 pub mod error;
 pub mod kir;
-pub mod manifest;
+pub use coda_manifest::manifest;
 mod plan;
 pub mod symexpr;
 pub mod traffic;
@@ -31,16 +31,7 @@ use coda_diagnostics::SourceFile;
 use coda_ir::{Block, BlockKind, Module};
 use std::collections::BTreeMap;
 
-/// One generated `.cu` file.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KernelSource {
-    /// The `extern "C"` entry point.
-    pub name: String,
-    /// The file name (`<block>_<kernel>.cu`).
-    pub file_name: String,
-    /// The whole self-contained source.
-    pub source: String,
-}
+pub use coda_manifest::KernelSource;
 
 /// Options of code generation.
 #[derive(Debug, Clone, PartialEq, Eq)]

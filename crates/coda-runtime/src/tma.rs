@@ -9,7 +9,7 @@ use crate::error::{CudaResultExt, Result, RuntimeError};
 use crate::params::ParamBlock;
 use crate::tensor::DType;
 
-/// A tiled tensor map request (see `coda_cuda::manifest::TensorMapSpec`).
+/// A tiled tensor map request (see `coda_manifest::manifest::TensorMapSpec`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TiledMap {
     /// Element type (bf16 or f16).

@@ -10,7 +10,7 @@ use crate::launch::LaunchConfig;
 use crate::memory::DeviceBuffer;
 use crate::params::ParamBlock;
 use crate::tensor::TensorArg;
-use coda_cuda::symexpr::eval_str;
+use coda_manifest::size::eval_str;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 

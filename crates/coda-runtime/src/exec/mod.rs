@@ -31,8 +31,8 @@ use crate::device::Device;
 use crate::error::{Result, RuntimeError};
 use crate::launch::Kernel;
 use crate::nvrtc::CompileOptions;
-use coda_cuda::manifest::{BlockManifest, KernelSpec};
-use coda_cuda::KernelSource;
+use coda_manifest::manifest::{BlockManifest, KernelSpec};
+use coda_manifest::KernelSource;
 
 pub use bind::{Prepared, WORKSPACE_ALIGN};
 pub use launch::KernelTiming;

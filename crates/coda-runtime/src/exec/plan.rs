@@ -17,7 +17,7 @@ use crate::error::{Result, RuntimeError};
 use crate::launch::LaunchConfig;
 use crate::params::ParamBlock;
 use crate::tensor::{describe, DType, TensorArg};
-use coda_cuda::manifest::{BufferSpec, FieldValue, KernelSpec};
+use coda_manifest::manifest::{BufferSpec, FieldValue, KernelSpec};
 use std::collections::BTreeMap;
 
 /// What a plan depends on.
