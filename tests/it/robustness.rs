@@ -81,3 +81,43 @@ fn byte_soup_never_panics() {
         let _ = coda::check_bytes("soup.coda", &bytes).unwrap_or_else(|e| panic!("internal error {e} on {bytes:?}"));
     }
 }
+
+/// A block with `n` chained `let`s, each reading the one before
+/// (`let t{i+1} = t{i} * 1.0001 + {operand}`), from `let t0 = {first}` to
+/// `y = {last}` (in which `T` is the chain's end), then `after`.
+fn let_chain(signature: &str, first: &str, operand: &str, last: &str, after: &str, n: usize) -> String {
+    let mut text = format!("dim M\nblock b({signature}) {{\n let a = {first}\n let t0 = a\n");
+    for i in 0..n {
+        text.push_str(&format!(" let t{} = t{i} * 1.0001 + {operand}\n", i + 1));
+    }
+    text.push_str(&format!(" y = {}\n}}\n{after}", last.replace('T', &format!("t{n}"))));
+    text
+}
+
+/// Every pass after `check` walks the dataflow graph, whose chains are as
+/// long as the program: none may recurse once per `let` (4,000 of them
+/// overflowed the code generator's stack: `kir::build::node_of` and
+/// `op_of`, the emitter's `eval`, a GEMM epilogue's pair evaluation).
+/// Tests run on 2 MiB threads, a quarter of the CLI's stack.
+#[test]
+fn thousands_of_chained_lets_compile() {
+    let gemm = "x: bf16[M, 64], w: bf16[64, 64]) -> (y: f32[M, 64]";
+    let programs = [
+        // Element-wise work alone: one row kernel.
+        ("plain", let_chain("x: f32[M, 4]) -> (y: f32[M, 4]", "x", "x", "T", "", 4000)),
+        // The chain in a GEMM's epilogue, reading a tile input; its gradient.
+        ("epilogue", let_chain(gemm, "x @ w", "f32(x)", "T", "grad g = b wrt (x, w)\n", 4000)),
+        // The chain outside the registers, added in a GEMM's epilogue.
+        ("residual", let_chain(gemm, "f32(x)", "f32(x)", "T + x @ w", "", 4000)),
+    ];
+    for (what, text) in programs {
+        let checked = coda::check("chain.coda", &text).unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert!(!checked.has_errors(), "{what}: {}", checked.render_diagnostics());
+        let _ = coda::explain_text(&checked);
+        coda::compile(&checked, &coda::CompileOptions::default()).unwrap_or_else(|e| panic!("{what}: {e}"));
+        if !checked.grads.is_empty() {
+            let view = coda::grad_view(&checked).unwrap_or_else(|e| panic!("{what}: {e}"));
+            coda::compile(&view, &coda::CompileOptions::default()).unwrap_or_else(|e| panic!("{what} --grad: {e}"));
+        }
+    }
+}

@@ -52,15 +52,15 @@ pub(crate) fn apply(block: &mut Block, acc: Value, r: Value) -> Result<Value, Ty
     block.push(Inst::Binary { op: BinaryOp::Mul, lhs: acc, rhs: wide }, span)
 }
 
-/// The factors of a product tree, left to right.
+/// The factors of a product tree, left to right (without recursion: a
+/// product chain is as long as the program).
 pub(crate) fn flatten(block: &Block, v: Value, out: &mut Vec<Value>) {
-    match block.inst(v) {
-        Inst::Binary { op: BinaryOp::Mul, lhs, rhs } => {
-            let (lhs, rhs) = (*lhs, *rhs);
-            flatten(block, lhs, out);
-            flatten(block, rhs, out);
+    let mut stack = vec![v];
+    while let Some(v) = stack.pop() {
+        match block.inst(v) {
+            Inst::Binary { op: BinaryOp::Mul, lhs, rhs } => stack.extend([*rhs, *lhs]),
+            _ => out.push(v),
         }
-        _ => out.push(v),
     }
 }
 

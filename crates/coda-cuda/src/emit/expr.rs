@@ -57,6 +57,14 @@ pub(crate) struct Emitter<'a> {
     /// frequency of that rotation at `kp` is the one at the column, and
     /// the angle is formed once for both.
     rope_partners: HashMap<String, (String, RopeSpec)>,
+    /// Values of nodes that [`Self::eval`] does not bind (a slice, a
+    /// broadcast, a rotary partner: each evaluation writes its own index
+    /// statements), evaluated ahead of the parent that reads them by
+    /// [`Self::eval_operands_first`], in the order the parent reads them.
+    ahead: Vec<(Key, String)>,
+    /// Where the values in [`Self::ahead`] for the node being evaluated
+    /// begin (those above are its operands').
+    ahead_from: usize,
     /// The element loop of the chunked column loop being written, if any
     /// (see [`super::chunk`]).
     pub(crate) chunk: Option<Chunk>,
@@ -76,6 +84,8 @@ impl<'a> Emitter<'a> {
             indent: 0,
             scopes: vec![HashMap::new()],
             rope_partners: HashMap::new(),
+            ahead: Vec::new(),
+            ahead_from: 0,
             coop: 1,
             quad_rows: false,
             globals: std::collections::BTreeMap::new(),
@@ -268,6 +278,29 @@ impl<'a> Emitter<'a> {
         if let Some(var) = self.lookup(&key) {
             return Ok(var);
         }
+        let own = self.ahead[self.ahead_from.min(self.ahead.len())..].iter().position(|(x, _)| *x == key);
+        if let Some(at) = own {
+            return Ok(self.ahead.remove(self.ahead_from + at).1);
+        }
+        let mark = self.ahead.len();
+        self.eval_operands_first(node, m, k)?;
+        self.eval_from(node, m, k, mark)
+    }
+
+    /// [`Self::eval_body`] of a node whose operands' unbound values are in
+    /// [`Self::ahead`] from `mark` on; leaves `ahead` as it was before them.
+    fn eval_from(&mut self, node: NodeId, m: &str, k: &str, mark: usize) -> Result<String, CodegenError> {
+        let outer = std::mem::replace(&mut self.ahead_from, mark);
+        let value = self.eval_body(node, m, k);
+        self.ahead.truncate(mark);
+        self.ahead_from = outer;
+        value
+    }
+
+    /// [`Self::eval`] of a node whose same-position operands
+    /// ([`Self::same_position_operands`]) are evaluated already.
+    fn eval_body(&mut self, node: NodeId, m: &str, k: &str) -> Result<String, CodegenError> {
+        let key = self.key(node, m, k);
         let n = self.kernel.nodes.get(node).cloned().ok_or_else(|| self.internal("node out of range"))?;
         if n.reg.is_some() {
             return Err(self.internal("register node evaluated outside the epilogue loop"));
@@ -363,6 +396,60 @@ impl<'a> Emitter<'a> {
         self.stmt(format!("const float {name} = {expr};"), n.value);
         self.bind(node, &m, &k, name.clone());
         Ok(name)
+    }
+
+    /// Evaluates, without recursion, the operands that [`Self::eval`] of
+    /// `node` would evaluate first at its own position, and theirs, and so
+    /// on: chains of element-wise nodes are as long as the program (one per
+    /// `let`). Each node is evaluated after its operands, in the order of
+    /// a recursive evaluation, so the same statements are written in the
+    /// same order; a node that `eval` binds is then found bound by its
+    /// parent, and the value of one it does not bind waits in
+    /// [`Self::ahead`] for its parent, which takes it in place of
+    /// evaluating the node again.
+    fn eval_operands_first(&mut self, node: NodeId, m: &str, k: &str) -> Result<(), CodegenError> {
+        // `Some(mark)`: the node's operands are done, their unbound values
+        // in `ahead` from `mark` on.
+        let mut stack = vec![(node, m.to_string(), k.to_string(), None)];
+        while let Some((id, m, k, operands_done)) = stack.pop() {
+            let key = self.key(id, &m, &k);
+            if let Some(mark) = operands_done {
+                if id != node {
+                    let value = self.eval_from(id, &m, &k, mark)?;
+                    if self.lookup(&key).is_none() {
+                        self.ahead.push((key, value));
+                    }
+                }
+                continue;
+            }
+            let Some(n) = self.kernel.nodes.get(id) else { continue };
+            // A register node is the epilogue loop's; `eval` reports one
+            // met outside it.
+            if self.lookup(&key).is_some() || (id != node && n.reg.is_some()) {
+                continue;
+            }
+            let operands = self.same_position_operands(id);
+            let (m, k) = (key.1, key.2);
+            stack.push((id, m.clone(), k.clone(), Some(self.ahead.len())));
+            stack.extend(operands.into_iter().rev().map(|o| (o, m.clone(), k.clone(), None)));
+        }
+        Ok(())
+    }
+
+    /// The operands [`Self::eval`] of `node` evaluates before anything else,
+    /// at `node`'s own position, in its order.
+    fn same_position_operands(&self, node: NodeId) -> Vec<NodeId> {
+        let Some(n) = self.kernel.nodes.get(node) else { return Vec::new() };
+        match &n.op {
+            Op::Unary(UnaryOp::Sin | UnaryOp::Cos, a) => match self.rope_angle(*a) {
+                Some((x, _)) => vec![x],
+                None => vec![*a],
+            },
+            Op::Unary(_, a) | Op::Cast(_, a) | Op::Broadcast(a) => vec![*a],
+            Op::Binary(_, a, b) => vec![*a, *b],
+            Op::Select(c, a, b) => vec![*c, *a, *b],
+            _ => Vec::new(),
+        }
     }
 
     fn rope_args(&mut self, spec: &RopeSpec) -> String {

@@ -2,7 +2,7 @@
 //! program has them (`x1`, `h`), `v12` for unnamed IR values, never a C++
 //! keyword, a CUDA builtin or a name the emitted frame itself uses.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
 /// C++ keywords and names the generated code or CUDA headers use.
 const RESERVED: &[&str] = &[
@@ -143,6 +143,10 @@ const RESERVED: &[&str] = &[
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Namer {
     used: BTreeSet<String>,
+    /// The suffix to try first for each base: every smaller one is taken
+    /// (names are never given back), so a base handed out thousands of
+    /// times costs one probe a name, not one per earlier name.
+    next_suffix: HashMap<String, usize>,
 }
 
 impl Namer {
@@ -160,11 +164,12 @@ impl Namer {
             clean.insert(0, 'v');
         }
         let mut name = clean.clone();
-        let mut i = 1;
+        let mut i = self.next_suffix.get(&clean).copied().unwrap_or(1);
         while RESERVED.contains(&name.as_str()) || self.used.contains(&name) {
             name = format!("{clean}_{i}");
             i += 1;
         }
+        self.next_suffix.insert(clean, i);
         self.used.insert(name.clone());
         name
     }

@@ -699,17 +699,62 @@ impl Builder<'_> {
     }
 
     /// The node computing or loading `v` in the kernel under construction.
+    ///
+    /// The nodes a kernel computes form chains as long as the program (one
+    /// per `let`), so they are built without recursion: a depth-first walk
+    /// with an explicit stack visits the operands [`Self::op_of`] will read
+    /// in its order and builds each node after its operands, which gives the
+    /// node order (and so the emitted code) of a recursive walk.
     fn node_of(&mut self, ctx: &mut Ctx, v: Value) -> Result<NodeId, CodegenError> {
-        let v = self.c(v);
-        if let Some(id) = ctx.memo.get(&v) {
-            return Ok(*id);
+        let root = self.c(v);
+        let mut stack = vec![(root, false)];
+        while let Some((v, operands_done)) = stack.pop() {
+            if ctx.memo.contains_key(&v) {
+                continue;
+            }
+            if operands_done {
+                self.make_node(ctx, v)?;
+                continue;
+            }
+            stack.push((v, true));
+            if matches!(self.source_of(ctx, v), Source::Computed { .. }) {
+                let operands = computed_operands(self.block.inst(v));
+                stack.extend(operands.into_iter().rev().map(|x| (self.c(x), false)));
+            }
         }
-        let home = self.plan.homes[v.index()].clone();
+        ctx.memo.get(&root).copied().ok_or_else(|| self.internal(format!("no node for {root}")))
+    }
+
+    /// Where kernel `ctx.k` gets canonical `v` from.
+    fn source_of(&self, ctx: &Ctx, v: Value) -> Source {
+        let home = &self.plan.homes[v.index()];
+        let is_col_kernel = matches!(self.plan.kernels[ctx.k], KernelPlan::Col { .. });
+        match *home {
+            Home::Param => Source::Param,
+            Home::Acc(x) if x == ctx.k => Source::Computed { acc: true },
+            Home::Row(x) | Home::Col(x) | Home::Grid(x) if x == ctx.k => Source::Computed { acc: false },
+            Home::Prologue(x) if x == ctx.k => Source::Prologue,
+            Home::Inline | Home::RowPartial(..) if is_col_kernel && self.has_mat_before(v, ctx.k) => Source::Scratch,
+            Home::Inline => Source::Computed { acc: false },
+            Home::RowPartial(_, kind) => Source::FinishRow(kind),
+            Home::ColPartial(_) => Source::FinishCol,
+            Home::Acc(x) | Home::Row(x) | Home::Col(x) | Home::Grid(x) if x < ctx.k && self.widens_narrow(v) => {
+                Source::Computed { acc: false }
+            }
+            Home::Acc(x) | Home::Row(x) | Home::Col(x) | Home::Grid(x) | Home::Prologue(x) if x < ctx.k => {
+                Source::Earlier(x)
+            }
+            _ => Source::Nowhere,
+        }
+    }
+
+    /// Builds the node of canonical `v`, whose operands (if computed here)
+    /// have their nodes already (see [`Self::node_of`]).
+    fn make_node(&mut self, ctx: &mut Ctx, v: Value) -> Result<NodeId, CodegenError> {
         let kernel = &self.plan.kernels[ctx.k];
-        let is_col_kernel = matches!(kernel, KernelPlan::Col { .. });
         let space = space_of(self.block, v);
-        let node = match home {
-            Home::Param => {
+        let node = match self.source_of(ctx, v) {
+            Source::Param => {
                 let Inst::Param(i) = self.block.inst(v) else { return Err(self.internal("param")) };
                 // A GEMM epilogue reads tile operands with vector loads that
                 // check bounds only: through the input's staging buffer,
@@ -718,37 +763,34 @@ impl Builder<'_> {
                 let buf = if gemm && space == Space::Tile { self.staging_buf(*i) } else { self.param_bufs[*i] };
                 Node { op: Op::Load(buf), space, reg: None, value: v }
             }
-            Home::Acc(x) if x == ctx.k => {
+            Source::Computed { acc: true } => {
                 let op = self.op_of(ctx, v)?;
                 Node { op, space: Space::Tile, reg: self.plan.maps[v.index()].clone(), value: v }
             }
-            Home::Row(x) | Home::Col(x) | Home::Grid(x) if x == ctx.k => {
-                Node { op: self.op_of(ctx, v)?, space, reg: None, value: v }
-            }
-            Home::Prologue(x) if x == ctx.k => Node { op: Op::ARowSumSq, space, reg: None, value: v },
-            Home::Inline | Home::RowPartial(..) if is_col_kernel && self.has_mat_before(v, ctx.k) => {
+            Source::Computed { acc: false } => Node { op: self.op_of(ctx, v)?, space, reg: None, value: v },
+            Source::Prologue => Node { op: Op::ARowSumSq, space, reg: None, value: v },
+            Source::Scratch => {
                 let dtype = self.carry_dtype(v);
                 Node { op: Op::Load(self.scratch_buf(v, dtype)), space, reg: None, value: v }
             }
-            Home::Inline => Node { op: self.op_of(ctx, v)?, space, reg: None, value: v },
-            Home::RowPartial(_, kind) => {
+            Source::FinishRow(kind) => {
                 let bufs = self.partial_bufs.get(&v).cloned().unwrap_or_default();
                 Node { op: Op::FinishRow(kind, bufs), space, reg: None, value: v }
             }
-            Home::ColPartial(_) => {
+            Source::FinishCol => {
                 let buf = self.partial_bufs.get(&v).and_then(|b| b.first().copied());
                 let buf = buf.ok_or_else(|| self.internal("column partial without a buffer"))?;
                 Node { op: Op::FinishCol(buf), space, reg: None, value: v }
             }
-            Home::Acc(x) | Home::Row(x) | Home::Col(x) | Home::Grid(x) if x < ctx.k && self.widens_narrow(v) => {
-                Node { op: self.op_of(ctx, v)?, space, reg: None, value: v }
-            }
-            Home::Acc(x) | Home::Row(x) | Home::Col(x) | Home::Grid(x) | Home::Prologue(x) if x < ctx.k => {
+            Source::Earlier(x) => {
                 let (stored, dtype) = self.stored_as(v, self.carry_dtype(v), ctx.k);
                 self.mats.entry((stored, dtype)).or_insert(x);
                 Node { op: Op::Load(self.scratch_buf(stored, dtype)), space, reg: None, value: v }
             }
-            other => return Err(self.internal(format!("kernel {} reads {v} homed at {other:?}", ctx.k))),
+            Source::Nowhere => {
+                let home = &self.plan.homes[v.index()];
+                return Err(self.internal(format!("kernel {} reads {v} homed at {home:?}", ctx.k)));
+            }
         };
         ctx.nodes.push(node);
         let id = ctx.nodes.len() - 1;
@@ -868,6 +910,37 @@ impl Builder<'_> {
                 }
             }
         })
+    }
+}
+
+/// Where a kernel gets a value from ([`Builder::source_of`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Source {
+    /// A block input.
+    Param,
+    /// Computed in this kernel from its operands (`acc`: in the GEMM's
+    /// accumulator registers).
+    Computed { acc: bool },
+    /// The A prologue's row sums of squares.
+    Prologue,
+    /// Loaded from the scratch buffer an earlier kernel stored it in, for a
+    /// column kernel.
+    Scratch,
+    /// Finished from row partials.
+    FinishRow(PartialKind),
+    /// Finished from column partials.
+    FinishCol,
+    /// Loaded from what an earlier kernel (this one) stores.
+    Earlier(usize),
+    /// Nowhere this kernel can read (a bug).
+    Nowhere,
+}
+
+/// The operands [`Builder::op_of`] reads, in its order.
+fn computed_operands(inst: &Inst) -> Vec<Value> {
+    match inst {
+        Inst::MatMul { .. } | Inst::PermuteRows { .. } => Vec::new(),
+        other => other.operands(),
     }
 }
 

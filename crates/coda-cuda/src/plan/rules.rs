@@ -524,26 +524,42 @@ impl Planner<'_> {
         }
     }
 
-    /// Moves an epilogue value nothing else in its GEMM uses into row kernel `k`.
+    /// Moves an epilogue value nothing else in its GEMM uses into row kernel
+    /// `k`, and with it those of its operands that then have no other use in
+    /// the GEMM, and so on down. A chain of such values is as long as the
+    /// program, so the walk keeps its own stack of (operands left, GEMM)
+    /// frames, in the order a recursion would visit them.
     fn try_pull(&mut self, o: Value, k: usize) {
-        let Home::Acc(x) = *self.home(o) else { return };
+        let mut frames: Vec<(std::vec::IntoIter<Value>, usize)> = self.pull_one(o, k).into_iter().collect();
+        while let Some((operands, x)) = frames.last_mut() {
+            let x = *x;
+            let Some(u) = operands.next() else {
+                frames.pop();
+                continue;
+            };
+            if *self.home(u) == Home::Acc(x) {
+                self.uses_in_kernel[u.index()] = self.uses_in_kernel[u.index()].saturating_sub(1);
+                frames.extend(self.pull_one(u, k));
+            }
+        }
+    }
+
+    /// Moves `o` alone into row kernel `k` if it can go ([`Self::try_pull`]):
+    /// then its operands to look at next and its GEMM.
+    fn pull_one(&mut self, o: Value, k: usize) -> Option<(std::vec::IntoIter<Value>, usize)> {
+        let Home::Acc(x) = *self.home(o) else { return None };
         let rows_match =
             matches!(&self.plan.kernels[k], KernelPlan::Row { rows } if *rows == self.block.ty(o).shape.rows);
         let inst = self.block.inst(o);
         if self.uses_in_kernel[o.index()] != 0 || !rows_match || !is_inlinable(inst) {
-            return;
+            return None;
         }
         if matches!(inst, Inst::TakeCols { .. } | Inst::Transpose { .. }) {
-            return;
+            return None;
         }
         self.plan.homes[o.index()] = Home::Row(k);
         self.plan.maps[o.index()] = None;
-        for u in self.operands(o) {
-            if *self.home(u) == Home::Acc(x) {
-                self.uses_in_kernel[u.index()] = self.uses_in_kernel[u.index()].saturating_sub(1);
-                self.try_pull(u, k);
-            }
-        }
+        Some((self.operands(o).into_iter(), x))
     }
 
     fn place_col(&mut self, v: Value) -> Home {

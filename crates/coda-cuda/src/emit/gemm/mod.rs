@@ -82,6 +82,9 @@ pub(crate) fn emit(
         streaming: false,
         may_stream: false,
         inline_pairs: HashMap::new(),
+        inline_depth: 0,
+        pair_readers: HashMap::new(),
+        pair_invariants: HashMap::new(),
         staged: None,
         twins: Vec::new(),
         scratch: None,
@@ -316,6 +319,12 @@ struct Gemm {
     /// Element-wise tile expressions evaluated for both slots at once in
     /// the current body, by (node, map offset).
     inline_pairs: HashMap<(NodeId, i64), Vec<String>>,
+    /// How many [`Gemm::inline_pair`] evaluations are under way, one inside
+    /// the other (at most [`MAX_INLINE_PAIR_DEPTH`]).
+    inline_depth: usize,
+    /// [`reads_tile_pairs`] and [`pair_invariant`] of the nodes asked about.
+    pair_readers: HashMap<NodeId, bool>,
+    pair_invariants: HashMap<NodeId, bool>,
     /// The store written through shared memory, by index, and how.
     staged: Option<(usize, Staging)>,
     /// Stores of the same node, staged the same way into another buffer of
@@ -363,6 +372,13 @@ enum Staging {
 /// shared memory each with 256-column tiles); more are read from global
 /// memory.
 const MAX_STAGED_COL_VECS: usize = 4;
+
+/// How deep [`Gemm::inline_pair`] evaluations nest (each is a few stack
+/// frames): an element-wise expression deeper than this (a chain of
+/// thousands of `let`s) has its deeper operands evaluated one slot at a
+/// time by [`Emitter::eval`], which needs no recursion, instead of
+/// overflowing the stack.
+const MAX_INLINE_PAIR_DEPTH: usize = 64;
 
 /// The store to stage through shared memory, if any (see the module docs):
 /// only in 255-register configurations with at most one partial, where the
@@ -860,8 +876,14 @@ impl Gemm {
         if let Some((vector, buf)) = column_vector_load(em, op).filter(|_| map.stride == 1) {
             return Ok(format!("{}.{half}", self.pair_load(em, vector, buf, map, "0")));
         }
-        if map.stride == 1 && reads_tile_pairs(em, op) {
-            let vars = self.inline_pair(em, op, map)?;
+        if map.stride == 1
+            && self.inline_depth < MAX_INLINE_PAIR_DEPTH
+            && reads_tile_pairs(em, op, &mut self.pair_readers)
+        {
+            self.inline_depth += 1;
+            let vars = self.inline_pair(em, op, map);
+            self.inline_depth -= 1;
+            let vars = vars?;
             return vars.get(slot).cloned().ok_or_else(|| em.internal("inline pair slots"));
         }
         // Both columns of an aligned pair see the same rotary frequency, so
@@ -869,7 +891,8 @@ impl Gemm {
         // its sine and cosine) is computed once per pair: slot 1 reuses
         // slot 0's evaluation.
         let aligned_pair = map.stride == 1 && map.offset % 2 == 0;
-        let slot = if slot == 1 && aligned_pair && pair_invariant(em, op) { 0 } else { slot };
+        let slot =
+            if slot == 1 && aligned_pair && pair_invariant(em, op, &mut self.pair_invariants) { 0 } else { slot };
         let c = self.col(em, map, slot);
         em.eval(op, "m", &c)
     }
@@ -1279,42 +1302,90 @@ fn identifiers(text: &str) -> Vec<String> {
 /// Whether node `id` has the same value at columns `2j` and `2j + 1`: it
 /// reads columns only through interleaved rotary frequency tables whose
 /// range starts and ends at even columns (pairs never straddle its ends).
-fn pair_invariant(em: &Emitter<'_>, id: NodeId) -> bool {
-    let Some(node) = em.kernel.nodes.get(id) else { return false };
-    if node.reg.is_none() && matches!(node.space, Space::Row | Space::Scalar) {
-        return true;
-    }
-    match &node.op {
-        Op::Rope(spec, coda_ir::RopeTable::Freq) => {
-            spec.style == coda_ir::RopeStyle::Interleaved
-                && spec.start.as_const().is_some_and(|s| s % 2 == 0)
-                && spec.end.as_const().is_some_and(|e| e % 2 == 0)
+fn pair_invariant(em: &Emitter<'_>, id: NodeId, memo: &mut HashMap<NodeId, bool>) -> bool {
+    node_flag(em, id, memo, |em, id| {
+        let Some(node) = em.kernel.nodes.get(id) else { return Flag::Is(false) };
+        if node.reg.is_none() && matches!(node.space, Space::Row | Space::Scalar) {
+            return Flag::Is(true);
         }
-        Op::Unary(..) | Op::Binary(..) | Op::Select(..) | Op::Cast(..) | Op::Broadcast(_) => {
-            node.reg.is_none() && node.op.operands().into_iter().all(|o| pair_invariant(em, o))
+        match &node.op {
+            Op::Rope(spec, coda_ir::RopeTable::Freq) => Flag::Is(
+                spec.style == coda_ir::RopeStyle::Interleaved
+                    && spec.start.as_const().is_some_and(|s| s % 2 == 0)
+                    && spec.end.as_const().is_some_and(|e| e % 2 == 0),
+            ),
+            Op::Unary(..) | Op::Binary(..) | Op::Select(..) | Op::Cast(..) | Op::Broadcast(_) if node.reg.is_none() => {
+                Flag::All
+            }
+            _ => Flag::Is(false),
         }
-        _ => false,
-    }
+    })
 }
 
 /// Whether `id` is a tile value outside the registers that reads tile
 /// loads through element-wise operations only (or is such a load, or a
 /// constant-offset slice of one): [`Gemm::inline_pair`] evaluates it for
 /// both slots of a pair with pair loads.
-fn reads_tile_pairs(em: &Emitter<'_>, id: NodeId) -> bool {
-    let Some(node) = em.kernel.nodes.get(id) else { return false };
-    if node.reg.is_some() || node.space != Space::Tile {
-        return false;
-    }
-    if sliced_tile_load(em, id).is_some() {
-        return true;
-    }
-    match &node.op {
-        Op::Unary(..) | Op::Binary(..) | Op::Select(..) | Op::Cast(..) => {
-            node.op.operands().into_iter().any(|o| reads_tile_pairs(em, o))
+fn reads_tile_pairs(em: &Emitter<'_>, id: NodeId, memo: &mut HashMap<NodeId, bool>) -> bool {
+    node_flag(em, id, memo, |em, id| {
+        let Some(node) = em.kernel.nodes.get(id) else { return Flag::Is(false) };
+        if node.reg.is_some() || node.space != Space::Tile {
+            return Flag::Is(false);
         }
-        _ => false,
+        if sliced_tile_load(em, id).is_some() {
+            return Flag::Is(true);
+        }
+        match &node.op {
+            Op::Unary(..) | Op::Binary(..) | Op::Select(..) | Op::Cast(..) => Flag::Any,
+            _ => Flag::Is(false),
+        }
+    })
+}
+
+/// What a node contributes to a property of node DAGs ([`node_flag`]).
+enum Flag {
+    /// The node has it or not, whatever its operands.
+    Is(bool),
+    /// The node has it when one of its operands has it.
+    Any,
+    /// The node has it when all its operands have it.
+    All,
+}
+
+/// A property of `id` defined over its operands by `rule`, with the
+/// answers for every node looked at kept in `memo`. The walk keeps its own
+/// stack (element-wise chains are as long as the program) and asks about
+/// each node once per kernel, not once per reader.
+fn node_flag(
+    em: &Emitter<'_>,
+    id: NodeId,
+    memo: &mut HashMap<NodeId, bool>,
+    rule: impl Fn(&Emitter<'_>, NodeId) -> Flag,
+) -> bool {
+    let operands = |id: NodeId| em.kernel.nodes.get(id).map(|n| n.op.operands()).unwrap_or_default();
+    let mut stack = vec![(id, false)];
+    while let Some((id, operands_done)) = stack.pop() {
+        if memo.contains_key(&id) {
+            continue;
+        }
+        let flag = rule(em, id);
+        if let Flag::Is(answer) = flag {
+            memo.insert(id, answer);
+            continue;
+        }
+        if !operands_done {
+            stack.push((id, true));
+            stack.extend(operands(id).into_iter().filter(|o| !memo.contains_key(o)).map(|o| (o, false)));
+            continue;
+        }
+        let mut answers = operands(id).into_iter().map(|o| memo.get(&o).copied().unwrap_or(false));
+        let answer = match flag {
+            Flag::Any => answers.any(|a| a),
+            _ => answers.all(|a| a),
+        };
+        memo.insert(id, answer);
     }
+    memo.get(&id).copied().unwrap_or(false)
 }
 
 /// Where a tile value reads a buffer: column `c` of the value is column
@@ -1331,20 +1402,32 @@ struct TileCols {
 /// composed step is 1 (a column range) or 2 (the even or odd columns of a
 /// tensor in pair layout).
 fn sliced_tile_load(em: &Emitter<'_>, id: NodeId) -> Option<TileCols> {
-    let node = em.kernel.nodes.get(id)?;
-    if node.reg.is_some() || node.space != Space::Tile {
-        return None;
-    }
-    let cols = match &node.op {
-        Op::Load(buf) => TileCols { load: id, buf: *buf, start: 0, step: 1 },
-        Op::Slice { arg, start, step } => {
-            let inner = sliced_tile_load(em, *arg)?;
-            let start = inner.start + inner.step * start.as_const()?;
-            TileCols { start, step: inner.step * step, ..inner }
+    // The slices from `id` down to the load, outermost first (a loop: a
+    // chain of slices is as long as the program).
+    let mut slices = Vec::new();
+    let mut at = id;
+    let (load, buf) = loop {
+        let node = em.kernel.nodes.get(at)?;
+        if node.reg.is_some() || node.space != Space::Tile {
+            return None;
         }
-        _ => return None,
+        match &node.op {
+            Op::Load(buf) => break (at, *buf),
+            Op::Slice { arg, start, step } => {
+                slices.push((start.as_const(), *step));
+                at = *arg;
+            }
+            _ => return None,
+        }
     };
-    matches!(cols.step, 1 | 2).then_some(cols)
+    let mut cols = TileCols { load, buf, start: 0, step: 1 };
+    for (start, step) in slices.into_iter().rev() {
+        cols = TileCols { start: cols.start + cols.step * start?, step: cols.step * step, ..cols };
+        if !matches!(cols.step, 1 | 2) {
+            return None;
+        }
+    }
+    Some(cols)
 }
 
 pub(crate) fn uses(text: &str, word: &str) -> bool {
