@@ -501,7 +501,7 @@ impl<'a> Emitter<'a> {
                 };
                 let k = k.as_str();
                 let args = self.rope_args(&spec);
-                let table = self.rope_freq_table(&spec);
+                let lookup = self.rope_freq_lookup(&spec, k, &args);
                 // One local per column for the sine and the cosine (and
                 // hoisted out of the row loop of a GEMM epilogue).
                 let key = (a, "rope_freq".to_string(), k.to_string());
@@ -510,7 +510,7 @@ impl<'a> Emitter<'a> {
                     None => {
                         let local = self.locals.fresh("freq");
                         let value = self.kernel.nodes[a].value;
-                        self.stmt(format!("const float2 {local} = cg::rope_freq_tab({k}, {args}, {table});"), value);
+                        self.stmt(format!("const float2 {local} = {lookup};"), value);
                         if let Some(scope) = self.scopes.last_mut() {
                             scope.insert(key, local.clone());
                         }
@@ -734,23 +734,44 @@ impl Emitter<'_> {
     /// `hi + lo` the double to about 2^-48 (what `cg::reduced_angle` needs),
     /// so the epilogue looks a frequency up instead of evaluating an `exp2`
     /// or converting doubles per element.
-    fn rope_freq_table(&mut self, spec: &RopeSpec) -> String {
+    /// The expression of the `{hi, lo}` frequency pair of column `k`: a
+    /// look-up in a table of the head's `head_dim / 2` frequencies emitted
+    /// beside the kernel, or, for a head too wide for a table of at most
+    /// [`MAX_ROPE_TABLE_PAIRS`] (the emitted code would grow with the
+    /// head's width), the frequency computed in double.
+    fn rope_freq_lookup(&mut self, spec: &RopeSpec, k: &str, args: &str) -> String {
+        if spec.head_dim / 2 > MAX_ROPE_TABLE_PAIRS {
+            let decl = "// base ^ (-2 i / hd) of column n computed in double (a table of hd / 2 pairs would be too large)\n\
+                __device__ __forceinline__ float2 coda_rope_freq2(int n, int start, int end, int hd, bool interleaved, double c) {\n    \
+                const double f = cg::rope_freq_d(n, start, end, hd, interleaved, c);\n    \
+                const float hi = (float)f;\n    \
+                return make_float2(hi, (float)(f - (double)hi));\n}\n";
+            self.globals.entry("coda_rope_freq2".to_string()).or_insert_with(|| decl.to_string());
+            return format!("coda_rope_freq2({k}, {args}, {})", freq_exponent(spec));
+        }
         let name = format!("coda_rope_freq2_{}_{}", spec.head_dim, spec.base.to_bits());
-        let values: Vec<String> = (0..spec.head_dim / 2)
-            .map(|i| float_pair_lit(spec.base.powf(-((2 * i) as f64) / spec.head_dim as f64)))
-            .collect();
-        let decl = format!(
-            "// base {} ^ (-2 i / {}), i < {}, as {{hi, lo}} float pairs\n__device__ const float2 {name}[{}] = {{{}}};\n",
-            double_lit(spec.base),
-            spec.head_dim,
-            spec.head_dim / 2,
-            spec.head_dim / 2,
-            values.join(", ")
-        );
-        self.globals.entry(name.clone()).or_insert(decl);
-        name
+        if !self.globals.contains_key(&name) {
+            let values: Vec<String> = (0..spec.head_dim / 2)
+                .map(|i| float_pair_lit(spec.base.powf(-((2 * i) as f64) / spec.head_dim as f64)))
+                .collect();
+            let decl = format!(
+                "// base {} ^ (-2 i / {}), i < {}, as {{hi, lo}} float pairs\n__device__ const float2 {name}[{}] = {{{}}};\n",
+                double_lit(spec.base),
+                spec.head_dim,
+                spec.head_dim / 2,
+                spec.head_dim / 2,
+                values.join(", ")
+            );
+            self.globals.insert(name.clone(), decl);
+        }
+        format!("cg::rope_freq_tab({k}, {args}, {name})")
     }
 }
+
+/// The most frequency pairs a rotary table emitted beside a kernel holds
+/// (32 KiB of constants, about 140 KB of source; heads are 64 to 256 wide
+/// in practice). Wider heads compute their frequencies instead.
+const MAX_ROPE_TABLE_PAIRS: i64 = 4096;
 
 /// `{hi, lo}`: the float nearest `x` and the float nearest the rest, as C
 /// literals with 9 significant digits (enough to read back the same float).
