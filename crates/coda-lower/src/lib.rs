@@ -48,24 +48,8 @@ pub fn lower(file: &ast::File, source: &SourceFile) -> Lowered {
 /// is an error.
 pub fn lower_with(file: &ast::File, source: &SourceFile, dims: &BTreeMap<String, i64>) -> Lowered {
     let mut diagnostics = Vec::new();
-    let declared = declared_dims(file);
-    for (name, &value) in dims {
-        if !declared.contains(&name.as_str()) {
-            let known = if declared.is_empty() { "none".to_string() } else { declared.join(", ") };
-            diagnostics.push(
-                Diagnostic::error("E0107", format!("no dimension `{name}` to fix"))
-                    .with_note(format!(
-                        "the dims given to the compiler name `{name}`, which {} does not declare",
-                        source.name
-                    ))
-                    .with_help(format!("the file declares: {known}")),
-            );
-        } else if value <= 0 {
-            diagnostics.push(
-                Diagnostic::error("E0107", format!("dimension `{name}` must be positive"))
-                    .with_note(format!("the dims given to the compiler fix `{name}` = {value}")),
-            );
-        }
+    if !dims.is_empty() {
+        check_fixed_dims(file, source, dims, &mut diagnostics);
     }
     if coda_diagnostics::has_errors(&diagnostics) {
         let module = Module { file_name: source.name.clone(), blocks: Vec::new() };
@@ -109,22 +93,48 @@ pub fn lower_with(file: &ast::File, source: &SourceFile, dims: &BTreeMap<String,
     Lowered { module, diagnostics, grads }
 }
 
-/// The names of every `dim` the file declares, at file level or in a block,
-/// in source order without repeats.
-fn declared_dims(file: &ast::File) -> Vec<&str> {
-    let mut names: Vec<&str> = Vec::new();
+/// Reports each fixed dim that no `dim` of the file declares, and each
+/// value that is not positive.
+fn check_fixed_dims(file: &ast::File, source: &SourceFile, dims: &BTreeMap<String, i64>, out: &mut Vec<Diagnostic>) {
+    let declared = declared_dims(file);
+    for (name, &value) in dims {
+        if !declared.contains(name.as_str()) {
+            let mut known: Vec<&str> = declared.iter().copied().collect();
+            known.sort_unstable();
+            let known = if known.is_empty() { "none".to_string() } else { known.join(", ") };
+            out.push(
+                Diagnostic::error("E0107", format!("no dimension `{name}` to fix"))
+                    .with_note(format!(
+                        "the dims given to the compiler name `{name}`, which {} does not declare",
+                        source.name
+                    ))
+                    .with_help(format!("the file declares: {known}")),
+            );
+        } else if value <= 0 {
+            out.push(
+                Diagnostic::error("E0107", format!("dimension `{name}` must be positive"))
+                    .with_note(format!("the dims given to the compiler fix `{name}` = {value}")),
+            );
+        }
+    }
+}
+
+/// The names of every `dim` the file declares, at file level or in a block.
+fn declared_dims(file: &ast::File) -> std::collections::HashSet<&str> {
+    let mut names = std::collections::HashSet::new();
     for item in &file.items {
-        let decls: Vec<&ast::DimDecl> = match item {
-            ast::Item::Dim(decl) => vec![decl],
+        match item {
+            ast::Item::Dim(decl) => {
+                names.insert(decl.name.name.as_str());
+            }
             ast::Item::Block(block) => {
-                block.body.iter().filter_map(|s| if let ast::Stmt::Dim(decl) = s { Some(decl) } else { None }).collect()
+                for stmt in &block.body {
+                    if let ast::Stmt::Dim(decl) = stmt {
+                        names.insert(decl.name.name.as_str());
+                    }
+                }
             }
-            ast::Item::Grad(_) => Vec::new(),
-        };
-        for decl in decls {
-            if !names.contains(&decl.name.name.as_str()) {
-                names.push(&decl.name.name);
-            }
+            ast::Item::Grad(_) => {}
         }
     }
     names

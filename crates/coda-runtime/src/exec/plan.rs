@@ -18,7 +18,8 @@ use crate::launch::LaunchConfig;
 use crate::params::ParamBlock;
 use crate::tensor::{describe, DType, TensorArg};
 use coda_manifest::manifest::{BufferSpec, FieldValue, KernelSpec};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
 
 /// What a plan depends on.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -93,7 +94,15 @@ pub(super) struct Plan {
     /// Grid-reduction counters in the workspace: (offset, bytes).
     pub(super) counters: Vec<(usize, usize)>,
     launches: Vec<LaunchPlan>,
+    /// Tensor maps already encoded, by (launch, map, address). Encoding
+    /// one costs about a microsecond, as much as the rest of a launch's
+    /// preparation; weights keep their addresses from call to call, and
+    /// a training loop's activations come back to the same few.
+    encoded: Mutex<HashMap<(usize, usize, u64), ParamBlock>>,
 }
+
+/// The most encoded tensor maps a plan keeps.
+const ENCODED_MAPS: usize = 1024;
 
 /// Leading dimension and element type of a buffer.
 #[derive(Debug, Clone, Copy)]
@@ -179,7 +188,7 @@ impl Plan {
             }
             launches.push(launch);
         }
-        Ok(Plan { places, workspace_bytes, counters, launches })
+        Ok(Plan { places, workspace_bytes, counters, launches, encoded: Mutex::new(HashMap::new()) })
     }
 
     /// The launches with the bindings at `addresses` (manifest order) and
@@ -195,20 +204,31 @@ impl Plan {
             at.push(address);
         }
         let mut launches = Vec::with_capacity(self.launches.len());
-        for plan in &self.launches {
+        let mut encoded = self.encoded.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        for (l, plan) in self.launches.iter().enumerate() {
             let mut params = plan.params.clone();
             for &(param, field, buffer) in &plan.pointers {
                 params[param].set_ptr(field, at[buffer])?;
             }
-            for map in &plan.maps {
-                params[map.param] = crate::tma::TiledMap {
+            for (m, map) in plan.maps.iter().enumerate() {
+                let address = at[map.buffer] + map.offset;
+                if let Some(block) = encoded.get(&(l, m, address)) {
+                    params[map.param] = block.clone();
+                    continue;
+                }
+                let block = crate::tma::TiledMap {
                     dtype: map.dtype,
-                    address: at[map.buffer] + map.offset,
+                    address,
                     dims: map.dims.clone(),
                     strides: map.strides.clone(),
                     box_dims: map.box_dims.clone(),
                 }
                 .encode()?;
+                if encoded.len() >= ENCODED_MAPS {
+                    encoded.clear();
+                }
+                encoded.insert((l, m, address), block.clone());
+                params[map.param] = block;
             }
             launches.push(Launch { kernel: plan.kernel, cfg: plan.cfg, params });
         }
