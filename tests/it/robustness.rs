@@ -150,3 +150,50 @@ fn emitted_code_does_not_grow_with_dims() {
         assert!(start.elapsed().as_secs() < 30, "{text}: {:?}", start.elapsed());
     }
 }
+
+/// The code generator's verdict on `text`: `Ok` or the refusal's diagnostic.
+fn codegen_refusal(text: &str) -> Option<coda::Diagnostic> {
+    let checked = coda::check("big.coda", text).unwrap_or_else(|e| panic!("{e}"));
+    assert!(!checked.has_errors(), "{}", checked.render_diagnostics());
+    match coda::compile(&checked, &coda::CompileOptions::default()) {
+        Ok(_) => None,
+        Err(coda::CompileError::Codegen(coda::cuda::CodegenError::Limit { diagnostic, .. })) => Some(*diagnostic),
+        Err(e) => panic!("{text}: {e}"),
+    }
+}
+
+/// Kernels index with 32-bit integers: a dimension (or a constant in one)
+/// of 2^31 or more is refused with a located error instead of compiling to
+/// loops like `for (int kv = …; kv < 2147483648; …)`.
+#[test]
+fn dims_of_two_to_the_31_are_refused() {
+    let refused = [
+        "dim M\ndim N = 2147483648\nblock b(x: f32[M, N]) -> (y: f32[M, N]) { y = x * 2 }",
+        "dim N = 4611686018427387904\nblock b(x: f32[N, 1]) -> (y: f32[N, 1]) { y = x * 2 }",
+        "dim M\ndim N = 2147483648\nblock b(x: f32[M, 2]) -> (y: f32[M, 2]) { y = x * N }",
+        "dim M\ndim K = 2147483648\nblock b(x: bf16[M, K], w: bf16[K, 64]) -> (y: f32[M, 64]) { y = x @ w }",
+    ];
+    for text in refused {
+        let Some(d) = codegen_refusal(text) else { panic!("{text}: compiled") };
+        assert_eq!(d.code, "E0601", "{text}");
+        assert!(!d.labels.is_empty() && d.help.is_some(), "{text}: {d:?}");
+    }
+    let largest = "dim M\ndim N = 2147483647\nblock b(x: f32[M, N]) -> (y: f32[M, N]) { y = x * 2 }";
+    assert_eq!(codegen_refusal(largest), None);
+}
+
+/// The traffic model counts bytes with checked arithmetic: at 2^62 rows
+/// `explain` said 0.0 MB (the count wrapped).
+#[test]
+fn traffic_counts_do_not_wrap() {
+    let text = "dim N = 4611686018427387904\nblock b(x: f32[N, 1]) -> (y: f32[N, 1]) { y = x * 2 }";
+    let checked = coda::check("big.coda", text).unwrap_or_else(|e| panic!("{e}"));
+    let block = &checked.module.blocks[0];
+    let bytes = coda::cuda::traffic::unfused_bytes(block, &coda::cuda::traffic::default_dims(block));
+    assert_eq!(bytes, u64::MAX);
+    // Dims the kernels can index, bytes that do not fit in 64 bits.
+    let text = "dim D = 2147483647\nblock b(x: f32[D, D]) -> (y: f32[D, D]) { y = x * 2 }";
+    let checked = coda::check("square.coda", text).unwrap_or_else(|e| panic!("{e}"));
+    let explained = coda::explain_text(&checked);
+    assert!(explained.contains("2^64 bytes or more") && !explained.contains(" 0.0 MB"), "{explained}");
+}

@@ -27,6 +27,16 @@ pub enum CodegenError {
         /// Why.
         reason: String,
     },
+    /// A size beyond what the generated kernels can handle (`limits`).
+    #[error("{location}: {} ({})", diagnostic.title, diagnostic.code)]
+    Limit {
+        /// The block.
+        block: String,
+        /// `file:line:col` of the value.
+        location: String,
+        /// The located diagnostic, to render with the source.
+        diagnostic: Box<coda_diagnostics::Diagnostic>,
+    },
     /// A bug in the code generator (an invariant did not hold).
     #[error("internal code generator error in block `{block}`: {message}")]
     Internal {

@@ -18,6 +18,7 @@ mod emit;
 pub mod emulate;
 pub mod error;
 pub mod kir;
+pub mod limits;
 pub use coda_manifest::manifest;
 mod plan;
 pub mod symexpr;
@@ -99,6 +100,7 @@ pub fn compile_block(
     source: &SourceFile,
     options: &CodegenOptions,
 ) -> Result<CompiledBlock, CodegenError> {
+    limits::check_dims(block, source)?;
     let plan = plan::partition(block, options.a_prologue);
     if block.kind == BlockKind::Kernel {
         check_kernel_form(block, &plan, source)?;

@@ -7,6 +7,10 @@
 //! own kernel that reads its operands and writes its result in its IR
 //! storage type (broadcasts, transposes, column slices and constant tables
 //! are views and move nothing; a broadcast operand is read at its own size).
+//!
+//! Counts use checked arithmetic and saturate at `u64::MAX` (a count too
+//! large to hold is reported as the largest one, never wrapped to a small
+//! number).
 
 use crate::kir::{BlockIr, Kernel, KernelKind, Op};
 use coda_ir::{Block, Inst, Value};
@@ -19,8 +23,13 @@ fn buffer_bytes(ir: &BlockIr, id: usize, dims: &BTreeMap<String, i64>) -> u64 {
 
 /// Bytes of a buffer at `dims` (0 when its size cannot be evaluated).
 pub(crate) fn bytes_of(b: &crate::kir::Buffer, dims: &BTreeMap<String, i64>) -> u64 {
-    let size = b.rows.clone().times(b.cols.clone()).eval(dims).unwrap_or(0).max(0) as u64;
-    size * b.dtype.size_bytes() as u64
+    let count = |s: &crate::symexpr::SymExpr| u64::try_from(s.eval(dims).unwrap_or(0)).unwrap_or(0);
+    let (rows, cols) = (count(&b.rows), count(&b.cols));
+    let bytes = rows.checked_mul(cols).and_then(|n| n.checked_mul(b.dtype.size_bytes() as u64));
+    if rows == 0 || cols == 0 {
+        return 0;
+    }
+    bytes.unwrap_or(u64::MAX)
 }
 
 /// The buffers a kernel reads and the buffers it writes.
@@ -79,7 +88,7 @@ pub fn kernel_buffers(kernel: &Kernel) -> (BTreeSet<usize>, BTreeSet<usize>) {
 /// Bytes one kernel moves at `dims`.
 pub fn kernel_bytes(ir: &BlockIr, kernel: &Kernel, dims: &BTreeMap<String, i64>) -> u64 {
     let (reads, writes) = kernel_buffers(kernel);
-    reads.iter().chain(writes.iter()).map(|b| buffer_bytes(ir, *b, dims)).sum()
+    reads.iter().chain(writes.iter()).map(|b| buffer_bytes(ir, *b, dims)).fold(0, u64::saturating_add)
 }
 
 /// Bytes the block moves when every computing instruction is its own kernel.
@@ -87,9 +96,12 @@ pub fn unfused_bytes(block: &Block, dims: &BTreeMap<String, i64>) -> u64 {
     let bytes_of = |v: Value| -> u64 {
         let ty = block.ty(v);
         let lookup = |name: &str| dims.get(name).copied();
-        let rows = ty.shape.rows.eval(&lookup).unwrap_or(0).max(0) as u64;
-        let cols = ty.shape.cols.eval(&lookup).unwrap_or(0).max(0) as u64;
-        rows * cols * ty.dtype.size_bytes() as u64
+        let count = |d: &coda_ir::Dim| u64::try_from(d.eval(&lookup).unwrap_or(0)).unwrap_or(0);
+        let (rows, cols) = (count(&ty.shape.rows), count(&ty.shape.cols));
+        if rows == 0 || cols == 0 {
+            return 0;
+        }
+        rows.checked_mul(cols).and_then(|n| n.checked_mul(ty.dtype.size_bytes() as u64)).unwrap_or(u64::MAX)
     };
     // The value a view reads through to.
     let source = |mut v: Value| loop {
@@ -115,7 +127,8 @@ pub fn unfused_bytes(block: &Block, dims: &BTreeMap<String, i64>) -> u64 {
             continue;
         }
         let operands: BTreeSet<Value> = inst.operands().into_iter().map(source).collect();
-        total += operands.into_iter().map(bytes_of).sum::<u64>() + bytes_of(v);
+        let moved = operands.into_iter().map(bytes_of).fold(bytes_of(v), u64::saturating_add);
+        total = u64::saturating_add(total, moved);
     }
     total
 }

@@ -64,7 +64,7 @@ pub(crate) struct BlockReport {
 impl BlockReport {
     pub(crate) fn fused_bytes(&self) -> u64 {
         let kernels = self.kernels.as_deref().unwrap_or_default();
-        kernels.iter().filter(|k| k.kind != "fallback").map(|k| k.bytes_moved).sum()
+        kernels.iter().filter(|k| k.kind != "fallback").map(|k| k.bytes_moved).fold(0, u64::saturating_add)
     }
 
     pub(crate) fn count(&self, kind: &str) -> usize {
@@ -208,6 +208,10 @@ pub(crate) fn report_text(r: &BlockReport) -> String {
 }
 
 fn mb(bytes: u64) -> String {
+    // The traffic model saturates where a count overflows.
+    if bytes == u64::MAX {
+        return "2^64 bytes or more".into();
+    }
     format!("{:.1} MB", bytes as f64 / 1e6)
 }
 

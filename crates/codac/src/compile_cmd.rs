@@ -20,7 +20,14 @@ pub(crate) fn compile(args: &CompileArgs, color: ColorChoice) -> Result<Outcome>
     let (cu, ptx, cubin) = parse_emit(&args.emit)?;
     let launch = launch_hint(args, &checked)?;
     let options = args.kernels.compile_options(arch.to_string(), args.block.clone(), launch);
-    let compiled = coda::compile(&checked, &options)?;
+    let compiled = match coda::compile(&checked, &options) {
+        // A located diagnostic: shown like the checker's, with the source.
+        Err(coda::CompileError::Codegen(coda::cuda::CodegenError::Limit { diagnostic, .. })) => {
+            coda::render(&checked.source, std::slice::from_ref(&*diagnostic), color);
+            return Ok(Outcome::UserError);
+        }
+        other => other?,
+    };
     std::fs::create_dir_all(&args.out).with_context(|| format!("cannot create {}", args.out.display()))?;
     let compiler = if ptx || cubin { Some(nvrtc()?) } else { None };
     let jobs: Vec<_> = compiled
