@@ -11,12 +11,12 @@ use std::path::Path;
 
 /// Runs `codac compile`.
 pub(crate) fn compile(args: &CompileArgs, color: ColorChoice) -> Result<Outcome> {
+    let arch = supported_arch(&args.arch)?;
     let checked = load(&args.file, color)?;
     if checked.has_errors() {
         return Ok(Outcome::UserError);
     }
     let checked = if args.grad { crate::grad_cmd::training_view(checked)? } else { checked };
-    let arch: Arch = args.arch.parse()?;
     let (cu, ptx, cubin) = parse_emit(&args.emit)?;
     let launch = launch_hint(args, &checked)?;
     let options = args.kernels.compile_options(arch.to_string(), args.block.clone(), launch);
@@ -57,6 +57,30 @@ pub(crate) fn compile(args: &CompileArgs, color: ColorChoice) -> Result<Outcome>
     write(&args.out.join("manifest.json"), compiled.manifest.to_json().as_bytes())?;
     print_kernels(&compiled.manifest);
     Ok(Outcome::Success)
+}
+
+/// The architectures the generated kernels are written for: the portable
+/// mainloop needs `cp.async` and bf16 `mma.sync` (sm_80 on), the Hopper one
+/// sm_90a; newer ones are not tested.
+const SUPPORTED_ARCHS: [Arch; 6] = [
+    Arch::SM_80,
+    Arch::SM_86,
+    Arch::new(8, 7, coda_runtime::ArchSuffix::None),
+    Arch::SM_89,
+    Arch::new(9, 0, coda_runtime::ArchSuffix::None),
+    Arch::SM_90A,
+];
+
+/// `--arch`, refused before anything is read or written unless it is one
+/// of [`SUPPORTED_ARCHS`] (an sm_75 kernel failed in ptxas with hundreds of
+/// lines of `cp.async requires sm_80`, after the `.cu` files were written).
+fn supported_arch(text: &str) -> Result<Arch> {
+    let arch: Arch = text.parse()?;
+    if !SUPPORTED_ARCHS.contains(&arch) {
+        let names: Vec<String> = SUPPORTED_ARCHS.iter().map(Arch::to_string).collect();
+        bail!("unsupported --arch `{text}`: the generated kernels support {}", names.join(", "));
+    }
+    Ok(arch)
 }
 
 /// `--dims` and `--multiprocessors`, checked against the blocks compiled

@@ -206,3 +206,45 @@ fn tile_config_asks_for_one_configuration() {
     let err = text(&out.stderr);
     assert!(err.contains("not a Hopper tile configuration") && err.contains("Sm90Cfg128x192ew"), "{err}");
 }
+
+/// An architecture the kernels are not written for is refused before
+/// anything is written, with the supported list (sm_75 compiled, then
+/// failed in ptxas with 234 lines of `cp.async requires sm_80`).
+#[test]
+fn unsupported_arch_is_refused_up_front() {
+    let dir = temp_dir("arch");
+    let out_dir = dir.join("out");
+    for arch in ["sm_75", "sm_70", "7.5", "sm_100a"] {
+        let out =
+            codac(&["compile", "examples/lm_head_ce.coda", "-o", out_dir.to_str().unwrap_or_default(), "--arch", arch]);
+        assert_eq!(out.status.code(), Some(1), "{arch}: {}", text(&out.stderr));
+        let stderr = text(&out.stderr);
+        assert!(stderr.contains("sm_80") && stderr.contains("sm_90a"), "{arch}: {stderr}");
+        assert!(!out_dir.exists(), "{arch}: wrote {}", out_dir.display());
+    }
+    let out =
+        codac(&["compile", "examples/lm_head_ce.coda", "-o", out_dir.to_str().unwrap_or_default(), "--arch", "sm_86"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+}
+
+/// A dimension the kernels cannot index is a located diagnostic (E0601),
+/// exit 1, from `compile`.
+#[test]
+fn compile_refuses_dims_of_two_to_the_31() {
+    let dir = temp_dir("bigdim");
+    let file = dir.join("big.coda");
+    std::fs::write(&file, "dim M\ndim N = 2147483648\nblock b(x: f32[M, N]) -> (y: f32[M, N]) { y = x * 2 }\n")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let out_dir = dir.join("out");
+    let out = codac(&[
+        "compile",
+        file.to_str().unwrap_or_default(),
+        "-o",
+        out_dir.to_str().unwrap_or_default(),
+        "--color",
+        "never",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("error[E0601]") && stderr.contains("big.coda:3:"), "{stderr}");
+}
