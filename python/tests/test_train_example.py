@@ -54,10 +54,12 @@ def test_two_processes_match_one_with_their_global_batch(dist: str, tmp_path: Pa
 
     def run(launcher: list[str], options: list[str], json_path: Path) -> list[float]:
         common = ["--config", "tiny", "--device", "cpu", "--steps", "5", "--model", "codac", "--json", str(json_path)]
-        subprocess.run([*launcher, str(EXAMPLE), *common, *options], check=True, capture_output=True, timeout=600)
+        done = subprocess.run([*launcher, str(EXAMPLE), *common, *options], capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, f"{' '.join(launcher)} failed:\n{done.stderr[-4000:]}"
         return next(iter(json.loads(json_path.read_text())["results"].values()))["losses"]
 
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
+    # --standalone rendezvouses on a free port, so runs never collide.
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
     sharded = run(torchrun, ["--dist", dist], tmp_path / "sharded.json")
     single = run([sys.executable], ["--batch-multiple", "2"], tmp_path / "single.json")
     assert len(sharded) == len(single) == 5
