@@ -24,6 +24,20 @@ pub enum RuntimeError {
         tried: String,
     },
 
+    /// A CUDA library loaded but lacks entry points the runtime calls (a
+    /// stub, a truncated install or a mismatched version). Checked when the
+    /// library is loaded, because cudarc resolves each symbol on its first
+    /// call and panics when it is missing.
+    #[error("{library} at {found} lacks the entry points {missing}; reinstall it (the NVIDIA driver for libcuda, the CUDA toolkit for NVRTC and cuBLAS) or put a complete copy first on LD_LIBRARY_PATH")]
+    MissingSymbols {
+        /// The library's base name, e.g. `libcuda`.
+        library: &'static str,
+        /// The library's path when known, else the loader's search.
+        found: String,
+        /// The missing symbols, comma separated.
+        missing: String,
+    },
+
     /// The CUDA driver is older than the CUDA version this crate is built for.
     #[error("CUDA driver too old: it supports CUDA {found}, but codac needs CUDA {required} or newer")]
     DriverTooOld {

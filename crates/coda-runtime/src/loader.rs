@@ -25,6 +25,12 @@
 //!
 //! The driver is checked the same way; when cudarc's names fail, a few
 //! well-known absolute locations of `libcuda.so.1` are preloaded.
+//!
+//! cudarc also resolves each *symbol* lazily, on its first call, and panics
+//! when `dlsym` fails. So once a library is found, every entry point the
+//! runtime reaches (directly or through cudarc's safe API) is looked up in
+//! it, and a missing one is [`RuntimeError::MissingSymbols`] before anything
+//! is called through it.
 
 use std::ffi::c_int;
 use std::path::{Path, PathBuf};
@@ -47,6 +53,78 @@ const DRIVER_FALLBACK_PATHS: &[&str] = &[
     "/usr/lib64/libcuda.so.1",
     "/usr/lib/wsl/lib/libcuda.so.1",
     "/usr/local/cuda/compat/libcuda.so.1",
+];
+
+/// Driver entry points the runtime reaches: its own `sys` calls and those
+/// behind the parts of cudarc's safe API it uses (context, stream, event,
+/// module, memory, launch, occupancy, error names). All exist in every
+/// driver since CUDA 13.0 ([`MIN_DRIVER_VERSION`]); versioned names are the
+/// ones cudarc's `cuda-13000` bindings call.
+const DRIVER_SYMBOLS: &[&str] = &[
+    "cuDriverGetVersion",
+    "cuInit",
+    "cuGetErrorName",
+    "cuGetErrorString",
+    "cuDeviceGet",
+    "cuDeviceGetCount",
+    "cuDeviceGetAttribute",
+    "cuDeviceGetName",
+    "cuDeviceTotalMem_v2",
+    "cuDevicePrimaryCtxRetain",
+    "cuDevicePrimaryCtxRelease_v2",
+    "cuCtxGetCurrent",
+    "cuCtxSetCurrent",
+    "cuCtxSynchronize",
+    "cuStreamCreate",
+    "cuStreamDestroy_v2",
+    "cuStreamSynchronize",
+    "cuStreamWaitEvent",
+    "cuEventCreate",
+    "cuEventDestroy_v2",
+    "cuEventRecord",
+    "cuEventSynchronize",
+    "cuEventElapsedTime_v2",
+    "cuModuleLoadData",
+    "cuModuleGetFunction",
+    "cuModuleUnload",
+    "cuFuncGetAttribute",
+    "cuFuncSetAttribute",
+    "cuFuncGetParamInfo",
+    "cuLaunchKernel",
+    "cuOccupancyMaxActiveClusters",
+    "cuTensorMapEncodeTiled",
+    "cuMemAlloc_v2",
+    "cuMemFree_v2",
+    "cuMemGetInfo_v2",
+    "cuMemcpyHtoDAsync_v2",
+    "cuMemcpyDtoHAsync_v2",
+    "cuMemsetD8Async",
+    "cuMemsetD16Async",
+    "cuMemsetD32Async",
+];
+
+/// NVRTC entry points the compiler calls (see `crate::nvrtc`).
+const NVRTC_SYMBOLS: &[&str] = &[
+    "nvrtcVersion",
+    "nvrtcCreateProgram",
+    "nvrtcCompileProgram",
+    "nvrtcGetProgramLogSize",
+    "nvrtcGetProgramLog",
+    "nvrtcGetCUBINSize",
+    "nvrtcGetCUBIN",
+    "nvrtcGetPTXSize",
+    "nvrtcGetPTX",
+    "nvrtcDestroyProgram",
+];
+
+/// cuBLAS entry points [`crate::VendorGemm`] reaches through cudarc.
+const CUBLAS_SYMBOLS: &[&str] = &[
+    "cublasCreate_v2",
+    "cublasDestroy_v2",
+    "cublasSetStream_v2",
+    "cublasSetWorkspace_v2",
+    "cublasGetVersion_v2",
+    "cublasGemmEx",
 ];
 
 /// Libraries we loaded by absolute path; never unloaded.
@@ -97,6 +175,31 @@ fn symbol_address(lib: &Library, symbol: &str) -> Option<usize> {
     // with this type.
     let sym = unsafe { lib.get::<unsafe extern "C" fn()>(symbol) }.ok()?;
     Some(*sym as usize)
+}
+
+/// The subset of `symbols` that `lib` does not export, comma separated;
+/// `None` when all are there.
+fn missing_symbols(lib: &Library, symbols: &[&str]) -> Option<String> {
+    let missing: Vec<&str> = symbols.iter().copied().filter(|s| symbol_address(lib, s).is_none()).collect();
+    (!missing.is_empty()).then(|| missing.join(", "))
+}
+
+/// Where the loaded `lib<name>.so*` lives, for messages: the first such file
+/// mapped into this process (Linux's `/proc/self/maps`), else a description
+/// of the loader's search.
+fn loaded_path(name: &str) -> String {
+    let prefix = format!("lib{name}.so");
+    std::fs::read_to_string("/proc/self/maps")
+        .ok()
+        .and_then(|maps| {
+            maps.lines()
+                .filter_map(|line| line.split_whitespace().nth(5))
+                .find(|path| {
+                    Path::new(path).file_name().and_then(|f| f.to_str()).is_some_and(|f| f.starts_with(&prefix))
+                })
+                .map(str::to_owned)
+        })
+        .unwrap_or_else(|| loader_search(name))
 }
 
 fn preloaded_symbol_address(symbol: &str) -> Option<usize> {
@@ -174,6 +277,9 @@ pub fn load_nvrtc(toolkit: &Toolkit) -> Result<NvrtcLibrary> {
     // SAFETY: `is_culib_present()` just succeeded, so `culib()` finds a
     // library and does not reach its panic path.
     let cudarc_lib = unsafe { cudarc::nvrtc::sys::culib() };
+    if let Some(missing) = missing_symbols(cudarc_lib, NVRTC_SYMBOLS) {
+        return Err(RuntimeError::MissingSymbols { library: "libnvrtc", found: loaded_path("nvrtc"), missing });
+    }
     let Some(cudarc_addr) = symbol_address(cudarc_lib, "nvrtcVersion") else {
         return Err(RuntimeError::NoNvrtc {
             tried: format!("{} (a library was found but it has no nvrtcVersion symbol)", tried.join(", ")),
@@ -214,6 +320,12 @@ pub fn load_driver() -> Result<DriverLibrary> {
     }
     if !present {
         return Err(RuntimeError::NoDriver { tried: tried.join(", ") });
+    }
+    // SAFETY: `is_culib_present()` just succeeded, so `culib()` finds a
+    // library and does not reach its panic path.
+    let cudarc_lib = unsafe { cudarc::driver::sys::culib() };
+    if let Some(missing) = missing_symbols(cudarc_lib, DRIVER_SYMBOLS) {
+        return Err(RuntimeError::MissingSymbols { library: "libcuda", found: loaded_path("cuda"), missing });
     }
     let mut version = 0;
     // SAFETY: the driver library is present (checked above), so cudarc's
@@ -266,6 +378,11 @@ pub fn load_cublas(toolkit: &Toolkit) -> Result<()> {
     }
     if !present {
         return Err(RuntimeError::NoCublas { tried: tried.join(", ") });
+    }
+    // SAFETY: as for the driver in `load_driver`.
+    let cudarc_lib = unsafe { cudarc::cublas::sys::culib() };
+    if let Some(missing) = missing_symbols(cudarc_lib, CUBLAS_SYMBOLS) {
+        return Err(RuntimeError::MissingSymbols { library: "libcublas", found: loaded_path("cublas"), missing });
     }
     CUBLAS.get_or_init(|| ());
     Ok(())

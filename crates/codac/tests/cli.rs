@@ -248,3 +248,51 @@ fn compile_refuses_dims_of_two_to_the_31() {
     let stderr = text(&out.stderr);
     assert!(stderr.contains("error[E0601]") && stderr.contains("big.coda:3:"), "{stderr}");
 }
+
+/// Builds a stand-in `libcuda.so.1` in `dir` that exports only the entry
+/// points given in `c_source`; `None` when no C compiler is installed.
+fn fake_libcuda(dir: &Path, c_source: &str) -> Option<PathBuf> {
+    let source = dir.join("fake_cuda.c");
+    std::fs::write(&source, c_source).unwrap_or_else(|e| panic!("{e}"));
+    let lib = dir.join("libcuda.so.1");
+    let status = Command::new("cc")
+        .args(["-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o"])
+        .arg(&lib)
+        .arg(&source)
+        .status()
+        .ok()?;
+    status.success().then_some(dir.to_path_buf())
+}
+
+/// A driver library that lacks an entry point the runtime calls is a typed
+/// error (exit 1) naming the symbol, not a panic inside cudarc (exit 2).
+#[test]
+fn driver_missing_a_symbol_is_a_user_error() {
+    let dir = temp_dir("fake-driver");
+    // Enough to pass the presence and version checks, nothing more:
+    // `cuDeviceGet` and everything after it are missing.
+    let source = "int cuInit(unsigned f) { (void)f; return 0; }\n\
+                  int cuDriverGetVersion(int *v) { *v = 13000; return 0; }\n\
+                  int cuDeviceGetCount(int *n) { *n = 1; return 0; }\n";
+    let Some(lib_dir) = fake_libcuda(&dir, source) else {
+        eprintln!("skipped: no C compiler to build a fake libcuda.so.1");
+        return;
+    };
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    for args in [
+        vec!["run", "examples/out_proj_kernel.coda", "--dims", "M=64", "--random"],
+        vec!["bench", "examples/out_proj_kernel.coda", "--dims", "M=64"],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_codac"))
+            .args(&args)
+            .args(["--color", "never"])
+            .env("LD_LIBRARY_PATH", &lib_dir)
+            .current_dir(&root)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run codac: {e}"));
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(!stderr.contains("internal compiler error"), "{args:?}: {stderr}");
+        assert!(stderr.contains("cuDeviceGet"), "{args:?}: {stderr}");
+    }
+}
