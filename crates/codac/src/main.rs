@@ -26,6 +26,7 @@ const EXIT_USER: i32 = 1;
 const EXIT_INTERNAL: i32 = 2;
 
 fn main() {
+    restore_sigpipe();
     install_panic_hook();
     // Usage errors are user errors (exit 1); exit 2 is reserved for bugs.
     let args = match cli::Cli::try_parse() {
@@ -50,6 +51,22 @@ fn main() {
         }
     };
     std::process::exit(code);
+}
+
+/// Lets a closed standard output end codac the way it ends `cat` or
+/// `grep`: killed by SIGPIPE, quietly (the shell reports 141). Rust ignores
+/// SIGPIPE by default, which turns `codac explain f.coda | head -1` into a
+/// failed `println!`, i.e. a panic reported as an internal compiler error.
+/// codac writes to no pipe other than its standard output and error, so the
+/// default action cannot stop it anywhere else.
+#[allow(unsafe_code)] // the binary's only unsafe call: libc has no safe `signal`
+fn restore_sigpipe() {
+    #[cfg(unix)]
+    // SAFETY: called first thing in `main`, before any thread is started;
+    // setting a signal's action to its default has no other effect.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
 }
 
 /// A panic is always a bug: say so, with the version, and exit with code 2.

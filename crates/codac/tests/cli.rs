@@ -296,3 +296,32 @@ fn driver_missing_a_symbol_is_a_user_error() {
         assert!(stderr.contains("cuDeviceGet"), "{args:?}: {stderr}");
     }
 }
+
+/// `codac explain f.coda | head -1`: a reader that stops early closes the
+/// pipe. codac then ends the way `cat` or `grep` do, killed by SIGPIPE (the
+/// shell's 141), with nothing on standard error; never an internal error.
+#[cfg(unix)]
+#[test]
+fn closed_stdout_ends_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    for args in [["explain", "examples/llama3_block.coda"], ["explain", "--json"]] {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_codac"));
+        cmd.args(args);
+        if args[1] == "--json" {
+            cmd.arg("examples/llama3_block.coda");
+        }
+        let mut child = cmd
+            .current_dir(&root)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run codac: {e}"));
+        // Close the reading end before codac writes anything.
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap_or_else(|e| panic!("{e}"));
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.signal(), Some(13), "{args:?}: {:?} {stderr}", out.status);
+        assert!(stderr.is_empty(), "{args:?}: {stderr}");
+    }
+}
