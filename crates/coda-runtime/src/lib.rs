@@ -36,6 +36,7 @@ pub mod convert;
 mod device;
 mod error;
 pub mod exec;
+pub mod files;
 mod launch;
 pub mod loader;
 mod memory;

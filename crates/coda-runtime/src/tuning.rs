@@ -48,7 +48,13 @@ impl TuningStore {
     /// The store of the cache directory `dir` (nothing on disk: `None`).
     pub fn open(dir: Option<&Path>) -> TuningStore {
         let path = dir.map(|d| d.join(TUNING_FILE));
-        let text = path.as_ref().and_then(|p| std::fs::read_to_string(p).ok()).unwrap_or_default();
+        // The file is ours and small; anything else at its path (a FIFO, a
+        // device, gigabytes) is ignored like an unreadable file.
+        let text = path
+            .as_ref()
+            .and_then(|p| crate::files::read_regular(p, 64 << 20).ok())
+            .and_then(|bytes| String::from_utf8(bytes).ok())
+            .unwrap_or_default();
         TuningStore { path, entries: parse(&text) }
     }
 

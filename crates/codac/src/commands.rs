@@ -58,9 +58,26 @@ pub(crate) fn run(cli: Cli) -> Result<Outcome> {
     }
 }
 
+/// Largest `.coda` file read: the biggest real programs are a few KB and
+/// the front end handles 100,000 `let`s (about 3 MB) well.
+const MAX_SOURCE_BYTES: u64 = 256 << 20;
+
+/// Reads a source file, pipes included (`codac check <(gen)`), but never
+/// more than [`MAX_SOURCE_BYTES`]: `/dev/zero` would otherwise be read until
+/// memory runs out.
+fn read_source(path: &Path) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)?.take(MAX_SOURCE_BYTES + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_SOURCE_BYTES {
+        anyhow::bail!("larger than {} MiB", MAX_SOURCE_BYTES >> 20);
+    }
+    Ok(bytes)
+}
+
 /// Reads, checks and prints the diagnostics of a file.
 pub(crate) fn load(path: &Path, color: ColorChoice) -> Result<Checked> {
-    let bytes = std::fs::read(path).with_context(|| format!("cannot read `{}`", path.display()))?;
+    let bytes = read_source(path).with_context(|| format!("cannot read `{}`", path.display()))?;
     let checked = coda::check_bytes(&path.display().to_string(), &bytes)?;
     let shown = checked.diagnostics.len().min(MAX_DIAGNOSTICS);
     coda::render(&checked.source, &checked.diagnostics[..shown], color);

@@ -325,3 +325,87 @@ fn closed_stdout_ends_quietly() {
         assert!(stderr.is_empty(), "{args:?}: {stderr}");
     }
 }
+
+/// Runs codac with a time limit: a read that never ends must fail the
+/// test, not hang it.
+fn codac_within(secs: u64, args: &[&str]) -> Output {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_codac"))
+        .args(args)
+        .current_dir(root)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run codac: {e}"));
+    let start = std::time::Instant::now();
+    while child.try_wait().unwrap_or_else(|e| panic!("{e}")).is_none() {
+        if start.elapsed().as_secs() >= secs {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("codac {args:?} still running after {secs} s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    child.wait_with_output().unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// An input `.npy` that is a link to `/dev/zero`, a FIFO, or a file with
+/// more (or fewer) bytes than its header promises is refused, naming the
+/// file, without reading past what the header promises.
+#[cfg(unix)]
+#[test]
+fn npy_inputs_are_read_no_further_than_their_header_promises() {
+    let dir = temp_dir("npy-hostile");
+    let source = dir.join("scale.coda");
+    std::fs::write(&source, "dim M\nblock s(x: f32[M, 3]) -> (y: f32[M, 3]) {\n    y = x * 2.0\n}\n")
+        .unwrap_or_else(|e| panic!("{e}"));
+    type MakeInput<'a> = (&'a str, &'a dyn Fn(&Path));
+    let cases: [MakeInput; 4] = [
+        ("dev-zero", &|p| std::os::unix::fs::symlink("/dev/zero", p).unwrap_or_else(|e| panic!("{e}"))),
+        ("fifo", &|p| {
+            let made = Command::new("mkfifo").arg(p).status().unwrap_or_else(|e| panic!("{e}"));
+            assert!(made.success());
+        }),
+        ("longer", &|p| {
+            write_npy(p, &[2, 3], &[1.0; 6]);
+            let mut bytes = std::fs::read(p).unwrap_or_else(|e| panic!("{e}"));
+            bytes.extend_from_slice(&[0; 4096]);
+            std::fs::write(p, bytes).unwrap_or_else(|e| panic!("{e}"));
+        }),
+        ("shorter", &|p| {
+            write_npy(p, &[2, 3], &[1.0; 6]);
+            let bytes = std::fs::read(p).unwrap_or_else(|e| panic!("{e}"));
+            std::fs::write(p, &bytes[..bytes.len() - 4]).unwrap_or_else(|e| panic!("{e}"));
+        }),
+    ];
+    for (name, make) in cases {
+        let inputs = dir.join(name);
+        std::fs::create_dir_all(&inputs).unwrap_or_else(|e| panic!("{e}"));
+        let x = inputs.join("x.npy");
+        make(&x);
+        let out = codac_within(
+            20,
+            &[
+                "eval",
+                source.to_str().unwrap_or_default(),
+                "--dims",
+                "M=2",
+                "--inputs",
+                inputs.to_str().unwrap_or_default(),
+            ],
+        );
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{name}: {stderr}");
+        assert!(stderr.contains("x.npy"), "{name}: {stderr}");
+    }
+}
+
+/// A source that never ends (`/dev/zero`) is refused at a size limit, not
+/// read until memory runs out.
+#[cfg(unix)]
+#[test]
+fn endless_source_is_refused() {
+    let out = codac_within(20, &["check", "/dev/zero"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("larger than"), "{}", text(&out.stderr));
+}

@@ -10,6 +10,10 @@
 //! * Writes are atomic (temporary file in the same directory, then rename).
 //! * Each entry carries a checksum (see `entry.rs`); a corrupt or truncated entry
 //!   is counted, recompiled and overwritten, never trusted.
+//! * Only regular files are read, at most `MAX_ENTRY_BYTES` of them (see
+//!   [`crate::files`]): a FIFO, device or directory where an entry should
+//!   be is counted as corrupt and replaced, never opened for a read that
+//!   would block or not end.
 //! * Disk problems never fail a compile: an unreadable or unwritable cache
 //!   only costs a recompile (counted in [`CacheStats::write_errors`]).
 //!
@@ -147,6 +151,10 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     })
 }
 
+/// Larger entries are treated as corrupt, not read: a cubin with its PTX
+/// is a few MB at most.
+const MAX_ENTRY_BYTES: u64 = 1 << 30;
+
 impl KernelCache {
     /// A cache storing entries under `dir` (memory only when `None`).
     pub fn new(dir: Option<PathBuf>) -> KernelCache {
@@ -192,14 +200,20 @@ impl KernelCache {
         }
         let path = self.entry_path(key);
         if let Some(path) = &path {
-            if let Ok(bytes) = std::fs::read(path) {
-                match entry::decode(key, &bytes) {
+            match crate::files::read_regular(path, MAX_ENTRY_BYTES) {
+                Ok(bytes) => match entry::decode(key, &bytes) {
                     Ok(a) => {
                         lock(&self.stats).disk_hits += 1;
                         return Ok((self.remember(key, a), Lookup::Disk));
                     }
                     Err(_) => lock(&self.stats).corrupt_entries += 1,
+                },
+                // Absent, or unreadable: recompile. Something that is not
+                // a regular file (or is absurdly large) counts as corrupt.
+                Err(e) if matches!(e.kind(), std::io::ErrorKind::InvalidInput | std::io::ErrorKind::InvalidData) => {
+                    lock(&self.stats).corrupt_entries += 1
                 }
+                Err(_) => {}
             }
         }
         let artifacts = compile()?;

@@ -147,3 +147,46 @@ fn cache_dir_resolution_order() {
     assert_eq!(cache_dir_from(env(empty_codac)), Some(PathBuf::from("/h/.cache/codac")));
     assert_eq!(cache_dir_from(env(vec![])), None);
 }
+
+/// Runs `f` on another thread and fails the test if it takes more than
+/// `secs` seconds: a read of a FIFO would otherwise hang the suite.
+fn within<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(secs)).unwrap_or_else(|_| panic!("still running after {secs} s"))
+}
+
+/// A FIFO, a directory or a link to a device where an entry should be is
+/// skipped without opening it for a read that never ends, then replaced.
+#[cfg(unix)]
+#[test]
+fn non_regular_entries_are_never_read() -> TestResult {
+    for kind in ["fifo", "dir", "dev-zero"] {
+        let tmp = tempfile::tempdir()?;
+        let key = CacheKey::from_parts(&[b"kernel", kind.as_bytes()]);
+        let cache = KernelCache::new(Some(tmp.path().to_path_buf()));
+        let path = cache.entry_path(&key).ok_or("no entry path")?;
+        std::fs::create_dir_all(path.parent().ok_or("no parent")?)?;
+        match kind {
+            "fifo" => {
+                let made = std::process::Command::new("mkfifo").arg(&path).status()?;
+                assert!(made.success(), "mkfifo failed");
+            }
+            "dir" => std::fs::create_dir(&path)?,
+            _ => std::os::unix::fs::symlink("/dev/zero", &path)?,
+        }
+        let (how, stats) = within(20, move || {
+            let n = Cell::new(0);
+            let got = cache.get_or_compile(&key, counting(&n, 5)).map(|(a, how)| (a.cubin[0], how));
+            (got.ok(), cache.stats())
+        });
+        assert_eq!(how, Some((5, Lookup::Compiled)), "{kind}");
+        assert_eq!(stats.corrupt_entries, 1, "{kind}");
+        if kind != "dir" {
+            assert!(std::fs::symlink_metadata(&path)?.is_file(), "{kind}: entry not replaced");
+        }
+    }
+    Ok(())
+}
