@@ -28,7 +28,7 @@ use crate::bench_report::{
 use crate::bench_rig::{Rig, RigSpec};
 use crate::bench_vendor::Vendor;
 use crate::cli::KernelFlags;
-use crate::commands::{check_dims_known, load, parse_dims, Outcome};
+use crate::commands::{check_dims_known, load, parse_dims, selected_blocks, Outcome};
 use crate::tune;
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -86,12 +86,20 @@ pub(crate) fn bench(args: &BenchArgs, color: ColorChoice) -> Result<Outcome> {
     if checked.has_errors() {
         return Ok(Outcome::UserError);
     }
-    let checked = if args.grad { crate::grad_cmd::training_view(checked)? } else { checked };
+    let (checked, block) = if args.grad {
+        crate::grad_cmd::training_step(checked, args.block.as_deref())?
+    } else {
+        (checked, args.block.clone())
+    };
     let dims = parse_dims(&args.dims)?;
+    // The user's mistakes first, so that they are found without a GPU.
+    for block in selected_blocks(&checked, block.as_deref())? {
+        check_dims_known(block, &dims)?;
+    }
     let device = open_device()?;
     let compiler = Compiler::global()?;
     let launch = Some(tune::launch_hint(&device, &dims));
-    let options = args.kernels.compile_options(device.arch().to_string(), args.block.clone(), launch);
+    let options = args.kernels.compile_options(device.arch().to_string(), block, launch);
     let compiled = coda::compile(&checked, &options)?;
     let mut store = TuningStore::from_env();
     let (tuned, tuned_blocks) = if args.autotune {

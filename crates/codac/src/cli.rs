@@ -178,7 +178,7 @@ pub(crate) struct CompileArgs {
     /// What to write besides manifest.json: any of cu, ptx, cubin.
     #[arg(long, value_delimiter = ',', default_value = "cu")]
     pub(crate) emit: Vec<String>,
-    /// Compile only this block (default: every block in the file).
+    /// Compile only this block (default: every block in the file); with --grad, a forward block (its saving forward and backward) or either of those.
     #[arg(long)]
     pub(crate) block: Option<String>,
     /// Compile training steps: each saving forward (the forward that also stores the saved tensors) and its backward block (the `grad` declarations, or every block w.r.t. all float inputs); see docs/backward.md.
@@ -191,7 +191,7 @@ pub(crate) struct CompileArgs {
     pub(crate) dims: Vec<String>,
     /// Streaming multiprocessors of the GPU the kernels are for, with
     /// `--dims` (132: an H100 SXM).
-    #[arg(long, default_value_t = 132, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, default_value_t = 132, value_parser = clap::value_parser!(u32).range(1..), requires = "dims")]
     pub(crate) multiprocessors: u32,
     #[command(flatten)]
     pub(crate) kernels: KernelFlags,

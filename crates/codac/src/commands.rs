@@ -120,13 +120,7 @@ fn eval(args: &EvalArgs, color: ColorChoice) -> Result<Outcome> {
     }
     let dims = parse_dims(&args.input.dims)?;
     let options = EvalOptions { round_to_storage: args.bf16_rounding };
-    let blocks: Vec<&coda::ir::Block> = match &args.block {
-        Some(name) => match checked.module.block(name) {
-            Some(block) => vec![block],
-            None => bail!("no block named `{name}` in {}", checked.source.name),
-        },
-        None => checked.module.blocks.iter().collect(),
-    };
+    let blocks = selected_blocks(&checked, args.block.as_deref())?;
     let mut stdout = std::io::stdout().lock();
     for block in blocks {
         check_dims_known(block, &dims)?;
@@ -145,6 +139,17 @@ fn eval(args: &EvalArgs, color: ColorChoice) -> Result<Outcome> {
         }
     }
     Ok(Outcome::Success)
+}
+
+/// The blocks `--block` names (every block without it).
+pub(crate) fn selected_blocks<'a>(checked: &'a Checked, block: Option<&str>) -> Result<Vec<&'a coda::ir::Block>> {
+    Ok(match block {
+        Some(name) => match checked.module.block(name) {
+            Some(block) => vec![block],
+            None => bail!("no block named `{name}` in {}", checked.source.name),
+        },
+        None => checked.module.blocks.iter().collect(),
+    })
 }
 
 /// Every symbolic dim must be bound, and every binding must name one.

@@ -16,10 +16,14 @@ pub(crate) fn compile(args: &CompileArgs, color: ColorChoice) -> Result<Outcome>
     if checked.has_errors() {
         return Ok(Outcome::UserError);
     }
-    let checked = if args.grad { crate::grad_cmd::training_view(checked)? } else { checked };
+    let (checked, block) = if args.grad {
+        crate::grad_cmd::training_step(checked, args.block.as_deref())?
+    } else {
+        (checked, args.block.clone())
+    };
     let (cu, ptx, cubin) = parse_emit(&args.emit)?;
-    let launch = launch_hint(args, &checked)?;
-    let options = args.kernels.compile_options(arch.to_string(), args.block.clone(), launch);
+    let launch = launch_hint(args, &checked, block.as_deref())?;
+    let options = args.kernels.compile_options(arch.to_string(), block, launch);
     let compiled = match coda::compile(&checked, &options) {
         // A located diagnostic: shown like the checker's, with the source.
         Err(coda::CompileError::Codegen(coda::cuda::CodegenError::Limit { diagnostic, .. })) => {
@@ -29,6 +33,7 @@ pub(crate) fn compile(args: &CompileArgs, color: ColorChoice) -> Result<Outcome>
         other => other?,
     };
     std::fs::create_dir_all(&args.out).with_context(|| format!("cannot create {}", args.out.display()))?;
+    remove_earlier_outputs(&args.out)?;
     let compiler = if ptx || cubin { Some(nvrtc()?) } else { None };
     let jobs: Vec<_> = compiled
         .kernels
@@ -55,8 +60,51 @@ pub(crate) fn compile(args: &CompileArgs, color: ColorChoice) -> Result<Outcome>
         }
     }
     write(&args.out.join("manifest.json"), compiled.manifest.to_json().as_bytes())?;
-    print_kernels(&compiled.manifest);
+    print_kernels(&compiled.manifest, cu);
+    if !cu && !ptx && !cubin {
+        println!("wrote {} only (--emit names no kind of file)", args.out.join("manifest.json").display());
+    }
     Ok(Outcome::Success)
+}
+
+/// Removes what an earlier `codac compile` wrote to `dir`, as its
+/// `manifest.json` lists it: each kernel's `.cu` file and the `.ptx` and
+/// `.cubin` files named after it (`<stem>.<arch>.ptx`). A compile with
+/// fewer kernels or fewer `--emit` kinds would otherwise leave files that
+/// belong to no manifest. Files codac did not write are kept; without a
+/// manifest (or with one that is not codac's), nothing is removed.
+fn remove_earlier_outputs(dir: &Path) -> Result<()> {
+    let Ok(text) = std::fs::read_to_string(dir.join("manifest.json")) else { return Ok(()) };
+    let Ok(manifest) = serde_json::from_str::<serde_json::Value>(&text) else { return Ok(()) };
+    let blocks = manifest["blocks"].as_array().into_iter().flatten();
+    let stems: Vec<&str> = blocks
+        .flat_map(|b| b["kernels"].as_array().into_iter().flatten())
+        .filter_map(|k| k["file"].as_str())
+        // A manifest could be edited by hand: only plain names, never a path.
+        .filter(|f| Path::new(f).file_name().is_some_and(|n| n == std::ffi::OsStr::new(f)))
+        .filter_map(|f| f.strip_suffix(".cu"))
+        .collect();
+    if stems.is_empty() {
+        return Ok(());
+    }
+    let entries = std::fs::read_dir(dir).with_context(|| format!("cannot list {}", dir.display()))?;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let ours = stems.iter().any(|stem| {
+            name.strip_prefix(stem).is_some_and(|rest| {
+                rest == ".cu"
+                    || (rest.starts_with('.')
+                        && (rest.ends_with(".ptx") || rest.ends_with(".cubin"))
+                        && rest.matches('.').count() == 2)
+            })
+        });
+        if ours {
+            let path = entry.path();
+            std::fs::remove_file(&path).with_context(|| format!("cannot remove {}", path.display()))?;
+        }
+    }
+    Ok(())
 }
 
 /// The architectures the generated kernels are written for: the portable
@@ -85,14 +133,14 @@ fn supported_arch(text: &str) -> Result<Arch> {
 
 /// `--dims` and `--multiprocessors`, checked against the blocks compiled
 /// (each must bind exactly their run-time dims); none without `--dims`.
-fn launch_hint(args: &CompileArgs, checked: &coda::Checked) -> Result<Option<LaunchHint>> {
+fn launch_hint(args: &CompileArgs, checked: &coda::Checked, block: Option<&str>) -> Result<Option<LaunchHint>> {
     if args.dims.is_empty() {
         return Ok(None);
     }
     let dims = parse_dims(&args.dims)?;
-    for block in &checked.module.blocks {
-        if args.block.as_ref().is_none_or(|b| *b == block.name) {
-            check_dims_known(block, &dims)?;
+    for b in &checked.module.blocks {
+        if block.is_none_or(|name| name == b.name) {
+            check_dims_known(b, &dims)?;
         }
     }
     Ok(Some(LaunchHint { dims, multiprocessors: args.multiprocessors }))
@@ -127,14 +175,16 @@ fn write(path: &Path, bytes: &[u8]) -> Result<()> {
     std::fs::write(path, bytes).with_context(|| format!("cannot write {}", path.display()))
 }
 
-/// The kernel list, one line per kernel.
-pub(crate) fn print_kernels(manifest: &coda::cuda::Manifest) {
+/// The kernel list, one line per kernel; with `files`, each kernel's `.cu`
+/// file (not when none was written).
+pub(crate) fn print_kernels(manifest: &coda::cuda::Manifest, files: bool) {
     for block in &manifest.blocks {
         let n = block.kernels.len();
         println!("block {} ({}): {n} kernel{}", block.block, block.kind, if n == 1 { "" } else { "s" });
         for k in &block.kernels {
             let config = k.config.as_deref().map(|c| format!(" {c}")).unwrap_or_default();
-            println!("  {:<4} {:<9} {}{config}", k.name, k.kind, k.file);
+            let file = if files { k.file.as_str() } else { "" };
+            println!("  {:<4} {:<9} {file}{config}", k.name, k.kind);
             println!("       {}", k.summary);
         }
     }

@@ -37,6 +37,37 @@ pub(crate) fn training_view(checked: Checked) -> Result<Checked> {
     Ok(Checked { module, ..view })
 }
 
+/// The training view narrowed to `--block NAME`, and the block name to
+/// hand to the compiler. Besides a block of the view (a saving forward or
+/// a backward), NAME may be the forward block the user wrote: that selects
+/// its whole training step, both blocks. Without NAME, every step.
+pub(crate) fn training_step(checked: Checked, block: Option<&str>) -> Result<(Checked, Option<String>)> {
+    let view = training_view(checked)?;
+    let Some(name) = block else { return Ok((view, None)) };
+    if view.module.block(name).is_some() {
+        return Ok((view, Some(name.to_owned())));
+    }
+    let step: Vec<String> = view
+        .grads
+        .iter()
+        .filter(|g| g.forward == name)
+        .flat_map(|g| [g.saving_forward.name.clone(), g.backward.name.clone()])
+        .collect();
+    if step.is_empty() {
+        let forwards: Vec<&str> = view.grads.iter().map(|g| g.forward.as_str()).collect();
+        let blocks: Vec<&str> = view.module.blocks.iter().map(|b| b.name.as_str()).collect();
+        bail!(
+            "no training step for `{name}` in {}: with --grad, --block takes a forward block ({}) or a block of its training step ({})",
+            view.source.name,
+            if forwards.is_empty() { "none".to_owned() } else { forwards.join(", ") },
+            blocks.join(", ")
+        );
+    }
+    let mut view = view;
+    view.module.blocks.retain(|b| step.contains(&b.name));
+    Ok((view, None))
+}
+
 /// Seed offset of the random output gradients, so they differ from the inputs.
 const GRADIENT_SEED: u64 = 0x6772_6164;
 

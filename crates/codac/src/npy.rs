@@ -38,16 +38,62 @@ pub(crate) fn read_inputs(block: &Block, dims: &DimBindings, dir: &Path) -> Resu
 /// Longest `.npy` header accepted: NumPy writes a few hundred bytes.
 const MAX_HEADER_BYTES: u64 = 1 << 20;
 
-/// Reads the `.npy` file at `path` for `tensor` (`rows × cols` elements).
-/// The header is read and checked first; the data is then read only when
-/// the header promises exactly the elements the tensor needs and the file
-/// is exactly as long as it promises. Something that is not a regular file
-/// (a FIFO, a link to `/dev/zero`) is refused before any read.
+/// Reads the `.npy` file at `path` for `tensor` (`rows × cols` elements):
+/// its data is read only once [`open_checked`] accepted the header.
+/// Something that is not a regular file (a FIFO, a link to `/dev/zero`) is
+/// refused before any read.
 fn read_file(path: &Path, tensor: &Tensor, rows: usize, cols: usize) -> Result<Vec<f64>> {
+    let Checked { mut reader, mut bytes, descr, data_len } = open_checked(path, tensor, rows, cols)?;
+    let header_len = bytes.len() as u64;
+    // The file's length was checked against the promise, so this reads at
+    // most what the tensor needs even if the file grows meanwhile.
+    (&mut reader).take(data_len).read_to_end(&mut bytes).with_context(|| format!("cannot read {}", path.display()))?;
+    if bytes.len() as u64 != header_len + data_len {
+        bail!("{}: the file is truncated (it shrank while being read)", path.display());
+    }
+    let npy = npyz::NpyFile::new(&bytes[..]).with_context(|| format!("{} is not a .npy file", path.display()))?;
+    let values: Vec<f64> = match descr.as_str() {
+        "<f8" => npy.into_vec::<f64>()?,
+        "<f4" => npy.into_vec::<f32>()?.into_iter().map(f64::from).collect(),
+        "<f2" => npy.into_vec::<half::f16>()?.into_iter().map(f64::from).collect(),
+        "<i4" => npy.into_vec::<i32>()?.into_iter().map(f64::from).collect(),
+        _ => npy.into_vec::<i64>()?.into_iter().map(|v| v as f64).collect(),
+    };
+    Ok(values)
+}
+
+/// Checks every input file of `block` in `dir` ([`read_inputs`]' checks
+/// short of reading the data), so that `run` and `bench` report a bad
+/// `--inputs` before looking for a GPU.
+pub(crate) fn check_inputs(block: &Block, dims: &DimBindings, dir: &Path) -> Result<()> {
+    let accumulated = block.outputs.iter().filter(|o| o.accumulate).map(|o| &o.tensor);
+    for tensor in block.params.iter().chain(accumulated) {
+        let path = dir.join(format!("{}.npy", tensor.name));
+        let (rows, cols) = bind_shape(&tensor.shape, dims)?;
+        open_checked(&path, tensor, rows, cols).with_context(|| format!("input `{}`", tensor.name))?;
+    }
+    Ok(())
+}
+
+/// An input file whose header was read and checked, positioned at its data.
+struct Checked {
+    reader: std::io::BufReader<std::fs::File>,
+    /// The header's bytes.
+    bytes: Vec<u8>,
+    /// The dtype, e.g. `<f4`.
+    descr: String,
+    /// Bytes of data the header promises, which are the rest of the file.
+    data_len: u64,
+}
+
+/// Opens the `.npy` file at `path` for `tensor` (`rows × cols` elements),
+/// reads its header and checks that it promises exactly the elements the
+/// tensor needs and that the file is exactly as long as it promises.
+fn open_checked(path: &Path, tensor: &Tensor, rows: usize, cols: usize) -> Result<Checked> {
     let (file, len) =
         coda_runtime::files::open_regular(path).with_context(|| format!("cannot read {}", path.display()))?;
     let mut reader = std::io::BufReader::new(file);
-    let mut bytes = read_header(&mut reader, len).with_context(|| format!("{} is not a .npy file", path.display()))?;
+    let bytes = read_header(&mut reader, len).with_context(|| format!("{} is not a .npy file", path.display()))?;
     let header_len = bytes.len() as u64;
     let npy = npyz::NpyFile::new(&bytes[..]).with_context(|| format!("{} is not a .npy file", path.display()))?;
     if npy.order() != npyz::Order::C {
@@ -82,21 +128,7 @@ fn read_file(path: &Path, tensor: &Tensor, rows: usize, cols: usize) -> Result<V
             if len < header_len + data_len { ": the file is truncated" } else { "" }
         );
     }
-    // `len` was checked against the promise, so this reads at most what the
-    // tensor needs even if the file grows meanwhile.
-    (&mut reader).take(data_len).read_to_end(&mut bytes).with_context(|| format!("cannot read {}", path.display()))?;
-    if bytes.len() as u64 != header_len + data_len {
-        bail!("{}: the file is truncated (it shrank while being read)", path.display());
-    }
-    let npy = npyz::NpyFile::new(&bytes[..]).with_context(|| format!("{} is not a .npy file", path.display()))?;
-    let values: Vec<f64> = match descr.as_str() {
-        "<f8" => npy.into_vec::<f64>()?,
-        "<f4" => npy.into_vec::<f32>()?.into_iter().map(f64::from).collect(),
-        "<f2" => npy.into_vec::<half::f16>()?.into_iter().map(f64::from).collect(),
-        "<i4" => npy.into_vec::<i32>()?.into_iter().map(f64::from).collect(),
-        _ => npy.into_vec::<i64>()?.into_iter().map(|v| v as f64).collect(),
-    };
-    Ok(values)
+    Ok(Checked { reader, bytes, descr, data_len })
 }
 
 /// Reads a `.npy` header (magic, version, length, text) from a file of

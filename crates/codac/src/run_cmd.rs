@@ -17,7 +17,7 @@
 //! with `RESULT`.
 
 use crate::cli::RunArgs;
-use crate::commands::{check_dims_known, load, parse_dims, Outcome};
+use crate::commands::{check_dims_known, load, parse_dims, selected_blocks, Outcome};
 use crate::npy;
 use anyhow::{bail, Context, Result};
 use coda::ir::{Block, DType, Inst, Tensor, Value};
@@ -33,13 +33,24 @@ pub(crate) fn run(args: &RunArgs, color: ColorChoice) -> Result<Outcome> {
     if checked.has_errors() {
         return Ok(Outcome::UserError);
     }
-    let checked = if args.grad { crate::grad_cmd::training_view(checked)? } else { checked };
+    let (checked, block) = if args.grad {
+        crate::grad_cmd::training_step(checked, args.block.as_deref())?
+    } else {
+        (checked, args.block.clone())
+    };
     let dims = parse_dims(&args.input.dims)?;
+    // The user's mistakes first, so that they are found without a GPU.
+    for block in selected_blocks(&checked, block.as_deref())? {
+        check_dims_known(block, &dims)?;
+        if let Some(dir) = &args.input.inputs {
+            npy::check_inputs(block, &dims, dir)?;
+        }
+    }
     let device = open_device()?;
     let info = device.info();
     println!("device: {} ({}, {} SMs)", info.name, info.arch, info.multiprocessors);
     let launch = Some(crate::tune::launch_hint(&device, &dims));
-    let options = args.kernels.compile_options(device.arch().to_string(), args.block.clone(), launch);
+    let options = args.kernels.compile_options(device.arch().to_string(), block, launch);
     let store = coda_runtime::TuningStore::from_env();
     let compiled = coda::compile(&checked, &options)?;
     let (tuned, mut compiled) = crate::tune::with_tuning(&checked, &options, compiled, &device, &store, &dims)?;

@@ -409,3 +409,118 @@ fn endless_source_is_refused() {
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
     assert!(text(&out.stderr).contains("larger than"), "{}", text(&out.stderr));
 }
+
+/// What the user can get wrong (`--dims`, `--inputs`, `--block`) is
+/// reported before the GPU is looked for, so that it is found on any
+/// machine.
+#[test]
+fn run_and_bench_check_their_arguments_before_the_gpu() {
+    let missing = temp_dir("no-inputs").join("absent");
+    let missing = missing.to_str().unwrap_or_default();
+    let file = "examples/out_proj_kernel.coda";
+    let cases: [(Vec<&str>, &str); 6] = [
+        (vec!["run", file, "--dims", "Q=4", "--random"], "not a run-time dimension"),
+        (vec!["run", file, "--dims", "M=64", "--inputs", missing], "cannot read"),
+        (vec!["run", file, "--dims", "M=64", "--random", "--block", "nosuch"], "no block named `nosuch`"),
+        (vec!["bench", file, "--dims", "Q=4"], "not a run-time dimension"),
+        (vec!["bench", file, "--dims", "M=64", "--block", "nosuch"], "no block named `nosuch`"),
+        (vec!["run", "examples/llama3_block.coda", "--random", "--dims", "M=64,T=3"], "not a run-time dimension"),
+    ];
+    for (args, expected) in cases {
+        let out = codac(&args);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+    }
+}
+
+/// `--multiprocessors` only matters with `--dims`; alone it is refused,
+/// not silently ignored.
+#[test]
+fn multiprocessors_needs_dims() {
+    let dir = temp_dir("sms");
+    let out = codac(&[
+        "compile",
+        "examples/out_proj_kernel.coda",
+        "-o",
+        dir.to_str().unwrap_or_default(),
+        "--multiprocessors",
+        "100",
+    ]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("--dims"), "{stderr}");
+}
+
+fn file_names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+        .collect();
+    names.sort();
+    names
+}
+
+/// `--emit ''` writes only the manifest and says so, instead of listing
+/// `.cu` files it did not write.
+#[test]
+fn emit_nothing_lists_no_files() {
+    let dir = temp_dir("emit-nothing");
+    let out =
+        codac(&["compile", "examples/out_proj_kernel.coda", "-o", dir.to_str().unwrap_or_default(), "--emit", ""]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(file_names(&dir), ["manifest.json"]);
+    assert!(!stdout.contains(".cu"), "{stdout}");
+}
+
+/// A second compile into the same directory leaves no file of the first
+/// behind (fewer kernels, or fewer kinds of output), and keeps files
+/// codac did not write.
+#[test]
+fn repeated_compile_leaves_no_stale_files() {
+    let dir = temp_dir("recompile");
+    let out_dir = dir.to_str().unwrap_or_default();
+    std::fs::write(dir.join("notes.txt"), "mine").unwrap_or_else(|e| panic!("{e}"));
+    let out = codac(&["compile", "examples/gpt2_block.coda", "-o", out_dir]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(file_names(&dir).len() > 3);
+    let out = codac(&["compile", "examples/out_proj_kernel.coda", "-o", out_dir]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).unwrap_or_else(|e| panic!("{e}")))
+            .unwrap_or_else(|e| panic!("{e}"));
+    let mut expected: Vec<String> = manifest["blocks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|b| b["kernels"].as_array().into_iter().flatten())
+        .filter_map(|k| k["file"].as_str().map(str::to_owned))
+        .collect();
+    expected.extend(["manifest.json".to_owned(), "notes.txt".to_owned()]);
+    expected.sort();
+    assert_eq!(file_names(&dir), expected);
+    let out = codac(&["compile", "examples/out_proj_kernel.coda", "-o", out_dir, "--emit", ""]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(file_names(&dir), ["manifest.json", "notes.txt"]);
+}
+
+/// With `--grad`, `--block` takes the forward block's name (its training
+/// step: saving forward and backward) as well as either of theirs, and an
+/// unknown name lists the ones it takes.
+#[test]
+fn grad_block_takes_the_forward_name() {
+    let dir = temp_dir("grad-block");
+    let out_dir = dir.to_str().unwrap_or_default();
+    let out = codac(&["compile", "examples/gpt2_block.coda", "-o", out_dir, "--grad", "--block", "gpt2_layer"]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(stdout.contains("block gpt2_layer_saving") && stdout.contains("block gpt2_layer_grad"), "{stdout}");
+    let out = codac(&["compile", "examples/gpt2_block.coda", "-o", out_dir, "--grad", "--block", "gpt2_layer_grad"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(!text(&out.stdout).contains("block gpt2_layer_saving"), "{}", text(&out.stdout));
+    let out = codac(&["compile", "examples/gpt2_block.coda", "-o", out_dir, "--grad", "--block", "nosuch"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("gpt2_layer") && stderr.contains("gpt2_layer_grad"), "{stderr}");
+}
