@@ -2,7 +2,7 @@
 # Compares Hopper tile configurations on the GPU machine in one call (no
 # Rust needed: a prebuilt target/release/codac, override with CODAC_BIN).
 #
-#   CONFIGS="Sm90Cfg192x128pp Sm90Cfg128x192pp" bash scripts/tile-compare.sh
+#   CONFIGS="Sm90Cfg128x128pp Sm90Cfg128x192pps" bash scripts/tile-compare.sh
 #
 # For every configuration in $CONFIGS (default: the rules' own choice, then
 # the ping-pong ones) it
@@ -24,7 +24,7 @@ BIN=${CODAC_BIN:-target/release/codac}
 OUT=${OUT:-/tmp/codac-tile-compare}
 M=${COMPARE_M:-8192}
 ITERS=${COMPARE_ITERS:-100}
-CONFIGS=${CONFIGS:-"rules Sm90Cfg192x128pp Sm90Cfg128x192pp"}
+CONFIGS=${CONFIGS:-"rules Sm90Cfg128x128pp Sm90Cfg128x192pps"}
 FILES=${COMPARE_FILES:-examples/llama3_block.coda}
 mkdir -p "$OUT"
 export CODAC_CACHE_DIR=${CODAC_CACHE_DIR:-/tmp/codac-tile-cache}

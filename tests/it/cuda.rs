@@ -349,8 +349,7 @@ fn tuned_tile_configurations_replace_only_alternatives() {
 /// fits the 227 KiB of shared memory of a Hopper CTA in every GEMM of
 /// every example and GPU case, forward and backward: the emitter stages no
 /// more column vectors than fit beside the configuration's ring and
-/// scratches (the ping-pong tiles with 192 accumulators leave room for
-/// three, not the four of `tests/cuda-cases/column_vectors.coda`).
+/// scratches.
 #[test]
 fn every_tile_configuration_fits_shared_memory() {
     use coda::cuda::config::{TileConfig, SM90_MAX_SMEM};

@@ -1,24 +1,19 @@
 //! Tile configurations asked for by name (`--tile-config`,
-//! `CodegenOptions::tile_config`): the clusters of `Sm90Cfg128x256c2`, the
-//! staged subtiles of `Sm90Cfg128x192pps` / `pps2` (which the rules also
-//! choose) and, above all, the epilogue-warpgroup mainloop
-//! `Sm90Cfg128x192ew`: which
-//! GEMMs take them, that their kernels compile with NVRTC without warnings
+//! `CodegenOptions::tile_config`), here the staged subtiles of
+//! `Sm90Cfg128x192pps` / `pps2`, which the rules also choose: which GEMMs
+//! take them, that their kernels compile with NVRTC without warnings
 //! (`CODAC_REQUIRE_NVRTC=1` makes a missing NVRTC a failure, as in
-//! `cuda.rs`), that cluster kernels launch whole clusters, and that the
-//! epilogue warpgroup's 32-row tiles give partial buffers the finishing
-//! kernels read correctly (the CPU emulator against the interpreter; the
-//! clusters leave the functor's tiles as they are).
+//! `cuda.rs`), and that their 192-column tiles give partial buffers the
+//! finishing kernels read correctly (the CPU emulator against the
+//! interpreter).
 
 use crate::cuda::{
-    assert_nvrtc_compiles, display_name, emulate_block_with, expects_error, inputs, nvrtc, wants_a_prologue, workspace,
+    assert_nvrtc_compiles, display_name, emulate_block_with, expects_error, inputs, nvrtc, workspace,
 };
 use coda::cuda::config::TileConfig;
 use coda::cuda::manifest::KernelSpec;
 use coda_runtime::Arch;
 
-const EW: TileConfig = TileConfig::Sm90Cfg128x192ew;
-const C2: TileConfig = TileConfig::Sm90Cfg128x256c2;
 const PPS: TileConfig = TileConfig::Sm90Cfg128x192pps;
 const PPS2: TileConfig = TileConfig::Sm90Cfg128x192pps2;
 
@@ -48,8 +43,7 @@ fn gemms(compiled: &coda::Compiled) -> Vec<(String, String, u32, u32)> {
 }
 
 /// Every Hopper GEMM of three examples' forward and backward blocks takes the
-/// configuration asked for, with its threads and shared memory (the
-/// epilogue warpgroup's stages no column vectors); a GEMM with
+/// configuration asked for, with its threads and shared memory; a GEMM with
 /// an A prologue (the LM head under `--a-prologue`) keeps the rules'
 /// choice, since neither mainloop has one; and every such kernel compiles
 /// with NVRTC for sm_90a without warnings. Returns the manifests' GEMM
@@ -87,32 +81,6 @@ fn asked_configuration_goes_to_every_gemm_that_can_take_it(asked: TileConfig) ->
     specs
 }
 
-#[test]
-fn the_epilogue_warpgroup_goes_to_every_gemm_that_can_take_it() {
-    let specs = asked_configuration_goes_to_every_gemm_that_can_take_it(EW);
-    assert!(specs.iter().all(|k| k.cluster == 1 && k.persistent && k.smem_bytes == EW.smem_bytes()));
-}
-
-/// Clusters of two CTAs: the manifest says so, and the grid counts whole
-/// clusters of row tiles (an odd number of row tiles leaves the second CTA
-/// of the last cluster without rows: it multiplies for its partner).
-#[test]
-fn clusters_go_to_every_gemm_that_can_take_them_in_whole_clusters() {
-    let specs = asked_configuration_goes_to_every_gemm_that_can_take_it(C2);
-    assert!(!specs.is_empty());
-    let dims = std::collections::BTreeMap::from([("M".to_string(), 333)]);
-    for k in &specs {
-        assert_eq!((k.cluster, k.persistent), (2, true), "{}", k.entry);
-        let grid = coda::cuda::symexpr::eval_str(&k.grid[0], &dims).unwrap_or_else(|e| panic!("{}: {e}", k.grid[0]));
-        assert_eq!(grid % 2, 0, "{}: grid {} = {grid}", k.entry, k.grid[0]);
-        // M = 333 rows are 3 row tiles of 128: two clusters per tile column
-        // (weight gradients have constant rows).
-        if k.grid[0].contains('M') {
-            assert_eq!(grid % 4, 0, "{}: grid {} = {grid}", k.entry, k.grid[0]);
-        }
-    }
-}
-
 /// Every block of the `tests/cuda-cases` files, reparameterized, on each
 /// configuration in `configs` at each size in `sizes`, emulated against the
 /// interpreter.
@@ -137,24 +105,11 @@ fn emulate_cases(configs: &[TileConfig], sizes: &[i64]) {
     }
 }
 
-/// The cases of `tests/cuda-cases` (sizes 1 and 37) and the gpt2 training
-/// step (row and column partials, pair layouts) on the epilogue-warpgroup
-/// configuration, emulated against the interpreter.
-#[test]
-fn epilogue_warpgroup_kernels_emulate_like_the_interpreter() {
-    emulate_cases(&[EW], &[1, 37]);
-    let backward = &views("examples/gpt2_block.coda")[1];
-    assert!(!wants_a_prologue(&backward.source.text));
-    for block in &backward.module.blocks {
-        emulate_block_with(&backward.source.name, block, &backward.source, 3, Some(EW));
-    }
-}
-
 #[test]
 fn staged_subtiles_go_to_every_gemm_that_can_take_them() {
     for asked in [PPS, PPS2] {
         let specs = asked_configuration_goes_to_every_gemm_that_can_take_it(asked);
-        assert!(specs.iter().all(|k| k.cluster == 1 && k.persistent), "{}", asked.name());
+        assert!(specs.iter().all(|k| k.persistent), "{}", asked.name());
     }
 }
 

@@ -31,12 +31,7 @@
 //        (persistent: CTA b takes tiles b, b + gridDim.x, ...; any grid size
 //        >= 1 is correct, #SMs is the fast one).  Do not launch when M or N
 //        is 0.  K = 0 gives acc = 0.
-//        Clusters (Cfg::kClusterM = 2): the entry point carries
-//        __cluster_dims__(2, 1, 1) and the grid must be a multiple of 2; the
-//        fast one is 2 * (the clusters that fit at once,
-//        cuOccupancyMaxActiveClusters), any even size >= 2 is correct.
-// Block: Cfg::kThreads = 384 threads (1 producer + 2 consumer warpgroups),
-//        512 with an epilogue warpgroup (Cfg::kEpiWG).
+// Block: Cfg::kThreads = 384 threads (1 producer + 2 consumer warpgroups).
 // Dynamic shared memory: coda::gemm_sm90_smem_bytes<Cfg, Epi>() bytes
 //        (always > 48 KiB: set CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 //        first) =
@@ -48,10 +43,6 @@
 //                               4 * Frag::kReduceFloats), 128)
 //        (Frag::kReduceFloats = max(2 * BM, BN * kWarpsM) here, always below
 //        the first term); kUnits = 2 for ping-pong configs, 1 otherwise.
-//        With an epilogue warpgroup the scratch is the hand-off buffer
-//        (BM / 2 * BN * 4 bytes) followed by the same round_up(...) for
-//        32-row tiles, no column-vector slots, and 32 more bytes of
-//        mbarriers.
 //        The table below lists the value for kSmemFloats = 0.
 // Tensor maps (cuTensorMapEncodeTiled), one per operand, independent of the
 // tile configuration:
@@ -94,26 +85,6 @@
 //     has issued its last k block (mbarrier turn[unit]): mbarrier phases are
 //     tracked by parity, so no waiter may run more than one phase ahead of
 //     a slot, and the hand-off also keeps the two mainloops from interleaving.
-//   epilogue warpgroup (kEpiWG, Sm90Cfg128x192ew): cooperative consumers
-//     that store each tile's accumulators into shared memory, one consumer
-//     warpgroup's 64-row slab at a time, and go on with the next tile's K
-//     loop while warpgroup 3 loads them and runs the functor on 32-row
-//     fragments (see sm90_epilogue_warpgroup).  512 threads leave 128
-//     registers per thread at launch, which ptxas needs to cover every
-//     wgmma: m64n192 (96 accumulators) compiles, m64n256 does not (C7602),
-//     hence BN = 192; the 48 KiB hand-off buffer leaves room for
-//     a 4-stage ring (3 stages of 128 x 192 measured 10-19% slower).
-//   clusters (kClusterM = 2, Sm90Cfg128x256c2): the two CTAs of a cluster
-//     take row tiles 2 tmc and 2 tmc + 1 of one tile column, so they need
-//     the same B tile; each producer loads its own A and half of B's 64-row
-//     boxes with TMA multicast into both CTAs' slot, completing on both
-//     CTAs' "full" mbarriers (each expects the whole stage's bytes).  A
-//     slot may be refilled only when the consumers of both CTAs are done
-//     with it, so consumers release a slot in both CTAs (remote arrive
-//     through mapa) and "empty" counts 2 arrives per consumer warpgroup.
-//     This halves what B costs the L2 per CTA (48 KiB a k block become
-//     32 KiB).  Cluster barriers after the mbarrier initialization and
-//     before exit keep remote arrives inside the partner's lifetime.
 // Every tile in flight has its own epilogue scratch region in shared memory
 // (the ring is never reused as scratch, since the producer runs ahead).
 //
@@ -158,9 +129,8 @@ struct alignas(128) TmaDesc {
 // consumer warpgroups split BM (BM = 128: m64 per warpgroup; BM = 256: two
 // m64 slabs per warpgroup).  Ping-pong: one warpgroup per tile (BM = 64 or
 // 128).  Accumulators per consumer thread: (BM / warpgroups per tile) * BN / 128
-// <= 128.  GROUP_M: rasterization group (tiles along M).
-template <int BM_, int BN_, int STAGES, bool PINGPONG, int GROUP_M = 16, bool EPI_WG = false, int CLUSTER_M = 1,
-          int STAGE_N = 0, int STAGE_REGIONS = 1>
+// <= 128 (192 for ping-pong).  GROUP_M: rasterization group (tiles along M).
+template <int BM_, int BN_, int STAGES, bool PINGPONG, int GROUP_M = 16, int STAGE_N = 0, int STAGE_REGIONS = 1>
 struct Sm90Config {
     static constexpr bool kIsSm90 = true;
     static constexpr int BM = BM_;
@@ -169,22 +139,13 @@ struct Sm90Config {
     static constexpr int kStages = STAGES;
     static constexpr bool kPingPong = PINGPONG;
     static constexpr int kGroupM = GROUP_M;
-    // An epilogue warpgroup (see the design notes): the consumers hand each
-    // tile's accumulators to it through shared memory and go on with the
-    // next tile's K loop.
-    static constexpr bool kEpiWG = EPI_WG;
-    // Thread-block clusters of kClusterM CTAs along M (see the design
-    // notes): the CTAs of a cluster work on vertically adjacent tiles of one
-    // tile column and each loads 1 / kClusterM of the shared B tile,
-    // multicast into every CTA of the cluster.
-    static constexpr int kClusterM = CLUSTER_M;
     // Columns the epilogue stages through shared memory at a time: the
     // whole tile (0), or subtiles of kStageN columns in kStageRegions
     // regions (coda::sub_put: a staged operand's and outputs'), whose
     // smaller scratch leaves room for a deeper ring.
     static constexpr int kStageN = STAGE_N ? STAGE_N : BN_;
     static constexpr int kStageRegions = STAGE_REGIONS;
-    static constexpr int kThreads = EPI_WG ? 512 : 384;
+    static constexpr int kThreads = 384;
     static constexpr int kMinBlocks = 1;
     static constexpr int kUnitWGs = PINGPONG ? 1 : 2;   // consumer warpgroups per tile
     static constexpr int kUnits = 2 / kUnitWGs;         // tiles in flight per CTA
@@ -195,110 +156,58 @@ struct Sm90Config {
     static constexpr int kStageBytesB = BN * BK * 2;
     static constexpr int kStageBytes = kStageBytesA + kStageBytesB;
     static constexpr int kRingBytes = kStages * kStageBytes;
-    // What the functor sees: the whole tile on the consumers' threads, or,
-    // with an epilogue warpgroup, 32-row tiles on its 128 threads (a warp
-    // per 8 rows: RI = 1), two per consumer warpgroup's slab of 64 rows.
-    static constexpr int kEpiBM = EPI_WG ? 32 : BM;
-    static constexpr int kEpiRI = EPI_WG ? 1 : 2 * kSlabs;
-    static constexpr int kEpiThreads = EPI_WG ? 128 : kUnitThreads;
-    static constexpr int kEpiWarpsM = kEpiThreads / 32;
-    // The hand-off buffer (epilogue warpgroup only) holds one consumer
-    // warpgroup's slab (64 x BN floats) at a time, laid out as the two
-    // 32-row fragments the epilogue warpgroup loads: [pass][warp][float4
-    // q][lane], 16-byte accesses by consecutive lanes (no bank conflicts).
-    static constexpr int kPassFloat4s = BN / 8 * 2 / 4;  // 8 rows per warp, 1 per lane: CJ pairs
-    static constexpr int kSlabBytes = EPI_WG ? kWgRows * BN * 4 : 0;
     // Register split (setmaxnreg): 24 + 2 * 240 = 3 * 168, the per-thread
-    // count of a 384-thread CTA at one CTA per SM; with the epilogue
-    // warpgroup 24 + 2 * 144 + 200 = 4 * 128 (96 accumulators per consumer
-    // thread; the epilogue warpgroup holds a slab's two fragments).
+    // count of a 384-thread CTA at one CTA per SM.
     static constexpr int kProducerRegs = 24;
-    static constexpr int kConsumerRegs = EPI_WG ? 144 : 240;
-    static constexpr int kEpilogueRegs = EPI_WG ? 200 : 0;
+    static constexpr int kConsumerRegs = 240;
 
     static_assert(kWgRows % 64 == 0 && kSlabs >= 1, "rows per consumer warpgroup must be a multiple of 64");
     static_assert(BN == 64 || BN == 128 || BN == 192 || BN == 256, "BN must be 64, 128, 192 or 256");
     // Cooperative tiles keep at most 128 accumulators per consumer thread;
     // a ping-pong warpgroup owns its whole tile and may hold 192 (the
-    // 192x128 and 128x192 tiles): 240 registers leave 48 for the K loop
-    // and the epilogue.
+    // 128x192 tiles): 240 registers leave 48 for the K loop and the
+    // epilogue.
     static_assert(kSlabs * BN <= (PINGPONG ? 384 : 256),
                   "at most 128 accumulators per consumer thread (192 for ping-pong)");
     static_assert(kStages >= 2, "at least 2 stages");
     static_assert(BN % kStageN == 0 && kStageN % 16 == 0, "staged subtiles must divide the tile in 16-column steps");
-    static_assert(kClusterM == 1 || (kClusterM == 2 && !PINGPONG && !EPI_WG && (BN / 64) % kClusterM == 0),
-                  "clusters of 2 CTAs along M, cooperative mainloop only");
-    static_assert(!EPI_WG || (!PINGPONG && kSlabs == 1 && BN <= 192),
-                  "the epilogue warpgroup takes cooperative m64 slabs of at most 96 accumulators (a 512-thread CTA "
-                  "has at most 128 registers per thread at launch, below what m64n256 needs)");
-    static_assert(kProducerRegs + 2 * kConsumerRegs + kEpilogueRegs <= (kThreads / 128) * (65536 / kThreads),
+    static_assert(kProducerRegs + 2 * kConsumerRegs <= (kThreads / 128) * (65536 / kThreads),
                   "register split over the CTA's budget");
 };
 
-// Predefined configurations (TFLOP/s: scripts/gemm-harness/NOTES.md, "sm90").
-// bf16, A_MxK * B_NxK, store_tile_staged epilogue, H100 SXM (cuBLAS 804 / 810):
-//   name              tile      mode         stages  smem bytes       TFLOP/s 4096^3  8192x4096x4096
-//   Sm90Cfg128x256    128x256   cooperative  3       216112           777             778   <- default
-//   Sm90Cfg256x128    256x128   cooperative  3       218160           654             663
-//   Sm90Cfg128x128    128x128   cooperative  5       199760           648             620
-//   Sm90Cfg128x128pp  128x128   ping-pong    4       201792           683             694
-//   Sm90Cfg64x256pp   64x256    ping-pong    3       191536           515             519
-//   Sm90Cfg192x128pp  192x128   ping-pong    3       228416           562 (bench, M = 8192, session 16)
-//   Sm90Cfg128x192pp  128x192   ping-pong    3       226368
-//   Sm90Cfg128x192ew  128x192   epi. warpgroup 4       226928
-//   Sm90Cfg128x256c2  128x256   cooperative, 3       216128
-//                               clusters of 2 along M, B multicast
-//     (Sm90Cfg128x192ew: bare GEMMs at the Llama-3 8B shapes 1.01-1.06x the
-//     time of Sm90Cfg128x256 interleaved on the H100, docs/benchmarks.md.)
+// Predefined configurations (bf16, A_MxK * B_NxK, store_tile_staged
+// epilogue, H100 SXM; measurements in docs/decisions/hopper-mainloop.md and
+// docs/decisions/ping-pong.md):
+//   name                tile      mode         stages  smem bytes
+//   Sm90Cfg128x256      128x256   cooperative  3       216112   <- default
+//   Sm90Cfg128x128      128x128   cooperative  5       199760
+//   Sm90Cfg128x128pp    128x128   ping-pong    4       201792
+//   Sm90Cfg128x192pps   128x192   ping-pong    4       (staged subtiles)
+//   Sm90Cfg128x192pps2  128x192   ping-pong    4       (staged subtiles)
 // (smem bytes for Epi::kSmemFloats = 0.)
 typedef Sm90Config<128, 256, 3, false> Sm90Cfg128x256;
-typedef Sm90Config<256, 128, 3, false, 8> Sm90Cfg256x128;
 typedef Sm90Config<128, 128, 5, false> Sm90Cfg128x128;
 typedef Sm90Config<128, 128, 4, true> Sm90Cfg128x128pp;
-typedef Sm90Config<64, 256, 3, true> Sm90Cfg64x256pp;
-typedef Sm90Config<192, 128, 3, true, 8> Sm90Cfg192x128pp;
-typedef Sm90Config<128, 192, 3, true> Sm90Cfg128x192pp;
-typedef Sm90Config<128, 192, 4, false, 16, true> Sm90Cfg128x192ew;
-typedef Sm90Config<128, 256, 3, false, 16, false, 2> Sm90Cfg128x256c2;
 // Ping-pong with staged subtiles: two 18 KiB scratches (64 columns at a
 // time, one region) instead of two full tiles leave room for 4 ring stages
 // (5 stages of 32-column subtiles measured slower: more barriers).
-typedef Sm90Config<128, 192, 4, true, 16, false, 1, 64, 1> Sm90Cfg128x192pps;
+typedef Sm90Config<128, 192, 4, true, 16, 64, 1> Sm90Cfg128x192pps;
 // Two regions of 32 columns (a staged operand's subtile beside an output's,
 // or two outputs') and a 4-stage ring.
-typedef Sm90Config<128, 192, 4, true, 16, false, 1, 32, 2> Sm90Cfg128x192pps2;
+typedef Sm90Config<128, 192, 4, true, 16, 32, 2> Sm90Cfg128x192pps2;
 
-// The epilogue fragment: AccFrag (same layout and members) whose sync() is a
-// named barrier over the threads running the epilogue.  Without an epilogue
-// warpgroup it is also the consumers' accumulator fragment; with one, the
-// epilogue warpgroup sees kEpiBM-row tiles.
+// The accumulator fragment: AccFrag (same layout and members) whose sync()
+// is a named barrier over the threads of the tile.
 template <class Cfg>
-struct Sm90Frag : AccFrag<Cfg::kEpiRI, Cfg::BN / 8, 64, Cfg::kEpiBM, Cfg::BN, Cfg::kEpiWarpsM, 1> {
-    // Private scratch per tile in flight; the epilogue warpgroup's scratch
-    // is the hand-off buffer, busy during the next tile's K loop.
-    static constexpr bool kAsyncStage = !Cfg::kEpiWG;
+struct Sm90Frag : AccFrag<2 * Cfg::kSlabs, Cfg::BN / 8, 64, Cfg::BM, Cfg::BN, 4 * Cfg::kUnitWGs, 1> {
+    // Private scratch per tile in flight.
+    static constexpr bool kAsyncStage = true;
     static constexpr int kStageN = Cfg::kStageN;
     static constexpr int kStageRegions = Cfg::kStageRegions;
     int bar_id;  // named barrier of this tile's threads (1 or 2)
     __device__ __forceinline__ void sync() const {
-        asm volatile("bar.sync %0, %1;\n" ::"r"(bar_id), "n"(Cfg::kEpiThreads) : "memory");
+        asm volatile("bar.sync %0, %1;\n" ::"r"(bar_id), "n"(Cfg::kUnitThreads) : "memory");
     }
-};
-
-// The consumers' accumulator fragment: Sm90Frag, except with an epilogue
-// warpgroup, where the consumers hold a whole slab row (BN / 8 pairs) and
-// run no functor (so it needs no barrier of its own).
-template <class Cfg>
-struct Sm90SlabFrag : AccFrag<2 * Cfg::kSlabs, Cfg::BN / 8, 64, Cfg::BM, Cfg::BN, 4 * Cfg::kUnitWGs, 1> {
-    int bar_id;
-};
-template <class Cfg, bool EPI_WG = Cfg::kEpiWG>
-struct Sm90ConsumerFrag {
-    typedef Sm90Frag<Cfg> type;
-};
-template <class Cfg>
-struct Sm90ConsumerFrag<Cfg, true> {
-    typedef Sm90SlabFrag<Cfg> type;
 };
 
 // Column vectors the functor stages per tile (static constexpr int
@@ -317,24 +226,20 @@ struct EpiColVecs<E, decltype(void(E::kColVecs))> {
 template <class Cfg, class Epi>
 __host__ __device__ constexpr int sm90_scratch_core_bytes() {
     typedef Sm90Frag<Cfg> F;
-    constexpr int a = Cfg::kStageRegions * staged_store_bytes<Cfg::kEpiBM, Cfg::kStageN, bf16>();
+    constexpr int a = Cfg::kStageRegions * staged_store_bytes<Cfg::BM, Cfg::kStageN, bf16>();
     constexpr int b = 4 * Epi::kSmemFloats;
     constexpr int c = 4 * F::kReduceFloats;
     constexpr int m = a > b ? (a > c ? a : c) : (b > c ? b : c);
     return (m + 127) / 128 * 128;
 }
-// With an epilogue warpgroup the hand-off buffer comes first (and no column
-// vector slots: its fragment stages nothing asynchronously).
 template <class Cfg, class Epi>
 __host__ __device__ constexpr int sm90_scratch_bytes() {
-    return Cfg::kEpiWG ? Cfg::kSlabBytes + sm90_scratch_core_bytes<Cfg, Epi>()
-                       : sm90_scratch_core_bytes<Cfg, Epi>() + EpiColVecs<Epi>::value * Cfg::BN * 4;
+    return sm90_scratch_core_bytes<Cfg, Epi>() + EpiColVecs<Epi>::value * Cfg::BN * 4;
 }
 // Dynamic shared memory of gemm_sm90<Cfg, ..., Epi> (bytes); the host mirrors this.
 template <class Cfg, class Epi>
 __host__ __device__ constexpr int gemm_sm90_smem_bytes() {
-    return 1024 + Cfg::kRingBytes + Cfg::kUnits * sm90_scratch_bytes<Cfg, Epi>() + 16 * Cfg::kStages + 16 +
-           (Cfg::kEpiWG ? 32 : 0);
+    return 1024 + Cfg::kRingBytes + Cfg::kUnits * sm90_scratch_bytes<Cfg, Epi>() + 16 * Cfg::kStages + 16;
 }
 
 // Whether the functor has prefetch(p, f, t, smem) (static constexpr bool
@@ -395,47 +300,6 @@ __device__ __forceinline__ void tma_load_4d(unsigned dst, const TmaDesc& desc, u
         "l"(reinterpret_cast<unsigned long long>(&desc)), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
         : "memory");
 }
-// The same, multicast: the box lands at offset dst of every CTA of the
-// cluster in `mask` (bit r: CTA rank r), completing on the mbarrier at
-// offset bar of each.
-__device__ __forceinline__ void tma_load_2d_multicast(unsigned dst, const TmaDesc& desc, unsigned bar, int c0, int c1,
-                                                      unsigned short mask) {
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], "
-        "[%1, {%3, %4}], [%2], %5;\n" ::"r"(dst),
-        "l"(reinterpret_cast<unsigned long long>(&desc)), "r"(bar), "r"(c0), "r"(c1), "h"(mask)
-        : "memory");
-}
-__device__ __forceinline__ void tma_load_4d_multicast(unsigned dst, const TmaDesc& desc, unsigned bar, int c0, int c1,
-                                                      int c2, int c3, unsigned short mask) {
-    asm volatile(
-        "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], "
-        "[%1, {%3, %4, %5, %6}], [%2], %7;\n" ::"r"(dst),
-        "l"(reinterpret_cast<unsigned long long>(&desc)), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "h"(mask)
-        : "memory");
-}
-// Thread-block clusters: this CTA's rank, a barrier over every thread of
-// the cluster (release / acquire at cluster scope), and an arrive on the
-// mbarrier at offset bar of CTA `cta` of the cluster.  The arrive keeps the
-// default (release, CTA scope) semantics, enough to order the consumer's
-// completed wgmma reads before the producer's next write: the same arrive
-// with .release.cluster made the whole GEMM 2.1x slower on the H100.
-__device__ __forceinline__ unsigned cluster_ctarank() {
-    unsigned r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-    return r;
-}
-__device__ __forceinline__ void cluster_sync() {
-    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
-}
-__device__ __forceinline__ void mbar_arrive_cluster(unsigned bar, unsigned cta) {
-    asm volatile(
-        "{\n.reg .b32 remote;\n"
-        "mapa.shared::cluster.u32 remote, %0, %1;\n"
-        "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
-        "r"(cta)
-        : "memory");
-}
 __device__ __forceinline__ void tma_prefetch_desc(const TmaDesc& desc) {
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<unsigned long long>(&desc)) : "memory");
 }
@@ -450,42 +314,20 @@ __device__ __forceinline__ void wgmma_wait() {
 // the wgmma fence / wait points (no instruction is emitted).
 __device__ __forceinline__ void reg_fence(float& x) { asm volatile("" : "+f"(x)::"memory"); }
 
-// Releases a ring slot (an arrive on its "empty" mbarrier at offset bar):
-// with clusters, in every CTA of the cluster, since each CTA's producer
-// writes its share of B into this CTA's slot too.
-template <class Cfg>
-__device__ __forceinline__ void release_slot(unsigned bar) {
-    if constexpr (Cfg::kClusterM == 1) {
-        mbar_arrive(bar);
-    } else {
-#pragma unroll
-        for (int r = 0; r < Cfg::kClusterM; ++r) mbar_arrive_cluster(bar, (unsigned)r);
-    }
-}
-
-// The tiles one CTA of the persistent grid works on: cluster tiles first,
-// first + stride, ... below count, each kClusterM row tiles of one tile
-// column, rasterized in groups of kGroupM row tiles; CTA rank r of the
-// cluster takes row tile kClusterM * tmc + r, which is past the last row
-// tile on a ragged edge (the CTA then loads and multiplies zeros for its
-// partner's sake and skips the epilogue).  Without clusters: tiles
-// blockIdx.x, + gridDim.x, ... as raster_grouped orders them.
+// The tiles one CTA of the persistent grid works on: blockIdx.x,
+// + gridDim.x, ... as raster_grouped orders them.
 template <class Cfg>
 struct TileWalk {
-    int first, stride, count, tiles_mc, tiles_n, rank;
-    __device__ __forceinline__ TileWalk(int tiles_m, int tiles_n_) {
-        rank = Cfg::kClusterM == 1 ? 0 : (int)cluster_ctarank();
-        tiles_mc = (tiles_m + Cfg::kClusterM - 1) / Cfg::kClusterM;
+    int first, stride, count, tiles_m, tiles_n;
+    __device__ __forceinline__ TileWalk(int tiles_m_, int tiles_n_) {
+        tiles_m = tiles_m_;
         tiles_n = tiles_n_;
-        first = (int)blockIdx.x / Cfg::kClusterM;
-        stride = (int)gridDim.x / Cfg::kClusterM;
-        count = tiles_mc * tiles_n;
+        first = (int)blockIdx.x;
+        stride = (int)gridDim.x;
+        count = tiles_m * tiles_n;
     }
     __device__ __forceinline__ void at(int ct, int& tm, int& tn) const {
-        constexpr int kGroup = Cfg::kGroupM / Cfg::kClusterM > 0 ? Cfg::kGroupM / Cfg::kClusterM : 1;
-        int tmc;
-        raster_grouped(ct, tiles_mc, tiles_n, kGroup, tmc, tn);
-        tm = tmc * Cfg::kClusterM + rank;
+        raster_grouped(ct, tiles_m, tiles_n, Cfg::kGroupM, tm, tn);
     }
 };
 
@@ -859,113 +701,10 @@ __device__ __forceinline__ void rs_kblock(unsigned (&gains)[Cfg::BK / 16][2], Fr
     wgmma_commit();
     if constexpr (Pro::kScale) load_gains<Pro, Cfg>(gains, ep, (kb + 1) * Cfg::BK, lane);
     wgmma_wait<0>();
-    if (release_thread) release_slot<Cfg>(bars + 8 * (S + slot));
+    if (release_thread) mbar_arrive(bars + 8 * (S + slot));
     if (++slot == S) {
         slot = 0;
         phase ^= 1u;
-    }
-}
-
-// ---------------------------------------------------------------------------
-// The epilogue warpgroup (Cfg::kEpiWG)
-// ---------------------------------------------------------------------------
-// Where thread `lane` of epilogue warp `warp` finds float4 q of pass `pass`
-// of the slab in the hand-off buffer.
-template <class Cfg>
-__device__ __forceinline__ unsigned handoff_at(unsigned buf, int pass, int warp, int q, int lane) {
-    return buf + (unsigned)((((pass * 4 + warp) * Cfg::kPassFloat4s + q) * 32 + lane) * 16);
-}
-// A consumer thread's slab into the hand-off buffer: its rows 16 w + g + 8 h
-// (warp w, h = 0, 1) are row 8 w' + g of pass w / 2's fragment, w' = 2 (w %
-// 2) + h; register pairs j, j + 1 of a row are float4 j / 2.
-template <class Cfg, class Acc>
-__device__ __forceinline__ void handoff_store(const Acc& acc, unsigned buf, int warp, int lane) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-        for (int q = 0; q < Cfg::kPassFloat4s; ++q) {
-            const unsigned at = handoff_at<Cfg>(buf, warp >> 1, 2 * (warp & 1) + h, q, lane);
-            asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(at), "f"(acc[h][2 * q][0]),
-                         "f"(acc[h][2 * q][1]), "f"(acc[h][2 * q + 1][0]), "f"(acc[h][2 * q + 1][1])
-                         : "memory");
-        }
-}
-template <class Cfg, class Frag>
-__device__ __forceinline__ void handoff_load(Frag& f, unsigned buf, int pass, int warp, int lane) {
-#pragma unroll
-    for (int q = 0; q < Cfg::kPassFloat4s; ++q) {
-        const unsigned at = handoff_at<Cfg>(buf, pass, warp, q, lane);
-        asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
-                     : "=f"(f.acc[0][2 * q][0]), "=f"(f.acc[0][2 * q][1]), "=f"(f.acc[0][2 * q + 1][0]),
-                       "=f"(f.acc[0][2 * q + 1][1])
-                     : "r"(at)
-                     : "memory");
-    }
-}
-
-// An epilogue fragment of warp `warp`: its rows 8 warp + g of a 32-row tile.
-template <class Cfg, class Frag>
-__device__ __forceinline__ void epilogue_fragment_init(Frag& f, const GemmArgs& g, int warp, int lane) {
-    f.bar_id = 1;
-    f.lane = lane;
-    f.warp_m = warp;
-    f.warp_n = 0;
-    f.lrow0 = 8 * warp + (lane >> 2);
-    f.lcol0 = 2 * (lane & 3);
-    f.m = g.m;
-    f.n = g.n;
-    f.a_sumsq[0] = 0.0f;
-}
-// The functor on fragment f of the 32 rows from m0 (nothing past M).
-template <class Cfg, class Epi, class Frag>
-__device__ __forceinline__ void epilogue_fragment_apply(const typename Epi::Params& ep, Frag& f, const GemmArgs& g,
-                                                        int m0, int n0, int tn, int tiles_n, float* scratch) {
-    if (m0 >= g.m) return;  // uniform: no row of this fragment exists
-    f.grow0 = m0 + f.lrow0;
-    f.gcol0 = n0 + f.lcol0;
-    const TileInfo t{m0, n0, m0 / Cfg::kEpiBM, tn, (g.m + Cfg::kEpiBM - 1) / Cfg::kEpiBM, tiles_n, g.m, g.n,
-                     sm90_scratch_core_bytes<Cfg, Epi>()};
-    Epi::apply(ep, f, t, scratch);
-}
-// The hand-off protocol (one slab in the buffer at a time): consumer
-// warpgroup 0 stores its slab once the epilogue warpgroup has loaded the
-// previous tile's slab 1 (loaded[1]), and arrives on filled[0]; the
-// epilogue warpgroup loads it into registers and arrives on loaded[0];
-// consumer warpgroup 1 then stores its slab and arrives on filled[1]; and
-// so on.  Each barrier completes once per tile, so its phase parity is the
-// tile's (this CTA's tile count t): loaded[0] phase t cannot complete
-// before filled[1] phase t - 1, so no waiter is two phases behind.
-// The epilogue warpgroup (warpgroup 3): for each tile, per slab: wait,
-// load the slab's two 32-row fragments, release the buffer, run the functor
-// on each fragment (skipping rows past M) with its own scratch.  The
-// functor sees 32 x BN tiles; TileInfo's row-tile index and count are in 32
-// rows (the host sizes column partials accordingly).
-template <class Cfg, class Epi>
-__device__ __forceinline__ void sm90_epilogue_warpgroup(const typename Epi::Params& ep, const GemmArgs& g,
-                                                        unsigned buf, unsigned scratch_at, unsigned filled,
-                                                        unsigned loaded, int tiles_m, int tiles_n, int num_tiles) {
-    typedef Sm90Frag<Cfg> Frag;
-    const int etid = threadIdx.x & 127, lane = etid & 31, warp = etid >> 5;
-    Frag f0, f1;  // the slab's two fragments (separate objects: an array of them went to local memory)
-    epilogue_fragment_init<Cfg>(f0, g, warp, lane);
-    epilogue_fragment_init<Cfg>(f1, g, warp, lane);
-    float* const scratch = reinterpret_cast<float*>(coda_dyn_smem_sm90 + (scratch_at - smem_u32(coda_dyn_smem_sm90)));
-    unsigned phase = 0;
-#pragma unroll 1
-    for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x, phase ^= 1u) {
-        int tm, tn;
-        raster_grouped(tile, tiles_m, tiles_n, Cfg::kGroupM, tm, tn);
-        const int n0 = tn * Cfg::BN;
-#pragma unroll 1
-        for (int slab = 0; slab < 2; ++slab) {
-            mbar_wait(filled + 8 * slab, phase);
-            handoff_load<Cfg>(f0, buf, 0, warp, lane);
-            handoff_load<Cfg>(f1, buf, 1, warp, lane);
-            mbar_arrive(loaded + 8 * slab);  // this thread has its registers: the buffer may be reused
-            const int m0 = tm * Cfg::BM + slab * Cfg::kWgRows;
-            epilogue_fragment_apply<Cfg, Epi>(ep, f0, g, m0, n0, tn, tiles_n, scratch);
-            epilogue_fragment_apply<Cfg, Epi>(ep, f1, g, m0 + Cfg::kEpiBM, n0, tn, tiles_n, scratch);
-        }
     }
 }
 
@@ -997,33 +736,23 @@ __device__ __forceinline__ void gemm_sm90_rows(const TmaDesc& ta, const TmaDesc&
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
     static_assert(sizeof(Elem) == 0, "gemm_sm90 needs sm_90a (wgmma, setmaxnreg)");
 #endif
-    typedef typename Sm90ConsumerFrag<Cfg>::type Frag;
+    typedef Sm90Frag<Cfg> Frag;
     constexpr int S = Cfg::kStages;
     constexpr bool kAK = LayoutA::kKContiguous;
     constexpr bool kBK = LayoutB::kKContiguous;
     constexpr int kScratch = sm90_scratch_bytes<Cfg, Epi>();
     static_assert(gemm_sm90_smem_bytes<Cfg, Epi>() <= 232448, "exceeds the 227 KiB of shared memory per CTA");
 
-    static_assert(!Cfg::kEpiWG || (!kPrologue && !Pre::kActive),
-                  "the epilogue warpgroup takes no A prologue and no row prelude");
-    static_assert(Cfg::kClusterM == 1 || (!kPrologue && !Pre::kActive),
-                  "clusters take no A prologue and no row prelude");
-    constexpr int CM = Cfg::kClusterM;
-
     // Shared memory map (1024-aligned base): ring [stage][A | B], scratch per
-    // unit (the hand-off buffer, then the scratch, with an epilogue
-    // warpgroup), full[S], empty[S], turn[2], filled[2], loaded[2].
+    // unit, full[S], empty[S], turn[2].
     const unsigned base = (smem_u32(coda_dyn_smem_sm90) + 1023u) & ~1023u;
     const unsigned ring = base;
     const unsigned scratch0 = ring + Cfg::kRingBytes;
     const unsigned bars = scratch0 + Cfg::kUnits * kScratch;
-    // full[s] at bars + 8 s, empty[s] at bars + 8 (S + s), turn[u] at bars + 8 (2 S + u),
-    // filled[c] at bars + 8 (2 S + 2 + c), loaded[c] at bars + 8 (2 S + 4 + c).
-    const unsigned filled = bars + 8 * (2 * S + 2);
-    const unsigned loaded = bars + 8 * (2 * S + 4);
+    // full[s] at bars + 8 s, empty[s] at bars + 8 (S + s), turn[u] at bars + 8 (2 S + u).
 
     const int tid = threadIdx.x;
-    const int wg = tid >> 7;  // 0 = producer, 1..2 = consumers, 3 = epilogue (kEpiWG)
+    const int wg = tid >> 7;  // 0 = producer, 1..2 = consumers
 
     const int tiles_m = (g.m + Cfg::BM - 1) / Cfg::BM;
     const int tiles_n = (g.n + Cfg::BN - 1) / Cfg::BN;
@@ -1037,29 +766,20 @@ __device__ __forceinline__ void gemm_sm90_rows(const TmaDesc& ta, const TmaDesc&
 #pragma unroll 1
         for (int s = 0; s < S; ++s) {
             mbar_init(bars + 8 * s, 1);                       // full: the producer's expect-tx arrive
-            mbar_init(bars + 8 * (S + s), Cfg::kUnitWGs * CM);  // empty: one arrive per consuming warpgroup of the cluster
+            mbar_init(bars + 8 * (S + s), Cfg::kUnitWGs);   // empty: one arrive per consuming warpgroup
         }
         mbar_init(bars + 8 * (2 * S), 1);  // turn[0] (ping-pong hand-off)
         mbar_init(bars + 8 * (2 * S + 1), 1);  // turn[1]
-        if (Cfg::kEpiWG) {
-            for (int c = 0; c < 2; ++c) {
-                mbar_init(filled + 8 * c, 128);  // every thread of consumer warpgroup c, once its slab is stored
-                mbar_init(loaded + 8 * c, 128);  // every epilogue thread, once it has loaded slab c
-            }
-        }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     }
-    // With clusters, every CTA's mbarriers are initialized before any
-    // multicast or remote arrive reaches them.
-    if constexpr (CM > 1) cluster_sync();
-    else __syncthreads();
+    __syncthreads();
     const TileWalk<Cfg> walk(tiles_m, tiles_n);
 
     // Register split: a row prelude's helpers need more than the producer.
     constexpr int kProducerRegs = Pre::kActive ? 56 : Cfg::kProducerRegs;
     constexpr int kConsumerRegs = Pre::kActive ? 224 : Cfg::kConsumerRegs;
-    static_assert(kProducerRegs + 2 * kConsumerRegs + Cfg::kEpilogueRegs <= (Cfg::kThreads / 128) * (65536 / Cfg::kThreads),
+    static_assert(kProducerRegs + 2 * kConsumerRegs <= (Cfg::kThreads / 128) * (65536 / Cfg::kThreads),
                   "register split over the CTA's budget");
     if (wg == 0) {
         // ---------------- producer ----------------
@@ -1096,26 +816,20 @@ __device__ __forceinline__ void gemm_sm90_rows(const TmaDesc& ta, const TmaDesc&
                         if (kAK) tma_load_2d(sa + i * 8192, ta, full, k0, m0 + 64 * i);
                         else tma_load_2d(sa + i * 8192, ta, full, m0 + 64 * i, k0);
                     }
-                    // B: this CTA's share of the tile's 64-row boxes (all of
-                    // them without clusters), multicast to the whole cluster.
-                    constexpr int kBoxes = Cfg::BN / 64 / CM;
 #pragma unroll
-                    for (int ib = 0; ib < kBoxes; ++ib) {
-                        const int i = walk.rank * kBoxes + ib;
+                    for (int i = 0; i < Cfg::BN / 64; ++i) {
                         const int n = n0 + 64 * i;
                         const unsigned dst = sb + i * 8192;
                         if constexpr (!RowsB::kIdentity) {
                             if (RowsB::inside(n)) {
                                 int pi, pg;
                                 RowsB::coords(n, pi, pg);
-                                if constexpr (CM > 1) tma_load_4d_multicast(dst, tbp, full, k0, 0, pi, pg, (1u << CM) - 1);
-                                else tma_load_4d(dst, tbp, full, k0, 0, pi, pg);
+                                tma_load_4d(dst, tbp, full, k0, 0, pi, pg);
                                 continue;
                             }
                         }
                         const int c0 = kBK ? k0 : n, c1 = kBK ? n : k0;
-                        if constexpr (CM > 1) tma_load_2d_multicast(dst, tb, full, c0, c1, (1u << CM) - 1);
-                        else tma_load_2d(dst, tb, full, c0, c1);
+                        tma_load_2d(dst, tb, full, c0, c1);
                     }
                     if (++slot == S) {
                         slot = 0;
@@ -1124,17 +838,6 @@ __device__ __forceinline__ void gemm_sm90_rows(const TmaDesc& ta, const TmaDesc&
                 }
             }
         }
-        // No CTA of a cluster exits while another may still arrive on its
-        // mbarriers.
-        if constexpr (CM > 1) cluster_sync();
-        return;
-    }
-
-    if (Cfg::kEpiWG && wg == 3) {
-        // ---------------- epilogue warpgroup ----------------
-        setmaxnreg_inc<Cfg::kEpilogueRegs>();
-        sm90_epilogue_warpgroup<Cfg, Epi>(ep, g, scratch0, scratch0 + Cfg::kSlabBytes, filled, loaded, tiles_m,
-                                          tiles_n, num_tiles);
         return;
     }
 
@@ -1167,7 +870,6 @@ __device__ __forceinline__ void gemm_sm90_rows(const TmaDesc& ta, const TmaDesc&
     constexpr unsigned kSlabStrideA = kAK ? 64u * 128u : 8192u;
 
     RowBlocksSeen seen;  // row prelude only
-    unsigned handoff_phase = 0;  // epilogue warpgroup only
     int seq = 0;      // index of the tile among this CTA's tiles
     int kdone = 0;    // k blocks of this CTA's tiles before the current one (ring position)
     unsigned turn_phase = 0;
@@ -1176,8 +878,6 @@ __device__ __forceinline__ void gemm_sm90_rows(const TmaDesc& ta, const TmaDesc&
         if (Cfg::kPingPong && (seq & 1) != unit) continue;
         int tm, tn;
         walk.at(ct, tm, tn);
-        // A cluster's CTA past the last row tile only multiplies for its partner.
-        const bool has_rows = CM == 1 || tm < tiles_m;
         const int m0 = tm * Cfg::BM, n0 = tn * Cfg::BN;
 
 #pragma unroll
@@ -1197,11 +897,9 @@ __device__ __forceinline__ void gemm_sm90_rows(const TmaDesc& ta, const TmaDesc&
         // Fields in declaration order: origin, tile coordinates, tile counts, M, N,
         // scratch bytes (the column-vector slots follow the scratch proper).
         const TileInfo t{m0, n0, tm, tn, tiles_m, tiles_n, g.m, g.n, sm90_scratch_core_bytes<Cfg, Epi>()};
-        if constexpr (EpiPrefetch<Epi>::value && !Cfg::kEpiWG) {
-            if (has_rows) {
-                f.sync();  // the previous tile's epilogue is done with the scratch
-                Epi::prefetch(ep, f, t, scratch);
-            }
+        if constexpr (EpiPrefetch<Epi>::value) {
+            f.sync();  // the previous tile's epilogue is done with the scratch
+            Epi::prefetch(ep, f, t, scratch);
         }
 
         if (Cfg::kPingPong && seq > 0) {
@@ -1240,7 +938,7 @@ __device__ __forceinline__ void gemm_sm90_rows(const TmaDesc& ta, const TmaDesc&
                 }
                 wgmma_commit();
                 wgmma_wait<1>();  // the previous k block's wgmmas are done: release its slot
-                if (prev_slot >= 0 && release_thread) release_slot<Cfg>(bars + 8 * (S + prev_slot));
+                if (prev_slot >= 0 && release_thread) mbar_arrive(bars + 8 * (S + prev_slot));
                 prev_slot = slot;
                 if (++slot == S) {
                     slot = 0;
@@ -1250,7 +948,7 @@ __device__ __forceinline__ void gemm_sm90_rows(const TmaDesc& ta, const TmaDesc&
         }
         if (Cfg::kPingPong && release_thread) mbar_arrive(bars + 8 * (2 * S + (unit ^ 1)));  // hand-off
         wgmma_wait<0>();
-        if (prev_slot >= 0 && release_thread) release_slot<Cfg>(bars + 8 * (S + prev_slot));
+        if (prev_slot >= 0 && release_thread) mbar_arrive(bars + 8 * (S + prev_slot));
 #pragma unroll
         for (int i = 0; i < Frag::RI; ++i)
 #pragma unroll
@@ -1263,19 +961,9 @@ __device__ __forceinline__ void gemm_sm90_rows(const TmaDesc& ta, const TmaDesc&
             for (int i = 0; i < Frag::RI; ++i) f.a_sumsq[i] = quad_sum(f.a_sumsq[i]);
         }
 
-        if constexpr (Cfg::kEpiWG) {
-            // Hand the slab over (see the protocol above) and go on with the next tile.
-            if (cw == 0) mbar_wait(loaded + 8, handoff_phase ^ 1u);  // the previous tile's slab 1 (first: passes)
-            else mbar_wait(loaded, handoff_phase);                   // this tile's slab 0
-            handoff_store<Cfg>(f.acc, scratch0, warp_in_wg, lane);
-            mbar_arrive(filled + 8 * cw);
-            handoff_phase ^= 1u;
-        } else if (has_rows) {
-            Epi::apply(ep, f, t, scratch);
-        }
+        Epi::apply(ep, f, t, scratch);
     }
     if constexpr (Pre::kActive) prelude_done<Pre>(pp, tiles_m, 8, lane);
-    if constexpr (CM > 1) cluster_sync();
 }
 
 }  // namespace coda

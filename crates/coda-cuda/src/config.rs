@@ -17,7 +17,7 @@
 //! On `sm_90a` ([`Target::Sm90a`]) a GEMM whose portable choice is not the
 //! small-tile one moves to the Hopper mainloop ([`for_target`]): TMA loads,
 //! wgmma, a persistent grid. `Sm90Cfg128x256` (the fastest: 0.96–0.99× of
-//! cuBLAS in `scripts/gemm-harness/NOTES.md`) unless the epilogue reads
+//! cuBLAS, `docs/decisions/hopper-mainloop.md`) unless the epilogue reads
 //! per-column vectors beside per-row values finished from partials (a
 //! deferred LayerNorm's consumer, whose registers spill beside 128
 //! accumulators) or `N` is a constant below 256; then `Sm90Cfg128x128`.
@@ -34,20 +34,13 @@
 //!
 //! These rules know `N` but not the run-time `M`; `codac bench --autotune`
 //! measures a Hopper choice's [`TileConfig::alternatives`] for one `M` and
-//! files the winner, which `CodegenOptions::tiles` then applies. Five of
-//! them are never chosen by the rules, since they measured slower on the
-//! H100: the ping-pong `Sm90Cfg128x128pp` (its GEMMs run about 10% slower),
-//! the ping-pong `Sm90Cfg192x128pp` and `Sm90Cfg128x192pp` with 192
-//! accumulators per thread (bare GEMMs 1.10–1.24× the time of
-//! `Sm90Cfg128x256`, fused ones slower still; beside their two full-tile
-//! staging scratches only a 3-stage ring fits; session 16),
-//! the clusters of `Sm90Cfg128x256c2` (bare GEMMs 1.01–1.02×, the fused
-//! Llama-3 block 5% slower: session 13)
-//! and the epilogue-warpgroup `Sm90Cfg128x192ew` (its bare GEMMs run at
-//! 1.01–1.06× the time of `Sm90Cfg128x256`'s, but the epilogue running
-//! beside the K loop slows the tensor cores as much as it saves, so the
-//! fused kernels of the Llama-3 block took 1.06–1.30× their `Sm90Cfg128x256`
-//! bare GEMMs against 1.04–1.16×; `docs/benchmarks.md`, session 12).
+//! files the winner, which `CodegenOptions::tiles` then applies. The rules
+//! never choose the ping-pong `Sm90Cfg128x128pp`: its GEMMs run about 10%
+//! slower, though it won single kernels in autotune trials
+//! (`docs/decisions/ping-pong.md`). The epilogue warpgroup, thread-block
+//! clusters and the full-tile ping-pong tiles of 192 accumulators per thread
+//! lost everywhere and were removed (`docs/decisions/`; the tag
+//! `before-house-cleaning` keeps their code).
 //! `--tile-config` (`CodegenOptions::tile_config`) asks for one
 //! configuration by name for every GEMM that can take it.
 
@@ -99,22 +92,6 @@ pub enum TileConfig {
     /// Hopper: 128×128×64, ping-pong (each consumer warpgroup owns whole
     /// tiles, one's epilogue overlapping the other's K loop), 4 stages.
     Sm90Cfg128x128pp,
-    /// Hopper: 192×128×64, ping-pong with 192 accumulators per consumer
-    /// thread (three m64n128 slabs per warpgroup), 3 stages.
-    Sm90Cfg192x128pp,
-    /// Hopper: 128×192×64, ping-pong with 192 accumulators per consumer
-    /// thread (two m64n192 slabs per warpgroup), 3 stages.
-    Sm90Cfg128x192pp,
-    /// Hopper: 128×192×64, two cooperative consumer warpgroups that hand
-    /// each tile's accumulators to an epilogue warpgroup through shared
-    /// memory, a 64-row slab at a time, and go on with the next tile (the
-    /// epilogue overlaps the next K loop), 4 stages. The functor sees
-    /// 32×192 tiles ([`TileConfig::epilogue_tile`]).
-    Sm90Cfg128x192ew,
-    /// Hopper: `Sm90Cfg128x256` in thread-block clusters of two CTAs along
-    /// M that share their B tile: each loads half of it with TMA multicast
-    /// into both, so B costs the L2 half as much.
-    Sm90Cfg128x256c2,
     /// Hopper: 128×192×64 ping-pong whose epilogue stages 64 columns at a
     /// time (`coda::sub_put`), so two small scratches leave room for a
     /// 4-stage ring.
@@ -136,10 +113,6 @@ impl TileConfig {
             TileConfig::Sm90Cfg128x256 => "Sm90Cfg128x256",
             TileConfig::Sm90Cfg128x128 => "Sm90Cfg128x128",
             TileConfig::Sm90Cfg128x128pp => "Sm90Cfg128x128pp",
-            TileConfig::Sm90Cfg192x128pp => "Sm90Cfg192x128pp",
-            TileConfig::Sm90Cfg128x192pp => "Sm90Cfg128x192pp",
-            TileConfig::Sm90Cfg128x192ew => "Sm90Cfg128x192ew",
-            TileConfig::Sm90Cfg128x256c2 => "Sm90Cfg128x256c2",
             TileConfig::Sm90Cfg128x192pps => "Sm90Cfg128x192pps",
             TileConfig::Sm90Cfg128x192pps2 => "Sm90Cfg128x192pps2",
         }
@@ -152,17 +125,13 @@ impl TileConfig {
             TileConfig::Sm90Cfg128x256
                 | TileConfig::Sm90Cfg128x128
                 | TileConfig::Sm90Cfg128x128pp
-                | TileConfig::Sm90Cfg192x128pp
-                | TileConfig::Sm90Cfg128x192pp
-                | TileConfig::Sm90Cfg128x192ew
-                | TileConfig::Sm90Cfg128x256c2
                 | TileConfig::Sm90Cfg128x192pps
                 | TileConfig::Sm90Cfg128x192pps2
         )
     }
 
     /// Every configuration, for lookups by name.
-    pub const ALL: [TileConfig; 13] = [
+    pub const ALL: [TileConfig; 9] = [
         TileConfig::Cfg64x64,
         TileConfig::Cfg128x128,
         TileConfig::Cfg128x128w4,
@@ -170,10 +139,6 @@ impl TileConfig {
         TileConfig::Sm90Cfg128x256,
         TileConfig::Sm90Cfg128x128,
         TileConfig::Sm90Cfg128x128pp,
-        TileConfig::Sm90Cfg192x128pp,
-        TileConfig::Sm90Cfg128x192pp,
-        TileConfig::Sm90Cfg128x192ew,
-        TileConfig::Sm90Cfg128x256c2,
         TileConfig::Sm90Cfg128x192pps,
         TileConfig::Sm90Cfg128x192pps2,
     ];
@@ -192,14 +157,10 @@ impl TileConfig {
     /// registers where the rules avoided it (a wide epilogue), which the
     /// measurement then shows. Portable configurations have none.
     pub fn alternatives(self) -> Vec<TileConfig> {
-        const HOPPER: [TileConfig; 9] = [
+        const HOPPER: [TileConfig; 5] = [
             TileConfig::Sm90Cfg128x256,
             TileConfig::Sm90Cfg128x128,
             TileConfig::Sm90Cfg128x128pp,
-            TileConfig::Sm90Cfg192x128pp,
-            TileConfig::Sm90Cfg128x192pp,
-            TileConfig::Sm90Cfg128x192ew,
-            TileConfig::Sm90Cfg128x256c2,
             TileConfig::Sm90Cfg128x192pps,
             TileConfig::Sm90Cfg128x192pps2,
         ];
@@ -214,8 +175,6 @@ impl TileConfig {
         matches!(
             self,
             TileConfig::Sm90Cfg128x128pp
-                | TileConfig::Sm90Cfg192x128pp
-                | TileConfig::Sm90Cfg128x192pp
                 | TileConfig::Sm90Cfg128x192pps
                 | TileConfig::Sm90Cfg128x192pps2
         )
@@ -246,24 +205,9 @@ impl TileConfig {
 
     /// Whether the mainloop takes an A prologue (gains applied on load, row
     /// sums of squares) and a fused row prelude: the cooperative ones do,
-    /// the ping-pong, epilogue-warpgroup and cluster ones do not.
+    /// the ping-pong ones do not.
     pub fn takes_a_prologue(self) -> bool {
-        !self.is_ping_pong() && !self.has_epilogue_warpgroup() && self.cluster() == 1
-    }
-
-    /// CTAs per thread-block cluster (along M); 1 without clusters. The
-    /// entry point declares it (`__cluster_dims__`), and the grid must be a
-    /// multiple of it.
-    pub fn cluster(self) -> u32 {
-        match self {
-            TileConfig::Sm90Cfg128x256c2 => 2,
-            _ => 1,
-        }
-    }
-
-    /// Whether the consumers hand each tile to an epilogue warpgroup.
-    pub fn has_epilogue_warpgroup(self) -> bool {
-        matches!(self, TileConfig::Sm90Cfg128x192ew)
+        !self.is_ping_pong()
     }
 
     /// Tiles a CTA works on at once (each with its own epilogue scratch).
@@ -280,25 +224,9 @@ impl TileConfig {
         match self {
             TileConfig::Cfg64x64 => (64, 64, 32),
             TileConfig::Cfg128x128 | TileConfig::Cfg128x128w4 => (128, 128, 32),
-            TileConfig::Cfg128x256 | TileConfig::Sm90Cfg128x256 | TileConfig::Sm90Cfg128x256c2 => (128, 256, 64),
+            TileConfig::Cfg128x256 | TileConfig::Sm90Cfg128x256 => (128, 256, 64),
             TileConfig::Sm90Cfg128x128 | TileConfig::Sm90Cfg128x128pp => (128, 128, 64),
-            TileConfig::Sm90Cfg192x128pp => (192, 128, 64),
-            TileConfig::Sm90Cfg128x192ew
-            | TileConfig::Sm90Cfg128x192pp
-            | TileConfig::Sm90Cfg128x192pps
-            | TileConfig::Sm90Cfg128x192pps2 => (128, 192, 64),
-        }
-    }
-
-    /// `(BM, BN)` of the tiles the epilogue functor sees, which partial
-    /// buffers count: the tile itself, except with an epilogue warpgroup,
-    /// which runs the functor on 32-row fragments (two per consumer
-    /// warpgroup's slab).
-    pub fn epilogue_tile(self) -> (i64, i64) {
-        let (bm, bn, _) = self.tile();
-        match self {
-            TileConfig::Sm90Cfg128x192ew => (bm / 4, bn),
-            _ => (bm, bn),
+            TileConfig::Sm90Cfg128x192pps | TileConfig::Sm90Cfg128x192pps2 => (128, 192, 64),
         }
     }
 
@@ -308,30 +236,20 @@ impl TileConfig {
             TileConfig::Cfg64x64 | TileConfig::Cfg128x128w4 => 128,
             TileConfig::Cfg128x128 | TileConfig::Cfg128x256 => 256,
             TileConfig::Sm90Cfg128x256
-            | TileConfig::Sm90Cfg128x256c2
             | TileConfig::Sm90Cfg128x128
             | TileConfig::Sm90Cfg128x128pp
-            | TileConfig::Sm90Cfg192x128pp
-            | TileConfig::Sm90Cfg128x192pp
             | TileConfig::Sm90Cfg128x192pps
             | TileConfig::Sm90Cfg128x192pps2 => 384,
-            TileConfig::Sm90Cfg128x192ew => 512,
         }
     }
 
     /// Pipeline stages.
     pub fn stages(self) -> i64 {
         match self {
-            TileConfig::Cfg64x64
-            | TileConfig::Cfg128x256
-            | TileConfig::Sm90Cfg128x256
-            | TileConfig::Sm90Cfg128x256c2
-            | TileConfig::Sm90Cfg192x128pp
-            | TileConfig::Sm90Cfg128x192pp => 3,
+            TileConfig::Cfg64x64 | TileConfig::Cfg128x256 | TileConfig::Sm90Cfg128x256 => 3,
             TileConfig::Cfg128x128
             | TileConfig::Cfg128x128w4
             | TileConfig::Sm90Cfg128x128pp
-            | TileConfig::Sm90Cfg128x192ew
             | TileConfig::Sm90Cfg128x192pps
             | TileConfig::Sm90Cfg128x192pps2 => 4,
             TileConfig::Sm90Cfg128x128 => 5,
@@ -343,10 +261,7 @@ impl TileConfig {
     /// `stages * (BM + BN) * BK * 2` bytes. Hopper (`gemm_sm90_smem_bytes`):
     /// 1024 bytes of alignment slack, the TMA ring, one epilogue scratch of
     /// `BM * (BN + 8) * 2` bytes (the staged store) rounded to 128, and the
-    /// mbarriers. With an epilogue warpgroup: the hand-off buffer (one
-    /// consumer warpgroup's `BM / 2 × BN` floats), the staged-store scratch
-    /// of a 32-row epilogue tile, and four more mbarriers. The emitted
-    /// kernel `static_assert`s that this matches the header's own formula.
+    /// mbarriers. The emitted kernel `static_assert`s that this matches the header's own formula.
     pub fn smem_bytes(self) -> u32 {
         self.smem_bytes_with(0)
     }
@@ -358,17 +273,11 @@ impl TileConfig {
         let (bm, bn, bk) = self.tile();
         let ring = self.stages() * (bm + bn) * bk * 2;
         // The staged store of the functor's tile, rounded to 128 bytes.
-        let (ebm, _) = self.epilogue_tile();
         let staging = match self.stage_cols() {
-            Some(cols) => self.stage_regions() * ebm * (cols + 8) * 2,
-            None => (ebm * (bn + 8) * 2 + 127) / 128 * 128,
+            Some(cols) => self.stage_regions() * bm * (cols + 8) * 2,
+            None => (bm * (bn + 8) * 2 + 127) / 128 * 128,
         };
-        let bytes = if self.has_epilogue_warpgroup() {
-            // One consumer warpgroup's slab of floats, then the staging
-            // scratch; no column-vector slots (that epilogue stages nothing
-            // ahead).
-            1024 + ring + bm / 2 * bn * 4 + staging + 16 * self.stages() + 16 + 32
-        } else if self.is_sm90() {
+        let bytes = if self.is_sm90() {
             // One scratch per tile in flight: two for ping-pong.
             let vecs = i64::try_from(col_vecs).unwrap_or(i64::MAX / 4096);
             let scratch = staging + vecs * bn * 4;
@@ -553,38 +462,13 @@ mod tests {
             assert!(alternatives.iter().all(|a| a.is_sm90() == c.is_sm90()), "{c:?}: the mainloop family is kept");
         }
         assert_eq!(TileConfig::from_name("Sm90Cfg64x64"), None);
-        assert_eq!(TileConfig::Sm90Cfg128x256.alternatives().len(), 9);
-        // Clusters: the shared memory of the plain tile, no prologue, two CTAs.
-        let c2 = TileConfig::Sm90Cfg128x256c2;
-        assert_eq!((c2.cluster(), TileConfig::Sm90Cfg128x256.cluster()), (2, 1));
-        assert_eq!(c2.smem_bytes_with(2), TileConfig::Sm90Cfg128x256.smem_bytes_with(2));
-        assert!(!c2.takes_a_prologue() && TileConfig::Sm90Cfg128x256.takes_a_prologue());
+        assert_eq!(TileConfig::Sm90Cfg128x256.alternatives().len(), 5);
+        assert!(TileConfig::Sm90Cfg128x256.takes_a_prologue() && !TileConfig::Sm90Cfg128x128pp.takes_a_prologue());
         assert_eq!(TileConfig::Sm90Cfg128x128.alternatives()[1], TileConfig::Sm90Cfg128x256);
         assert_eq!(TileConfig::Cfg128x256.alternatives(), vec![TileConfig::Cfg128x256]);
         assert_eq!(TileConfig::Sm90Cfg128x128pp.tiles_in_flight(), 2);
         // Two scratches of 128 x 136 bf16, a 4-stage ring: the header's formula.
         assert_eq!(TileConfig::Sm90Cfg128x128pp.smem_bytes(), 1024 + 4 * 256 * 64 * 2 + 2 * 34_816 + 16 * 4 + 16);
-        // 192 accumulators per thread: two full-tile scratches and a 3-stage
-        // ring, the header's formula.
-        let pp = TileConfig::Sm90Cfg192x128pp;
-        assert_eq!((pp.tile(), pp.stages(), pp.tiles_in_flight()), ((192, 128, 64), 3, 2));
-        assert_eq!(pp.smem_bytes(), 1024 + 3 * 320 * 64 * 2 + 2 * 192 * 136 * 2 + 16 * 3 + 16);
-        assert_eq!(TileConfig::Sm90Cfg128x192pp.smem_bytes(), 226_368);
-        // Three staged column vectors fit beside them, not four (the
-        // emitter stages no more than fit: `col_slot`).
-        assert!(pp.smem_bytes_with(3) <= SM90_MAX_SMEM && pp.smem_bytes_with(4) > SM90_MAX_SMEM);
-        assert!(!pp.takes_a_prologue());
-        // A 4-stage ring of 128 + 192 rows, a 64 x 192 float hand-off
-        // buffer, the staging scratch of a 32-row tile, and the ring's
-        // mbarriers plus turn[2], filled[2] and loaded[2]: the header's
-        // formula, with or without column vectors.
-        let ew = TileConfig::Sm90Cfg128x192ew;
-        assert_eq!(ew.smem_bytes(), 1024 + 4 * 320 * 64 * 2 + 64 * 192 * 4 + 32 * 200 * 2 + 16 * 4 + 48);
-        assert_eq!(ew.smem_bytes_with(4), ew.smem_bytes());
-        assert!(ew.smem_bytes() <= 232_448);
-        assert_eq!(ew.epilogue_tile(), (32, 192));
-        assert_eq!(TileConfig::Sm90Cfg128x256.epilogue_tile(), (128, 256));
-        assert!(!ew.takes_a_prologue() && TileConfig::Sm90Cfg128x128.takes_a_prologue());
         // Staged subtiles: one region of 128 x (64 + 8) bf16 per tile in
         // flight beside a 4-stage ring, with room for four staged column
         // vectors (the emitter's limit).

@@ -135,7 +135,7 @@ impl Emu<'_> {
             }
             KernelKind::Gemm(g) => {
                 self.gemm(g)?;
-                let (bm, bn) = g.config.epilogue_tile();
+                let (bm, bn, _) = g.config.tile();
                 for p in &kernel.partials {
                     self.partial(p, bm, bn);
                 }

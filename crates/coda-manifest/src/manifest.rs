@@ -14,7 +14,6 @@
 //!              summary, config (gemm), grid: [x, y, z] sizes,
 //!              block: [x, y, z], smem_bytes, when (copy kernels),
 //!              persistent (grid capped at the SM count),
-//!              cluster (CTAs per thread-block cluster, when above 1),
 //!              tensor_maps: [TensorMapSpec], args: [StructSpec] }
 //! TensorMapSpec { buffer, base_row, dims: [size] (innermost first),
 //!              strides: [int] (dims 1.., in rows of the buffer), box: [int] }
@@ -42,10 +41,7 @@
 //! rows (times the buffer's leading dimension), read in boxes of `box`
 //! elements with the 128-byte swizzle, the 256-byte L2 promotion and zero
 //! fill out of bounds. A `persistent` kernel's grid is
-//! `min(grid, multiprocessors)`: its CTAs loop over the tiles. A kernel
-//! with `cluster` = c > 1 declares `__cluster_dims__(c, 1, 1)`: its grid is
-//! rounded up to a multiple of c and, when persistent, capped at c times
-//! the clusters the device runs at once (`cuOccupancyMaxActiveClusters`).
+//! `min(grid, multiprocessors)`: its CTAs loop over the tiles.
 
 use serde::{Deserialize, Serialize};
 
@@ -106,14 +102,6 @@ fn is_false(b: &bool) -> bool {
     !*b
 }
 
-fn one() -> u32 {
-    1
-}
-
-fn is_one(v: &u32) -> bool {
-    *v == 1
-}
-
 /// A kernel launch.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct KernelSpec {
@@ -142,10 +130,6 @@ pub struct KernelSpec {
     /// The grid is capped at the device's multiprocessor count.
     #[serde(default, skip_serializing_if = "is_false")]
     pub persistent: bool,
-    /// CTAs per thread-block cluster (declared by the entry point): the
-    /// grid must be a multiple of it; 1 without clusters.
-    #[serde(default = "one", skip_serializing_if = "is_one")]
-    pub cluster: u32,
     /// TMA tensor maps passed before `args`, in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tensor_maps: Vec<TensorMapSpec>,

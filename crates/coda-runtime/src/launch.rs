@@ -207,36 +207,6 @@ impl Kernel {
         Ok(())
     }
 
-    /// How many thread-block clusters of this kernel (which declares its
-    /// cluster size, `__cluster_dims__(cluster, 1, 1)`) the device runs at
-    /// once with `cfg`'s block and dynamic shared memory
-    /// (`cuOccupancyMaxActiveClusters`): the fast size of a persistent
-    /// grid, in clusters. At least 1.
-    pub fn max_active_clusters(&self, cfg: &LaunchConfig, cluster: u32) -> Result<u32> {
-        self.ctx.bind_to_thread().cuda("cuCtxSetCurrent")?;
-        self.ensure_smem(cfg.smem_bytes)?;
-        let config = sys::CUlaunchConfig {
-            gridDimX: cluster.max(1),
-            gridDimY: 1,
-            gridDimZ: 1,
-            blockDimX: cfg.block.0,
-            blockDimY: cfg.block.1,
-            blockDimZ: cfg.block.2,
-            sharedMemBytes: cfg.smem_bytes,
-            hStream: std::ptr::null_mut(),
-            attrs: std::ptr::null_mut(),
-            numAttrs: 0,
-        };
-        let mut clusters: std::ffi::c_int = 0;
-        // SAFETY: the function handle is alive and its context current;
-        // `config` is a valid launch configuration without attributes (the
-        // cluster size is the kernel's own) and `clusters` a valid out-pointer.
-        unsafe { sys::cuOccupancyMaxActiveClusters(&mut clusters, self.func.cu_function(), &config) }
-            .result()
-            .cuda("cuOccupancyMaxActiveClusters")?;
-        Ok(u32::try_from(clusters).unwrap_or(0).max(1))
-    }
-
     /// Launches the kernel on `stream` with one by-value struct argument per
     /// [`ParamBlock`], in order. Asynchronous: errors of the kernel itself
     /// show up at the next synchronisation.

@@ -75,7 +75,7 @@ pub(crate) struct KernelFlags {
     /// In backward blocks, read the RMSNorm backward's row term from the forward's saved product in the epilogue that makes the gradient, instead of recomputing it after the dgrad GEMM (the `zdz` rule): fewer kernels, but slower on the H100 (docs/decisions/zdz-rule.md).
     #[arg(long)]
     pub(crate) saved_products: bool,
-    /// Give every Hopper GEMM that can take it this tile configuration instead of the rules' (or the autotuner's) choice, e.g. `Sm90Cfg128x192ew` (the epilogue warpgroup: each tile's epilogue overlaps the next tile's K loop); the names are in docs/cli.md.
+    /// Give every Hopper GEMM that can take it this tile configuration instead of the rules' (or the autotuner's) choice, e.g. `Sm90Cfg128x128pp` (ping-pong: one tile's epilogue overlaps the other's K loop); the names are in docs/cli.md.
     #[arg(long, value_name = "CONFIG", value_parser = parse_tile_config)]
     pub(crate) tile_config: Option<coda::cuda::config::TileConfig>,
 }

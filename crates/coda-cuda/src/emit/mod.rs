@@ -85,7 +85,6 @@ struct Launch {
     smem: u32,
     when: Option<String>,
     persistent: bool,
-    cluster: u32,
     tensor_maps: Vec<TensorMapSpec>,
     args: Vec<StructSpec>,
 }
@@ -112,12 +111,7 @@ fn emit_kernel(
                 None => code,
             };
             let (bm, bn, _) = spec.config.tile();
-            // A cluster's CTAs take adjacent row tiles: whole clusters of them.
-            let rows = match i64::from(spec.config.cluster()) {
-                1 => SymExpr::from(&spec.m).ceil_div(bm),
-                c => SymExpr::from(&spec.m).ceil_div(bm * c).times(SymExpr::constant(c)),
-            };
-            let grid = rows.times(SymExpr::from(&spec.n).ceil_div(bn));
+            let grid = SymExpr::from(&spec.m).ceil_div(bm).times(SymExpr::from(&spec.n).ceil_div(bn));
             let mut args = vec![gemm_args, em.params.spec("Params")];
             args.extend(prelude.map(|p| p.params));
             let sm90 = spec.config.is_sm90();
@@ -129,7 +123,6 @@ fn emit_kernel(
                 smem: spec.config.smem_bytes_with(col_vecs),
                 when: None,
                 persistent: sm90,
-                cluster: spec.config.cluster(),
                 tensor_maps: if sm90 { tensor_maps(ir, spec) } else { Vec::new() },
                 args,
             };
@@ -176,7 +169,6 @@ fn emit_kernel(
         smem_bytes: launch.smem,
         when: launch.when,
         persistent: launch.persistent,
-        cluster: launch.cluster,
         tensor_maps: launch.tensor_maps,
         args: launch.args,
     };
@@ -222,7 +214,6 @@ fn simple_launch(em: &Emitter<'_>, kind: &'static str, grid: SymExpr, when: Opti
         smem: 0,
         when,
         persistent: false,
-        cluster: 1,
         tensor_maps: Vec::new(),
         args: vec![em.params.spec(&format!("Params_{}", em.kernel.name))],
     }

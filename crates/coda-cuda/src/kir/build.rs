@@ -330,7 +330,7 @@ impl Builder<'_> {
                 _ => continue,
             };
             let Some(KernelPlan::Gemm { matmul, .. }) = self.plan.kernels.get(k) else { continue };
-            let (bm, bn) = self.configs.get(&k).map_or((128, 128), |c| c.epilogue_tile());
+            let (bm, bn, _) = self.configs.get(&k).map_or((128, 128, 0), |c| c.tile());
             let acc = self.block.ty(*matmul).shape.clone();
             let reduced = self.block.inst(v).operands().first().map(|a| self.block.ty(*a).shape.clone());
             let (rows, cols) = match kind {

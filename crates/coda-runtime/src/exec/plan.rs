@@ -175,18 +175,7 @@ impl Plan {
             if loaded.spec.when.as_ref().is_some_and(|w| aliased.contains(&w.as_str())) {
                 continue;
             }
-            let mut launch = plan_launch(kernel, &loaded.spec, &index, &layouts, dims, sms)?;
-            if loaded.spec.cluster > 1 {
-                let cluster = loaded.spec.cluster;
-                let clusters = launch.cfg.grid.0.div_ceil(cluster);
-                let clusters = if loaded.spec.persistent {
-                    clusters.min(loaded.kernel.max_active_clusters(&launch.cfg, cluster)?)
-                } else {
-                    clusters
-                };
-                launch.cfg.grid.0 = clusters * cluster;
-            }
-            launches.push(launch);
+            launches.push(plan_launch(kernel, &loaded.spec, &index, &layouts, dims, sms)?);
         }
         Ok(Plan { places, workspace_bytes, counters, launches, encoded: Mutex::new(HashMap::new()) })
     }

@@ -253,7 +253,7 @@ fn sm90_entry(spec: &GemmSpec, epi: &str, entry: &str, extra: Mainloop<'_>, col_
     };
     format!(
         "static_assert(coda::gemm_sm90_smem_bytes<{cfg}, {epi}>() == {smem}, \"codac's shared-memory size for {cfg}\");\n\n\
-         extern \"C\" __global__ void __launch_bounds__({cfg}::kThreads, 1){cluster}\n\
+         extern \"C\" __global__ void __launch_bounds__({cfg}::kThreads, 1)\n\
          {entry}({maps}, coda::GemmArgs g, {epi}::Params e{pre_arg}) {{\n    \
          coda::gemm_sm90_rows<{cfg}, {la}, {lb}, {elem}, {epi}, {rows}{pro}{pre}>(ta, tb, {tbp}, g, e{pre_val});\n}}\n",
         pro = match (extra.pro, extra.pre) {
@@ -265,10 +265,6 @@ fn sm90_entry(spec: &GemmSpec, epi: &str, entry: &str, extra: Mainloop<'_>, col_
         pre_arg = extra.pre.map_or(String::new(), |p| format!(", {p}::Params pre")),
         pre_val = if extra.pre.is_some() { ", pre" } else { "" },
         smem = spec.config.smem_bytes_with(col_vecs),
-        cluster = match spec.config.cluster() {
-            1 => String::new(),
-            c => format!(" __cluster_dims__({c}, 1, 1)"),
-        },
         la = spec.a.layout.tag(),
         lb = spec.b.layout.tag(),
         elem = super::params::c_type(spec.elem),
@@ -396,7 +392,7 @@ fn staged_store(em: &Emitter<'_>, spec: &GemmSpec) -> Option<(usize, Staging)> {
 /// How store `s` could be staged through shared memory, if it can: a full
 /// 16-bit tile of the accumulator's rows, written once.
 fn staging(em: &Emitter<'_>, spec: &GemmSpec, s: &crate::kir::Store) -> Option<Staging> {
-    let (_, bn) = spec.config.epilogue_tile();
+    let (_, bn, _) = spec.config.tile();
     let subtiled = spec.config.stage_cols().is_some();
     let map = em.kernel.nodes[s.node].reg.as_ref()?;
     let buf = &em.ir.buffers[s.buf];
