@@ -100,7 +100,10 @@ impl Compiler {
             version.as_bytes(),
             options.as_bytes(),
             emit_ptx.as_bytes(),
-            opts.file_name_hint.as_bytes(),
+            // The name as recorded, not the hint: entries from before
+            // relative hints were placed under SOURCE_ROOT embed a working
+            // directory, and must not be found.
+            nvrtc::recorded_name(&opts.file_name_hint).as_bytes(),
             source.as_bytes(),
         ])
     }

@@ -56,7 +56,7 @@ pub use device::{Device, DeviceInfo, Stream};
 pub use error::{Result, RuntimeError};
 pub use launch::{Kernel, LaunchConfig, Module, DEFAULT_MAX_DYNAMIC_SMEM, MAX_PARAM_BYTES};
 pub use memory::DeviceBuffer;
-pub use nvrtc::{CompileOptions, CompiledKernel};
+pub use nvrtc::{CompileOptions, CompiledKernel, SOURCE_ROOT};
 pub use params::{layout, FieldKind, ParamBlock, StructLayout};
 pub use tensor::{contiguous_strides, describe, DType, TensorArg};
 pub use timing::{

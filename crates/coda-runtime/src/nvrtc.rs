@@ -20,7 +20,8 @@ pub struct CompileOptions {
     pub arch: Arch,
     /// Extra NVRTC flags appended after the defaults (e.g. `-DTILE=128`).
     pub extra_flags: Vec<String>,
-    /// Name NVRTC uses for the source in diagnostics and line info.
+    /// Name NVRTC uses for the source in diagnostics and line info; a
+    /// relative name is recorded under [`SOURCE_ROOT`].
     pub file_name_hint: String,
     /// Adds `--use_fast_math`.
     pub fast_math: bool,
@@ -142,6 +143,24 @@ fn to_text(mut bytes: Vec<u8>) -> String {
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
+/// Where a relative file-name hint is placed for NVRTC. NVRTC makes a
+/// relative name absolute with the working directory before recording it
+/// (`.file 1 "/home/me/proj/k0.cu"` in PTX under `-lineinfo`, and in the
+/// CUBIN), which made the output depend on where codac ran and let a cache
+/// hit (whose key has no directory) return another directory's path. An
+/// absolute name is recorded verbatim, so a fixed root keeps the bytes a
+/// function of the source, the options and the hint only.
+pub const SOURCE_ROOT: &str = "/codac";
+
+/// The name NVRTC records for a source with file-name hint `hint`.
+pub(crate) fn recorded_name(hint: &str) -> String {
+    if hint.starts_with('/') {
+        hint.to_owned()
+    } else {
+        format!("{SOURCE_ROOT}/{hint}")
+    }
+}
+
 /// Compiles `source` once with exactly `options`, then fetches the CUBIN
 /// and/or PTX. A failing `nvrtcCompileProgram` is [`RawOutcome::Rejected`];
 /// other API failures are errors.
@@ -153,7 +172,7 @@ pub(crate) fn compile_raw(
     want_ptx: bool,
 ) -> Result<RawOutcome> {
     let c_src = cstring("kernel source", source)?;
-    let c_name = cstring("file name hint", name)?;
+    let c_name = cstring("file name hint", &recorded_name(name))?;
     let c_opts = options.iter().map(|o| cstring("NVRTC option", o)).collect::<Result<Vec<_>>>()?;
     let opt_ptrs: Vec<*const c_char> = c_opts.iter().map(|o| o.as_ptr()).collect();
     let n_opts =

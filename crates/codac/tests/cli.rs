@@ -524,3 +524,55 @@ fn grad_block_takes_the_forward_name() {
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("gpt2_layer") && stderr.contains("gpt2_layer_grad"), "{stderr}");
 }
+
+/// PTX and CUBIN name their source without the directory codac ran in
+/// (`-lineinfo` records it), and are the same bytes whether they come
+/// from NVRTC or from a cache filled from another directory. Skipped
+/// without NVRTC (set `CUDA_HOME` to a toolkit or the PyPI `nvidia/cu13`).
+#[test]
+fn ptx_and_cubin_do_not_depend_on_the_working_directory() {
+    let dir = temp_dir("reproducible");
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/out_proj_kernel.coda");
+    let file = file.canonicalize().unwrap_or_else(|e| panic!("{e}"));
+    let shared_cache = dir.join("cache");
+    // (working directory, cache): the first fills the shared cache, the
+    // second hits it from elsewhere, the third compiles afresh.
+    let runs = [("here", shared_cache.clone()), ("there", shared_cache), ("there", dir.join("fresh-cache"))];
+    let mut outputs: Vec<Vec<(String, Vec<u8>)>> = Vec::new();
+    for (i, (cwd, cache)) in runs.iter().enumerate() {
+        let cwd = dir.join(cwd);
+        let out_dir = dir.join(format!("out{i}"));
+        std::fs::create_dir_all(&cwd).unwrap_or_else(|e| panic!("{e}"));
+        let out = Command::new(env!("CARGO_BIN_EXE_codac"))
+            .args(["compile", file.to_str().unwrap_or_default(), "--emit", "ptx,cubin", "-o"])
+            .arg(&out_dir)
+            .env("CODAC_CACHE_DIR", cache)
+            .current_dir(&cwd)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run codac: {e}"));
+        let stderr = text(&out.stderr);
+        if stderr.contains("needs NVRTC") {
+            eprintln!("skipped: no NVRTC");
+            return;
+        }
+        assert_eq!(out.status.code(), Some(0), "{stderr}");
+        let mut files: Vec<(String, Vec<u8>)> = file_names(&out_dir)
+            .into_iter()
+            .filter(|n| n.ends_with(".ptx") || n.ends_with(".cubin"))
+            .map(|n| {
+                let bytes = std::fs::read(out_dir.join(&n)).unwrap_or_else(|e| panic!("{e}"));
+                (n, bytes)
+            })
+            .collect();
+        files.sort();
+        assert!(!files.is_empty());
+        let cwd_text = cwd.to_string_lossy().into_owned();
+        for (name, bytes) in &files {
+            let embedded = bytes.windows(cwd_text.len()).any(|w| w == cwd_text.as_bytes());
+            assert!(!embedded, "{name} names the working directory {cwd_text}");
+        }
+        outputs.push(files);
+    }
+    assert!(outputs[0] == outputs[1], "a cache hit from another directory gave other bytes");
+    assert!(outputs[1] == outputs[2], "a fresh compile gave other bytes than a cache hit");
+}
