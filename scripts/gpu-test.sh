@@ -58,13 +58,11 @@ failures=0
 PARTS=" ${CODAC_GPU_TEST_PARTS:-cases forward grad} "
 part() { [[ "$PARTS" == *" $1 "* ]]; }
 
-# run FILE M [timeout seconds [extra codac flags...]]; a file whose header
-# says `// codegen: a-prologue` runs with --a-prologue.
+# run FILE M [timeout seconds [extra codac flags...]].
 run() {
     local file=$1 m=$2 limit=${3:-150}
     shift 3 2>/dev/null || shift $#
     local flags=("$@")
-    grep -q '^// codegen: a-prologue' "$file" && flags+=(--a-prologue)
     local name
     name=$(basename "$file" .coda)${flags[*]:+ ${flags[*]}}
     local now=$(( $(date +%s) - start ))
@@ -133,7 +131,6 @@ run examples/gemma_mlp.coda 1000
 run examples/parallel_block.coda 333
 run examples/parallel_block.coda 4096 200
 run examples/lm_head_ce.coda 333 200
-run examples/lm_head_ce.coda 333 200 --a-prologue
 run examples/lm_head_ce.coda 333 200 --no-row-prelude
 run examples/lm_head_ce.coda 1000 200
 run examples/llama3_block.coda 4096 200

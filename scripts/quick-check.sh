@@ -5,7 +5,7 @@
 set -u
 B=${CODAC_BIN:-target/release/codac}
 export CODAC_CACHE_DIR=${CODAC_CACHE_DIR:-/tmp/codac-cache}
-for spec in "tests/cuda-cases/norm_prologue.coda 333" "tests/cuda-cases/norm_prologue.coda 1000" \
+for spec in "tests/cuda-cases/row_prelude.coda 333" "tests/cuda-cases/row_prelude.coda 1000" \
     "tests/cuda-cases/grid_reduction.coda 333" "tests/cuda-cases/grid_reduction.coda 1000" \
     "tests/cuda-cases/cross_entropy.coda 1000" "examples/lm_head_ce.coda 333"; do
     set -- $spec

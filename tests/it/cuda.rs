@@ -50,12 +50,6 @@ pub(crate) fn expects_error(path: &Path, text: &str) -> bool {
     has("expect", "error")
 }
 
-/// Whether a file asks for A prologues (`// codegen: a-prologue`, the
-/// `--a-prologue` flag of the CLI).
-pub(crate) fn wants_a_prologue(text: &str) -> bool {
-    text.lines().take_while(|l| l.starts_with("//")).any(|l| l.trim_start_matches('/').trim() == "codegen: a-prologue")
-}
-
 fn compile(path: &Path) -> (String, Result<coda::Compiled, coda::CompileError>) {
     compile_for(path, "sm_90a")
 }
@@ -64,7 +58,7 @@ fn compile_for(path: &Path, arch: &str) -> (String, Result<coda::Compiled, coda:
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let checked = coda::check(&display_name(path), &text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     assert!(!checked.has_errors(), "{}:\n{}", path.display(), checked.render_diagnostics());
-    let options = coda::CompileOptions { arch: arch.into(), a_prologue: wants_a_prologue(&text), ..Default::default() };
+    let options = coda::CompileOptions { arch: arch.into(), ..Default::default() };
     (text, coda::compile(&checked, &options))
 }
 
@@ -251,8 +245,7 @@ pub(crate) fn emulate_block_with(
     m: i64,
     tile_config: Option<coda::cuda::config::TileConfig>,
 ) {
-    let a_prologue = wants_a_prologue(&source.text);
-    let options = coda::cuda::CodegenOptions { a_prologue, tile_config, ..Default::default() };
+    let options = coda::cuda::CodegenOptions { tile_config, ..Default::default() };
     let compiled = coda::cuda::compile_block(block, source, &options).unwrap_or_else(|e| panic!("{name}: {e}"));
     let dims = small_dims(block, m);
     let inputs = coda::random_inputs(block, &dims, 3).unwrap_or_else(|e| panic!("{name}: {e}"));

@@ -7,9 +7,7 @@
 //! finishing kernels read correctly (the CPU emulator against the
 //! interpreter).
 
-use crate::cuda::{
-    assert_nvrtc_compiles, display_name, emulate_block_with, expects_error, inputs, nvrtc, workspace,
-};
+use crate::cuda::{assert_nvrtc_compiles, display_name, emulate_block_with, expects_error, inputs, nvrtc, workspace};
 use coda::cuda::config::TileConfig;
 use coda::cuda::manifest::KernelSpec;
 use coda_runtime::Arch;
@@ -25,8 +23,8 @@ fn views(file: &str) -> Vec<coda::Checked> {
     vec![checked, backward]
 }
 
-fn compile(checked: &coda::Checked, tile_config: Option<TileConfig>, a_prologue: bool) -> coda::Compiled {
-    let options = coda::CompileOptions { tile_config, a_prologue, ..Default::default() };
+fn compile(checked: &coda::Checked, tile_config: Option<TileConfig>) -> coda::Compiled {
+    let options = coda::CompileOptions { tile_config, ..Default::default() };
     coda::compile(checked, &options).unwrap_or_else(|e| panic!("{}: {e}", checked.source.name))
 }
 
@@ -43,17 +41,15 @@ fn gemms(compiled: &coda::Compiled) -> Vec<(String, String, u32, u32)> {
 }
 
 /// Every Hopper GEMM of three examples' forward and backward blocks takes the
-/// configuration asked for, with its threads and shared memory; a GEMM with
-/// an A prologue (the LM head under `--a-prologue`) keeps the rules'
-/// choice, since neither mainloop has one; and every such kernel compiles
-/// with NVRTC for sm_90a without warnings. Returns the manifests' GEMM
+/// configuration asked for, with its threads and shared memory, and every
+/// such kernel compiles with NVRTC for sm_90a without warnings. Returns the manifests' GEMM
 /// kernels.
 fn asked_configuration_goes_to_every_gemm_that_can_take_it(asked: TileConfig) -> Vec<KernelSpec> {
     let mut sources = Vec::new();
     let mut specs = Vec::new();
     for file in ["examples/llama3_block.coda", "examples/gpt2_block.coda", "examples/lm_head_ce.coda"] {
         for checked in views(file) {
-            let compiled = compile(&checked, Some(asked), false);
+            let compiled = compile(&checked, Some(asked));
             // Portable GEMMs (`Cfg64x64` for narrow products) stay portable.
             let gemms: Vec<_> = gemms(&compiled).into_iter().filter(|g| g.1.starts_with("Sm90")).collect();
             assert!(!gemms.is_empty(), "{file}: no Hopper GEMM");
@@ -70,10 +66,6 @@ fn asked_configuration_goes_to_every_gemm_that_can_take_it(asked: TileConfig) ->
             sources.extend(compiled.kernels.into_iter().filter(|k| k.source.contains(&needle)));
         }
     }
-    let lm_head = &views("examples/lm_head_ce.coda")[0];
-    let configs: Vec<String> = gemms(&compile(lm_head, Some(asked), true)).into_iter().map(|g| g.1).collect();
-    assert_eq!(configs, ["Sm90Cfg128x256"], "the A-prologue GEMM keeps its configuration");
-
     if let Some(compiler) = nvrtc("the NVRTC part") {
         let jobs: Vec<_> = sources.into_iter().map(|k| (k, Arch::SM_90A)).collect();
         assert_nvrtc_compiles(compiler, &jobs);
@@ -127,7 +119,7 @@ fn the_rules_give_staged_subtiles_to_light_epilogues() {
     let configs = |c: &coda::Compiled| -> Vec<(String, String)> {
         gemms(c).into_iter().map(|(file, config, _, _)| (file, config)).collect()
     };
-    let compiled_forward = compile(&forward, None, false);
+    let compiled_forward = compile(&forward, None);
     let plain = configs(&compiled_forward);
     let staged: Vec<&str> = plain.iter().filter(|(_, c)| c.contains("pps")).map(|(f, _)| f.as_str()).collect();
     assert_eq!(staged, ["llama3_layer_k7.cu", "llama3_layer_k9.cu"], "{plain:?}");
@@ -137,7 +129,7 @@ fn the_rules_give_staged_subtiles_to_light_epilogues() {
     // The training step: each saving forward, then its backward block.
     let blocks = backward.grads.iter().flat_map(|g| [g.saving_forward.clone(), g.backward.clone()]).collect();
     let module = coda::ir::Module { file_name: backward.module.file_name.clone(), blocks };
-    let step = compile(&coda::Checked { module, ..backward }, None, false);
+    let step = compile(&coda::Checked { module, ..backward }, None);
     let by_file: std::collections::BTreeMap<String, String> = configs(&step).into_iter().collect();
     assert_eq!(by_file["llama3_layer_saving_k7.cu"], PPS2.name());
     assert_eq!(by_file["llama3_layer_grad_k14.cu"], PPS.name());
@@ -164,7 +156,7 @@ fn the_rules_give_staged_subtiles_to_light_epilogues() {
 #[test]
 fn two_regions_stage_a_residual_subtile_beside_the_outputs() {
     let forward = &views("examples/llama3_block.coda")[0];
-    let compiled = compile(forward, Some(PPS2), false);
+    let compiled = compile(forward, Some(PPS2));
     let src = kernel_source(&compiled, "llama3_layer_k6.cu");
     for call in [
         "coda::sub_load<__nv_bfloat16>(f, t, j, p.x0_staged, p.x0_staged_ld, p.x0_staged_rows, p.x0_staged_cols, smem);",
@@ -179,7 +171,7 @@ fn two_regions_stage_a_residual_subtile_beside_the_outputs() {
         "no whole-tile prefetch of the residual"
     );
     // One region: the residual is read from global memory pair by pair.
-    let one = compile(forward, Some(PPS), false);
+    let one = compile(forward, Some(PPS));
     assert!(!kernel_source(&one, "llama3_layer_k6.cu").contains("coda::sub_load<"));
 }
 

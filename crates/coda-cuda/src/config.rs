@@ -172,12 +172,7 @@ impl TileConfig {
 
     /// The ping-pong Hopper mainloop (two tiles in flight).
     pub fn is_ping_pong(self) -> bool {
-        matches!(
-            self,
-            TileConfig::Sm90Cfg128x128pp
-                | TileConfig::Sm90Cfg128x192pps
-                | TileConfig::Sm90Cfg128x192pps2
-        )
+        matches!(self, TileConfig::Sm90Cfg128x128pp | TileConfig::Sm90Cfg128x192pps | TileConfig::Sm90Cfg128x192pps2)
     }
 
     /// Columns the epilogue stages through shared memory at a time, when
@@ -203,10 +198,9 @@ impl TileConfig {
         }
     }
 
-    /// Whether the mainloop takes an A prologue (gains applied on load, row
-    /// sums of squares) and a fused row prelude: the cooperative ones do,
-    /// the ping-pong ones do not.
-    pub fn takes_a_prologue(self) -> bool {
+    /// Whether the mainloop takes a fused row prelude: the cooperative ones
+    /// do, the ping-pong ones do not.
+    pub fn takes_row_prelude(self) -> bool {
         !self.is_ping_pong()
     }
 
@@ -463,7 +457,7 @@ mod tests {
         }
         assert_eq!(TileConfig::from_name("Sm90Cfg64x64"), None);
         assert_eq!(TileConfig::Sm90Cfg128x256.alternatives().len(), 5);
-        assert!(TileConfig::Sm90Cfg128x256.takes_a_prologue() && !TileConfig::Sm90Cfg128x128pp.takes_a_prologue());
+        assert!(TileConfig::Sm90Cfg128x256.takes_row_prelude() && !TileConfig::Sm90Cfg128x128pp.takes_row_prelude());
         assert_eq!(TileConfig::Sm90Cfg128x128.alternatives()[1], TileConfig::Sm90Cfg128x256);
         assert_eq!(TileConfig::Cfg128x256.alternatives(), vec![TileConfig::Cfg128x256]);
         assert_eq!(TileConfig::Sm90Cfg128x128pp.tiles_in_flight(), 2);

@@ -84,7 +84,6 @@ pub fn emulate(
             nodes: &kernel.nodes,
             acc: Vec::new(),
             acc_cols: 0,
-            a_sumsq: Vec::new(),
             memo: RefCell::new(HashMap::new()),
         };
         em.run(kernel)?;
@@ -103,8 +102,6 @@ struct Emu<'a> {
     nodes: &'a [Node],
     acc: Vec<f64>,
     acc_cols: i64,
-    /// Per row of A: the prologue's sum of squares.
-    a_sumsq: Vec<f64>,
     /// Values of per-row, per-column and scalar nodes already computed.
     memo: RefCell<HashMap<(usize, i64, i64), f32>>,
 }
@@ -159,20 +156,10 @@ impl Emu<'_> {
     fn gemm(&mut self, g: &crate::kir::GemmSpec) -> Result<(), String> {
         let (m, n, kk) = (self.d(&g.m), self.d(&g.n), self.d(&g.k));
         let (a, b) = (&self.bufs[g.a.buf], &self.bufs[g.b.buf]);
-        let raw = |i: i64, k: i64| match g.a.layout {
+        let at = |i: i64, k: i64| match g.a.layout {
             crate::kir::Layout::AMxK => a.get(i, k),
             _ => a.get(k, i),
         };
-        // The prologue: the gain applied on load, rounded to the operand type.
-        let scale = g.prologue.as_ref().and_then(|p| p.scale).map(|s| &self.bufs[s]);
-        let at = |i: i64, k: i64| match scale {
-            Some(s) => round_to_dtype(f64::from(raw(i, k)) * f64::from(s.get(0, k)), g.elem).unwrap_or(f64::NAN) as f32,
-            None => raw(i, k),
-        };
-        if g.prologue.as_ref().is_some_and(|p| p.row_sumsq) {
-            let sumsq = |i: i64| (0..kk).map(|k| f64::from(raw(i, k)) * f64::from(raw(i, k))).sum::<f64>();
-            self.a_sumsq = (0..m).map(|i| f64::from(sumsq(i) as f32)).collect();
-        }
         let row = |j: i64| g.b.row_perm.map_or(j, |p| p.source(j));
         let bt = |k: i64, j: i64| match g.b.layout {
             crate::kir::Layout::BKxN => b.get(k, j),
@@ -285,7 +272,6 @@ impl Emu<'_> {
         let e = |x: usize| f64::from(self.eval(x, m, k));
         let v: f64 = match &node.op {
             Op::Acc => self.acc.get((m * self.acc_cols + k) as usize).copied().unwrap_or(0.0),
-            Op::ARowSumSq => self.a_sumsq.get(m as usize).copied().unwrap_or(0.0),
             Op::Load(b) => f64::from(self.bufs[*b].get(m, k)),
             Op::Const(c) => *c,
             Op::Dim(d) => self.d(d) as f64,

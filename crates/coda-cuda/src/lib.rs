@@ -41,13 +41,6 @@ pub struct CodegenOptions {
     /// manifest: on `sm_90a` GEMMs use the Hopper mainloop where it applies
     /// ([`config::for_target`]); every other arch gets the portable one.
     pub arch: String,
-    /// Put the RMSNorm of a block input into the consuming GEMM's mainloop
-    /// (A prologue: the gain applied on load, row sums of squares on the
-    /// way) instead of a row kernel before it. Off by default: on the H100
-    /// it removes a 0.03 ms kernel but slows the LM-head GEMM from 13.9 to
-    /// 22.9 ms (docs/benchmarks.md), so it only pays where the kernel count
-    /// matters more than time.
-    pub a_prologue: bool,
     /// Fuse a light row kernel into the Hopper GEMM right after it when the
     /// GEMM reads its outputs only at its own rows ([`kir::RowPrelude`]):
     /// the GEMM computes each row block's rows before its first tile of
@@ -74,7 +67,6 @@ impl Default for CodegenOptions {
     fn default() -> Self {
         CodegenOptions {
             arch: "sm_90a".into(),
-            a_prologue: false,
             row_preludes: true,
             tiles: BTreeMap::new(),
             tile_config: None,
@@ -101,7 +93,7 @@ pub fn compile_block(
     options: &CodegenOptions,
 ) -> Result<CompiledBlock, CodegenError> {
     limits::check_dims(block, source)?;
-    let plan = plan::partition(block, options.a_prologue);
+    let plan = plan::partition(block);
     if block.kind == BlockKind::Kernel {
         check_kernel_form(block, &plan, source)?;
     }

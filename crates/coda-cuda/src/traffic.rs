@@ -40,9 +40,6 @@ pub fn kernel_buffers(kernel: &Kernel) -> (BTreeSet<usize>, BTreeSet<usize>) {
         KernelKind::Gemm(g) => {
             reads.insert(g.a.buf);
             reads.insert(g.b.buf);
-            if let Some(scale) = g.prologue.as_ref().and_then(|p| p.scale) {
-                reads.insert(scale);
-            }
             // A row prelude's traffic is the GEMM kernel's: it reads the row
             // kernel's inputs and writes its outputs (read back by the
             // mainloop and the epilogue, counted again as reads).

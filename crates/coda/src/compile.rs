@@ -15,9 +15,6 @@ pub struct CompileOptions {
     pub block: Option<String>,
     /// Which rewrites the reparameterizer applies before partitioning.
     pub rewrite: coda_opt::Options,
-    /// Norms of block inputs in the GEMM mainloop (see
-    /// [`coda_cuda::CodegenOptions::a_prologue`]).
-    pub a_prologue: bool,
     /// Row kernels fused into the Hopper GEMM after them (see
     /// [`coda_cuda::CodegenOptions::row_preludes`]).
     pub row_preludes: bool,
@@ -37,7 +34,6 @@ impl CompileOptions {
     pub fn codegen(&self) -> CodegenOptions {
         CodegenOptions {
             arch: self.arch.clone(),
-            a_prologue: self.a_prologue,
             row_preludes: self.row_preludes,
             tiles: self.tiles.clone(),
             tile_config: self.tile_config,
@@ -52,7 +48,6 @@ impl Default for CompileOptions {
             arch: "sm_90a".into(),
             block: None,
             rewrite: coda_opt::Options::default(),
-            a_prologue: false,
             row_preludes: true,
             tiles: BTreeMap::new(),
             tile_config: None,

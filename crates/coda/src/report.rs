@@ -17,8 +17,6 @@ pub struct ExplainOptions {
     pub dims: BTreeMap<String, i64>,
     /// Which rewrites to apply.
     pub rewrite: coda_opt::Options,
-    /// Norms of block inputs in the GEMM mainloop.
-    pub a_prologue: bool,
     /// Row kernels fused into the Hopper GEMM after them.
     pub row_preludes: bool,
     /// One tile configuration for every GEMM that can take it.
@@ -30,7 +28,6 @@ impl Default for ExplainOptions {
         ExplainOptions {
             dims: BTreeMap::new(),
             rewrite: coda_opt::Options::default(),
-            a_prologue: false,
             row_preludes: true,
             tile_config: None,
         }
@@ -90,7 +87,6 @@ pub(crate) fn block_report(block: &Block, source: &SourceFile, options: &Explain
         (block.clone(), BTreeMap::new())
     };
     let codegen = coda_cuda::CodegenOptions {
-        a_prologue: options.a_prologue,
         row_preludes: options.row_preludes,
         tile_config: options.tile_config,
         ..Default::default()

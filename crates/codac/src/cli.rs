@@ -66,9 +66,6 @@ pub(crate) struct FileArg {
 /// `explain`, `run` and `bench`).
 #[derive(Debug, Clone, Copy, Args)]
 pub(crate) struct KernelFlags {
-    /// Put the RMSNorm of a block input into the consuming GEMM's mainloop (gain on load, row sums of squares on the way) instead of a row kernel before it: one kernel fewer, but slower on the H100 (docs/decisions/a-prologue.md).
-    #[arg(long)]
-    pub(crate) a_prologue: bool,
     /// Keep a row kernel separate from the Hopper GEMM after it, instead of having the GEMM compute its rows on demand (docs/codegen.md, "Row preludes").
     #[arg(long)]
     pub(crate) no_row_prelude: bool,
@@ -110,7 +107,6 @@ impl KernelFlags {
             arch,
             block,
             rewrite: self.rewrite(),
-            a_prologue: self.a_prologue,
             row_preludes: !self.no_row_prelude,
             tiles: Default::default(),
             tile_config: self.tile_config,
@@ -122,7 +118,6 @@ impl KernelFlags {
     pub(crate) fn explain_options(&self) -> coda::ExplainOptions {
         coda::ExplainOptions {
             rewrite: self.rewrite(),
-            a_prologue: self.a_prologue,
             row_preludes: !self.no_row_prelude,
             tile_config: self.tile_config,
             ..Default::default()

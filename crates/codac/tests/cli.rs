@@ -193,10 +193,10 @@ fn compile_with_dims_chooses_tiles_for_them() {
 fn tile_config_asks_for_one_configuration() {
     let dir = temp_dir("tile-config");
     let out_dir = dir.display().to_string();
-    let args = ["compile", "examples/llama3_block.coda", "-o", &out_dir, "--tile-config", "Sm90Cfg128x192ew"];
+    let args = ["compile", "examples/llama3_block.coda", "-o", &out_dir, "--tile-config", "Sm90Cfg128x128pp"];
     let out = codac(&args);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    assert_eq!(text(&out.stdout).matches("Sm90Cfg128x192ew tiles").count(), 4, "{}", text(&out.stdout));
+    assert_eq!(text(&out.stdout).matches("Sm90Cfg128x128pp tiles").count(), 4, "{}", text(&out.stdout));
     let explain =
         codac(&["explain", "examples/llama3_block.coda", "--tile-config", "Sm90Cfg128x128", "--color", "never"]);
     assert_eq!(explain.status.code(), Some(0), "{}", text(&explain.stderr));
@@ -204,7 +204,7 @@ fn tile_config_asks_for_one_configuration() {
     let out = codac(&["compile", "examples/llama3_block.coda", "-o", &out_dir, "--tile-config", "Cfg64x64"]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
     let err = text(&out.stderr);
-    assert!(err.contains("not a Hopper tile configuration") && err.contains("Sm90Cfg128x192ew"), "{err}");
+    assert!(err.contains("not a Hopper tile configuration") && err.contains("Sm90Cfg128x192pps"), "{err}");
 }
 
 /// An architecture the kernels are not written for is refused before

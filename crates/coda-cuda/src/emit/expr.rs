@@ -388,7 +388,6 @@ impl<'a> Emitter<'a> {
             Op::ColReduce { op, arg, height } => return self.reduce(node, *op, *arg, height, &k, false),
             Op::Acc => return Err(self.internal("accumulator outside a GEMM epilogue")),
             // Only in a GEMM's per-row loop over the thread's rows `i`.
-            Op::ARowSumSq => "f.a_sumsq[i]".to_string(),
             // Bound by the grid tail before any tail node is evaluated.
             Op::GridReduce { .. } => return Err(self.internal("grid reduction outside the grid tail")),
         };

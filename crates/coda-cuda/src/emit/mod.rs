@@ -324,19 +324,6 @@ fn summary(ir: &BlockIr, kernel: &Kernel, block: &Block) -> String {
                 let t = matches!(o.layout, Layout::AKxM | Layout::BNxK);
                 format!("{}{}", name(o.buf), if t { ".T" } else { "" })
             };
-            let prologue = match &g.prologue {
-                Some(p) => {
-                    let mut what = Vec::new();
-                    if let Some(s) = p.scale {
-                        what.push(format!("{} ⊙ {} on load", name(g.a.buf), name(s)));
-                    }
-                    if p.row_sumsq {
-                        what.push(format!("row sums of squares of {}", name(g.a.buf)));
-                    }
-                    format!("A prologue: {}; ", what.join(", "))
-                }
-                None => String::new(),
-            };
             let prelude = match &g.prelude {
                 Some(p) => {
                     format!("rows first (row prelude, a warp per row): {}; ", outputs_text(ir, &p.kernel, block))
@@ -344,7 +331,7 @@ fn summary(ir: &BlockIr, kernel: &Kernel, block: &Block) -> String {
                 None => String::new(),
             };
             format!(
-                "acc = {} @ {} [{} x {} x {}], {} tiles; {prelude}{prologue}{outputs}",
+                "acc = {} @ {} [{} x {} x {}], {} tiles; {prelude}{outputs}",
                 operand(&g.a),
                 operand(&g.b),
                 g.m,

@@ -9,8 +9,8 @@
 //! come first. Kernels are named `k0`, `k1`, … in launch order.
 
 use super::{
-    APrologue, BlockIr, BufId, Buffer, GemmSpec, GridSpec, Kernel, KernelKind, Layout, Node, NodeId, Op, Operand,
-    PartialKind, PartialOut, Role, Space, Store,
+    BlockIr, BufId, Buffer, GemmSpec, GridSpec, Kernel, KernelKind, Layout, Node, NodeId, Op, Operand, PartialKind,
+    PartialOut, Role, Space, Store,
 };
 use crate::config::{self, TileConfig};
 use crate::error::CodegenError;
@@ -89,7 +89,7 @@ struct Builder<'a> {
     staging: BTreeMap<usize, BufId>,
     configs: BTreeMap<usize, TileConfig>,
     /// The GEMMs (by plan kernel) whose configuration the rules chose (none
-    /// asked for, no A prologue): those may move to staged subtiles once
+    /// asked for): those may move to staged subtiles once
     /// their epilogue is built ([`config::subtiles_pay`]).
     rules_chose: BTreeSet<usize>,
     used_names: BTreeSet<String>,
@@ -178,7 +178,7 @@ impl Builder<'_> {
     fn choose_configs(&mut self) {
         let mut ordinal = 0;
         for (k, kp) in self.plan.kernels.iter().enumerate() {
-            let KernelPlan::Gemm { matmul, b, a_scale, .. } = kp else { continue };
+            let KernelPlan::Gemm { matmul, b, .. } = kp else { continue };
             let mut regs = 0;
             let mut heavy = false;
             for (v, home) in self.plan.homes.iter().enumerate() {
@@ -193,8 +193,6 @@ impl Builder<'_> {
                 }
             }
             heavy |= regs > config::HEAVY_NODES;
-            let prologue =
-                a_scale.is_some() || self.plan.homes.iter().any(|h| matches!(h, Home::Prologue(x) if *x == k));
             let shape = &self.block.ty(*matmul).shape;
             let wide = self.wide_epilogue(k);
             let portable = config::choose(&shape.rows, &shape.cols, heavy);
@@ -214,11 +212,10 @@ impl Builder<'_> {
                 }
                 None => chosen,
             };
-            // The ping-pong and epilogue-warpgroup mainloops have no A prologue.
-            let fits = |c: &TileConfig| chosen.alternatives().contains(c) && (!prologue || c.takes_a_prologue());
+            let fits = |c: &TileConfig| chosen.alternatives().contains(c);
             let asked = [self.tile_config, self.tiles.get(&ordinal).copied()];
             let asked = asked.into_iter().flatten().find(fits);
-            if asked.is_none() && !prologue {
+            if asked.is_none() {
                 self.rules_chose.insert(k);
             }
             let chosen = asked.unwrap_or(chosen);
@@ -534,15 +531,7 @@ impl Builder<'_> {
 
     fn kernel_kind(&mut self, ctx: &Ctx, stores: &[Store]) -> Result<KernelKind, CodegenError> {
         Ok(match &self.plan.kernels[ctx.k] {
-            KernelPlan::Gemm { matmul, a, b, a_scale } => {
-                let mut spec = self.gemm_spec(ctx.k, *matmul, a, b)?;
-                let row_sumsq = ctx.nodes.iter().any(|n| n.op == Op::ARowSumSq);
-                if a_scale.is_some() || row_sumsq {
-                    let scale = a_scale.and_then(|i| self.param_bufs.get(i).copied());
-                    spec.prologue = Some(APrologue { scale, row_sumsq });
-                }
-                KernelKind::Gemm(spec)
-            }
+            KernelPlan::Gemm { matmul, a, b } => KernelKind::Gemm(self.gemm_spec(ctx.k, *matmul, a, b)?),
             KernelPlan::Row { rows } => {
                 let wide = |n: &Node| matches!(n.space, Space::Tile | Space::Col);
                 let reduces = ctx.nodes.iter().any(|n| matches!(n.op, Op::RowReduce { .. }));
@@ -620,7 +609,6 @@ impl Builder<'_> {
             elem: *operand_dtype,
             config: self.configs.get(&k).copied().unwrap_or(TileConfig::Cfg128x128),
             matmul,
-            prologue: None,
             prelude: None,
         })
     }
@@ -733,7 +721,6 @@ impl Builder<'_> {
             Home::Param => Source::Param,
             Home::Acc(x) if x == ctx.k => Source::Computed { acc: true },
             Home::Row(x) | Home::Col(x) | Home::Grid(x) if x == ctx.k => Source::Computed { acc: false },
-            Home::Prologue(x) if x == ctx.k => Source::Prologue,
             Home::Inline | Home::RowPartial(..) if is_col_kernel && self.has_mat_before(v, ctx.k) => Source::Scratch,
             Home::Inline => Source::Computed { acc: false },
             Home::RowPartial(_, kind) => Source::FinishRow(kind),
@@ -741,9 +728,7 @@ impl Builder<'_> {
             Home::Acc(x) | Home::Row(x) | Home::Col(x) | Home::Grid(x) if x < ctx.k && self.widens_narrow(v) => {
                 Source::Computed { acc: false }
             }
-            Home::Acc(x) | Home::Row(x) | Home::Col(x) | Home::Grid(x) | Home::Prologue(x) if x < ctx.k => {
-                Source::Earlier(x)
-            }
+            Home::Acc(x) | Home::Row(x) | Home::Col(x) | Home::Grid(x) if x < ctx.k => Source::Earlier(x),
             _ => Source::Nowhere,
         }
     }
@@ -768,7 +753,6 @@ impl Builder<'_> {
                 Node { op, space: Space::Tile, reg: self.plan.maps[v.index()].clone(), value: v }
             }
             Source::Computed { acc: false } => Node { op: self.op_of(ctx, v)?, space, reg: None, value: v },
-            Source::Prologue => Node { op: Op::ARowSumSq, space, reg: None, value: v },
             Source::Scratch => {
                 let dtype = self.carry_dtype(v);
                 Node { op: Op::Load(self.scratch_buf(v, dtype)), space, reg: None, value: v }
@@ -921,8 +905,6 @@ enum Source {
     /// Computed in this kernel from its operands (`acc`: in the GEMM's
     /// accumulator registers).
     Computed { acc: bool },
-    /// The A prologue's row sums of squares.
-    Prologue,
     /// Loaded from the scratch buffer an earlier kernel stored it in, for a
     /// column kernel.
     Scratch,

@@ -131,10 +131,6 @@ pub enum Op {
     Rope(RopeSpec, RopeTable),
     /// Per-row partials of an earlier kernel, finished over all tiles.
     FinishRow(PartialKind, Vec<BufId>),
-    /// The sum of squares of the row of the GEMM's A operand, computed by
-    /// the mainloop's prologue from the tiles it loads (GEMM kernels with an
-    /// [`APrologue`] only; per row).
-    ARowSumSq,
     /// Per-column partials of an earlier kernel, summed over all tiles.
     FinishCol(BufId),
     /// `op(a)`.
@@ -222,7 +218,7 @@ impl Op {
     /// The operand nodes.
     pub fn operands(&self) -> Vec<NodeId> {
         match self {
-            Op::Acc | Op::ARowSumSq | Op::Load(_) | Op::Const(_) | Op::Dim(_) | Op::Rope(..) => vec![],
+            Op::Acc | Op::Load(_) | Op::Const(_) | Op::Dim(_) | Op::Rope(..) => vec![],
             Op::FinishRow(..) | Op::FinishCol(_) => vec![],
             Op::Unary(_, a) | Op::Cast(_, a) | Op::Broadcast(a) | Op::Transpose(a) => vec![*a],
             Op::Slice { arg, .. } | Op::RopePartner(_, arg) | Op::Unpermute(_, arg) => vec![*arg],
@@ -337,8 +333,6 @@ pub struct GemmSpec {
     pub config: TileConfig,
     /// The matmul value.
     pub matmul: Value,
-    /// Work the mainloop does on the A tiles it loads, if any.
-    pub prologue: Option<APrologue>,
     /// A row kernel whose rows this GEMM computes on demand, if any.
     pub prelude: Option<RowPrelude>,
 }
@@ -364,23 +358,6 @@ pub struct RowPrelude {
     /// GEMM the count of finished rows, then per row tile the next row to
     /// hand out.
     pub ready: BufId,
-}
-
-/// An A-operand prologue: what the mainloop does to each A tile between
-/// loading it and feeding the tensor cores.
-///
-/// With it, `rmsnorm(x, g) @ W` for a block input `x` needs no kernel before
-/// the GEMM: the operand is `x` itself, each element becomes
-/// `round(x[m, k] * g[k])` on chip (the same rounding a materialized `x ⊙ g`
-/// would get), and the sum of squares of every row of `x` is accumulated on
-/// the way ([`Op::ARowSumSq`]), complete after the last k tile because one
-/// CTA reads the whole row.
-#[derive(Debug, Clone, PartialEq)]
-pub struct APrologue {
-    /// A per-k gain (`[1, K]`) multiplied into every A element.
-    pub scale: Option<BufId>,
-    /// Whether the epilogue reads the rows' sums of squares.
-    pub row_sumsq: bool,
 }
 
 /// The kinds of generated kernels.

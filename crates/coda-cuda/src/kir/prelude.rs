@@ -61,20 +61,15 @@ pub(crate) fn fuse_row_preludes(
 
 /// Whether `row` can run as the prelude of `gemm`: `row` is a row kernel
 /// without grid reductions over the GEMM's rows, storing only per-row
-/// values and rows (no `+=`); `gemm` is a Hopper GEMM without an A
-/// prologue or another prelude that reads those outputs only as its A
+/// values and rows (no `+=`); `gemm` is a cooperative Hopper GEMM without
+/// another prelude that reads those outputs only as its A
 /// operand (`[M, K]`, untransposed) or as per-row vectors of its epilogue;
 /// and the two kernels write nothing the other reads.
 fn fusable(row: &Kernel, gemm: &Kernel, buffers: &[Buffer]) -> bool {
     let (KernelKind::Row { rows, grid: None, .. }, KernelKind::Gemm(spec)) = (&row.kind, &gemm.kind) else {
         return false;
     };
-    if !spec.config.is_sm90()
-        || !spec.config.takes_a_prologue()
-        || spec.prologue.is_some()
-        || spec.prelude.is_some()
-        || *rows != spec.m
-    {
+    if !spec.config.is_sm90() || !spec.config.takes_row_prelude() || spec.prelude.is_some() || *rows != spec.m {
         return false;
     }
     let row_stores_rows =

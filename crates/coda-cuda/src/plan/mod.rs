@@ -53,9 +53,6 @@ pub(crate) enum Home {
     RowPartial(usize, PartialKind),
     /// A column sum of GEMM kernel `k`'s epilogue, as per-tile partials.
     ColPartial(usize),
-    /// The sum of squares over the rows of GEMM kernel `k`'s A operand,
-    /// accumulated by its mainloop prologue (readable in its epilogue).
-    Prologue(usize),
     /// Computed in row kernel `k`.
     Row(usize),
     /// Computed in column-reduction kernel `k`.
@@ -73,7 +70,6 @@ impl Home {
             Home::Acc(k)
             | Home::RowPartial(k, _)
             | Home::ColPartial(k)
-            | Home::Prologue(k)
             | Home::Row(k)
             | Home::Col(k)
             | Home::Grid(k) => Some(*k),
@@ -117,9 +113,6 @@ pub(crate) enum KernelPlan {
         a: OperandPlan,
         /// Right operand.
         b: OperandPlan,
-        /// A gain on the k axis applied to A on load (the A operand is then
-        /// the block input that the gain multiplies): the parameter index.
-        a_scale: Option<usize>,
     },
     /// A row kernel over `rows` rows.
     Row {
@@ -153,9 +146,7 @@ pub(crate) struct Plan {
 }
 
 /// Partitions a verified block.
-/// With `a_prologue`, norms of block inputs may go into a GEMM's mainloop
-/// ([`Home::Prologue`]).
-pub(crate) fn partition(block: &Block, a_prologue: bool) -> Plan {
+pub(crate) fn partition(block: &Block) -> Plan {
     let canon = cse::number_values(block);
     let live = cse::live_values(block, &canon);
     let n = block.insts.len();
@@ -171,14 +162,11 @@ pub(crate) fn partition(block: &Block, a_prologue: bool) -> Plan {
             why_not_epilogue: vec![None; n],
         },
         ready: vec![0; n],
-        preplaced: vec![false; n],
-        a_prologue,
-        live: live.clone(),
         row_partial_dep: vec![false; n],
         uses_in_kernel: vec![0; n],
     };
     for (value, inst) in block.insts.iter() {
-        if planner.plan.canon[value.index()] != value || !live[value.index()] || planner.preplaced[value.index()] {
+        if planner.plan.canon[value.index()] != value || !live[value.index()] {
             continue;
         }
         planner.place(value, inst);

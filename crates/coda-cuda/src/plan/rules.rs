@@ -16,12 +16,6 @@ pub(super) struct Planner<'a> {
     pub(super) row_partial_dep: Vec<bool>,
     /// For epilogue values: how many things in their own kernel use them.
     pub(super) uses_in_kernel: Vec<usize>,
-    /// Matmuls placed ahead of arena order (see [`Planner::try_prologue_stat`]).
-    pub(super) preplaced: Vec<bool>,
-    /// Values some output needs.
-    pub(super) live: Vec<bool>,
-    /// Whether GEMM mainloops may take A prologues.
-    pub(super) a_prologue: bool,
 }
 
 impl Planner<'_> {
@@ -42,8 +36,6 @@ impl Planner<'_> {
         match self.home(v) {
             Home::Dead | Home::Param => 0,
             Home::Inline => self.ready[self.c(v).index()],
-            // Its own GEMM's epilogue reads it; later kernels get it stored.
-            Home::Prologue(k) => *k,
             other => other.kernel().map_or(0, |k| k + 1),
         }
     }
@@ -83,9 +75,6 @@ impl Planner<'_> {
             return home;
         }
         if let Some(home) = self.try_partial(inst) {
-            return home;
-        }
-        if let Some(home) = self.try_prologue_stat(inst) {
             return home;
         }
         match self.try_epilogue(v, inst) {
@@ -137,7 +126,7 @@ impl Planner<'_> {
         };
         for o in self.operands(v) {
             match self.home(o) {
-                Home::Param | Home::Inline | Home::RowPartial(..) | Home::ColPartial(_) | Home::Prologue(_) => {}
+                Home::Param | Home::Inline | Home::RowPartial(..) | Home::ColPartial(_) => {}
                 Home::Row(_) | Home::Col(_) | Home::Acc(_) | Home::Grid(_) if broadcast => {}
                 Home::Row(x) if closed_row_vector(o, *x) => {}
                 _ => return None,
@@ -217,7 +206,6 @@ impl Planner<'_> {
                 Home::Acc(x) => *x <= k,
                 Home::Param => true,
                 Home::Inline => self.avail(*o) <= k,
-                Home::Prologue(x) => *x <= k,
                 other => other.kernel().is_some_and(|x| x < k),
             };
             if !ok {
@@ -316,116 +304,12 @@ impl Planner<'_> {
         let Inst::MatMul { lhs, rhs, lhs_transposed, rhs_transposed, operand_dtype } = inst else {
             return Home::Dead;
         };
-        let (a, a_scale) = match self.scaled_input(*lhs, *lhs_transposed, *operand_dtype) {
-            Some((index, scale)) => (OperandPlan::Param { index, transposed: false, row_perm: None }, Some(scale)),
-            None => (self.operand(*lhs, *lhs_transposed, *operand_dtype, false), None),
-        };
+        let a = self.operand(*lhs, *lhs_transposed, *operand_dtype, false);
         let b = self.operand(*rhs, *rhs_transposed, *operand_dtype, true);
-        let k = self.push_kernel(KernelPlan::Gemm { matmul: v, a, b, a_scale });
+        let k = self.push_kernel(KernelPlan::Gemm { matmul: v, a, b });
         let len = self.block.ty(v).shape.cols.clone();
         self.plan.maps[v.index()] = Some(ColMap { offset: 0, stride: 1, len });
         Home::Acc(k)
-    }
-
-    // ---- A-operand prologue -------------------------------------------------
-    //
-    // Identity: `(x ⊙ 1gᵀ) @ W = x' @ W` with `x'[m, k] = round(x[m, k] g[k])`
-    // formed tile by tile as the mainloop loads `x`: exact, since a
-    // materialized `x ⊙ g` operand would be rounded the same way. And
-    // `Σ_k x[m, k]²` is a reduction over the A tiles one CTA loads anyway (it
-    // reads the whole row of `x`), so it is complete when the mainloop ends:
-    // the deferred RMSNorm of a block input needs no kernel before the GEMM.
-
-    /// `(x, g)` when the A operand `w` is `x ⊙ broadcast(g)`: `x` a block
-    /// input of the operand type read untransposed, `g` a `[1, K]` block
-    /// input of the operand type too (so the product of the two is exact in
-    /// fp32 and one packed 16-bit multiply rounds it as the matmul would).
-    /// The mainloop then applies the gain on load.
-    fn scaled_input(&self, w: Value, transposed: bool, dtype: DType) -> Option<(usize, usize)> {
-        if !self.a_prologue {
-            return None;
-        }
-        let (w, transposed) = self.peel(w, transposed, dtype);
-        let Inst::Binary { op: BinaryOp::Mul, lhs, rhs } = self.block.inst(w) else { return None };
-        if transposed {
-            return None;
-        }
-        let (l, r) = (self.c(*lhs), self.c(*rhs));
-        let x = |v: Value| self.tile_input(v, dtype);
-        let g = |v: Value| match self.block.inst(v) {
-            Inst::Broadcast { arg, .. } if self.block.ty(*arg).shape.rows.is_one() => self.tile_input(*arg, dtype),
-            _ => None,
-        };
-        x(l).zip(g(r)).or_else(|| x(r).zip(g(l)))
-    }
-
-    /// The parameter index of `v` when it is a block input of type `dtype`.
-    fn tile_input(&self, v: Value, dtype: DType) -> Option<usize> {
-        match self.block.inst(self.c(v)) {
-            Inst::Param(i) if self.block.params.get(*i).is_some_and(|p| p.dtype == dtype) => Some(*i),
-            _ => None,
-        }
-    }
-
-    /// The block input a GEMM operand plan reads as A untransposed.
-    fn a_input(&self, a: &OperandPlan) -> Option<usize> {
-        match a {
-            OperandPlan::Param { index, transposed: false, .. } => Some(*index),
-            _ => None,
-        }
-    }
-
-    /// `Σ_cols x²` of a block input `x` that some GEMM reads as its A
-    /// operand becomes that GEMM's prologue statistic. The GEMM is an
-    /// existing kernel, or the first later matmul reading `x` (or `x ⊙ g`)
-    /// as A whose B is a block input, placed now, ahead of arena order.
-    fn try_prologue_stat(&mut self, inst: &Inst) -> Option<Home> {
-        if !self.a_prologue {
-            return None;
-        }
-        let Inst::Reduce { op: ReduceOp::Sum, axis: Axis::Cols, arg } = inst else { return None };
-        let Inst::Binary { op: BinaryOp::Mul, lhs, rhs } = self.block.inst(self.c(*arg)) else { return None };
-        if self.c(*lhs) != self.c(*rhs) {
-            return None;
-        }
-        let x = self.c(*lhs);
-        let Inst::Param(index) = self.block.inst(x) else { return None };
-        let existing = self.plan.kernels.iter().position(|k| match k {
-            KernelPlan::Gemm { a, .. } => self.a_input(a) == Some(*index),
-            _ => false,
-        });
-        if let Some(k) = existing {
-            return Some(Home::Prologue(k));
-        }
-        let (u, mm) = self.later_matmul_reading(*index)?;
-        self.preplaced[u.index()] = true;
-        let home = self.place_matmul(u, &mm);
-        self.plan.homes[u.index()] = home.clone();
-        home.kernel().map(Home::Prologue)
-    }
-
-    /// The first live, unplaced matmul that reads block input `index` as an
-    /// untransposed A operand (alone or times a gain) and a block input as B.
-    fn later_matmul_reading(&self, index: usize) -> Option<(Value, Inst)> {
-        self.block.insts.iter().find_map(|(u, inst)| {
-            let Inst::MatMul { lhs, rhs, lhs_transposed, rhs_transposed, operand_dtype } = inst else { return None };
-            if self.c(u) != u || !self.live[u.index()] || self.preplaced[u.index()] || *self.home(u) != Home::Dead {
-                return None;
-            }
-            let reads_x = match self.scaled_input(*lhs, *lhs_transposed, *operand_dtype) {
-                Some((x, _)) => x == index,
-                None => {
-                    let (w, t) = self.peel(*lhs, *lhs_transposed, *operand_dtype);
-                    !t && self.tile_input(w, *operand_dtype) == Some(index)
-                }
-            };
-            let (w, _) = self.peel(*rhs, *rhs_transposed, *operand_dtype);
-            let w = match self.block.inst(w) {
-                Inst::PermuteRows { arg, .. } => self.c(*arg),
-                _ => w,
-            };
-            (reads_x && self.tile_input(w, *operand_dtype).is_some()).then(|| (u, inst.clone()))
-        })
     }
 
     fn operand(&mut self, w: Value, transposed: bool, dtype: DType, is_rhs: bool) -> OperandPlan {

@@ -134,7 +134,6 @@ pub(crate) fn emit(
     }
     g.reductions(em)?;
     let body = em.take_lines().join("\n");
-    let pro = prologue_struct(em, spec, &epi);
     let mut prefetches: Vec<String> = (g.staged_load.iter().filter(|_| !subtiled))
         .map(|(_, call)| format!("coda::stage_tile_async{call};"))
         .collect();
@@ -146,18 +145,16 @@ pub(crate) fn emit(
     let code = format!(
         "struct {epi} {{\n    struct Params {{\n{fields}    }};\n    static constexpr int kSmemFloats = 0;\n{col_vecs}{prefetch}    \
          template <class Frag, class Tile>\n    static __device__ void apply(const Params& p, Frag& f, const Tile& t, float* smem) {{\n\
-         {body}\n    }}\n}};\n\n{pro_code}{entry_code}",
+         {body}\n    }}\n}};\n\n{entry_code}",
         fields = em.params.c_fields("        "),
         col_vecs = match g.col_vecs.len() {
             0 => String::new(),
             n => format!("    static constexpr int kColVecs = {n};\n"),
         },
-        pro_code = pro.as_ref().map_or(String::new(), |(_, code)| code.clone()),
         entry_code = if spec.config.is_sm90() {
-            let pro = pro.as_ref().map(|(name, _)| name.as_str());
-            sm90_entry(spec, &epi, entry, Mainloop { pro, pre }, g.col_vecs.len())
+            sm90_entry(spec, &epi, entry, pre, g.col_vecs.len())
         } else {
-            sm80_entry(spec, &epi, entry, pro.as_ref().map(|(name, _)| name.as_str()))
+            sm80_entry(spec, &epi, entry)
         },
     );
     Ok((code, gemm_args(em, spec), g.col_vecs.len()))
@@ -179,47 +176,13 @@ fn prefetch_hook(calls: &[String]) -> String {
     )
 }
 
-/// The `Pro_<kernel>` struct of an A prologue (the template's `Pro`
-/// interface, see `coda_epilogue.cuh`), and its name.
-fn prologue_struct(em: &mut Emitter<'_>, spec: &GemmSpec, epi: &str) -> Option<(String, String)> {
-    let pro = spec.prologue.as_ref()?;
-    let name = format!("Pro_{}", em.kernel.name);
-    let elem = super::params::c_type(spec.elem);
-    let body = match pro.scale {
-        Some(buf) => {
-            let b = em.buf(buf);
-            let mut one = |k: &str| format!("cg::load({})", em.access(buf, "0", k, false));
-            let (k0, k1) = (one("k"), one("k + 1"));
-            format!(
-                "const auto* q = {b} + k;\n        \
-                 if (k + 2 <= {b}_cols && (reinterpret_cast<unsigned long long>(q) & 3ull) == 0) \
-                 return *reinterpret_cast<const unsigned*>(q);\n        \
-                 return coda::pack_pair<{elem}>({k0}, {k1});"
-            )
-        }
-        None => "return 0u;".to_string(),
-    };
-    let code = format!(
-        "struct {name} {{\n    static constexpr bool kScale = {};\n    static constexpr bool kRowSumSq = {};\n    \
-         // The gains of k and k + 1 (k even) as a packed pair of the operand type.\n    \
-         static __device__ __forceinline__ unsigned scale_pair(const {epi}::Params& p, int k) {{\n        {body}\n    }}\n}};\n\n",
-        pro.scale.is_some(),
-        pro.row_sumsq,
-    );
-    Some((name, code))
-}
-
 /// The entry point instantiating the portable mainloop.
-fn sm80_entry(spec: &GemmSpec, epi: &str, entry: &str, pro: Option<&str>) -> String {
+fn sm80_entry(spec: &GemmSpec, epi: &str, entry: &str) -> String {
     let cfg = format!("coda::{}", spec.config.name());
-    let mut rows = match &spec.b.row_perm {
+    let rows = match &spec.b.row_perm {
         Some(p) => format!(", coda::PairRows<{}, {}, {}>", p.start, p.end, p.group),
-        None if pro.is_some() => ", coda::IdentityRows".to_string(),
         None => String::new(),
     };
-    if let Some(pro) = pro {
-        rows.push_str(&format!(", {pro}"));
-    }
     format!(
         "extern \"C\" __global__ void __launch_bounds__({cfg}::kThreads, {cfg}::kMinBlocks)\n\
          {entry}(coda::GemmArgs g, {epi}::Params e) {{\n    coda::gemm_sm80<{cfg}, {la}, {lb}, {elem}, {epi}{rows}>(g, e);\n}}\n",
@@ -229,18 +192,12 @@ fn sm80_entry(spec: &GemmSpec, epi: &str, entry: &str, pro: Option<&str>) -> Str
     )
 }
 
-/// What the Hopper mainloop does besides the GEMM: the names of the A
-/// prologue's and the row prelude's structs, if any.
-struct Mainloop<'a> {
-    pro: Option<&'a str>,
-    pre: Option<&'a str>,
-}
-
 /// The entry point instantiating the Hopper mainloop: the tensor maps of A
 /// and B (and of B's pair-order view) come first, by value; the shared
 /// memory the host passes is checked against the header's formula. A row
-/// prelude's `Params` struct is the last argument.
-fn sm90_entry(spec: &GemmSpec, epi: &str, entry: &str, extra: Mainloop<'_>, col_vecs: usize) -> String {
+/// prelude (`pre`: its `Pre` struct) takes the template's last argument
+/// (after `coda::NoPrologue`), and its `Params` struct the entry's.
+fn sm90_entry(spec: &GemmSpec, epi: &str, entry: &str, pre: Option<&str>, col_vecs: usize) -> String {
     let cfg = format!("coda::{}", spec.config.name());
     let map = |name: &str| format!("const __grid_constant__ coda::TmaDesc {name}");
     let (maps, rows, tbp) = match &spec.b.row_perm {
@@ -256,14 +213,10 @@ fn sm90_entry(spec: &GemmSpec, epi: &str, entry: &str, extra: Mainloop<'_>, col_
          extern \"C\" __global__ void __launch_bounds__({cfg}::kThreads, 1)\n\
          {entry}({maps}, coda::GemmArgs g, {epi}::Params e{pre_arg}) {{\n    \
          coda::gemm_sm90_rows<{cfg}, {la}, {lb}, {elem}, {epi}, {rows}{pro}{pre}>(ta, tb, {tbp}, g, e{pre_val});\n}}\n",
-        pro = match (extra.pro, extra.pre) {
-            (Some(p), _) => format!(", {p}"),
-            (None, Some(_)) => ", coda::NoPrologue".to_string(),
-            (None, None) => String::new(),
-        },
-        pre = extra.pre.map_or(String::new(), |p| format!(", {p}")),
-        pre_arg = extra.pre.map_or(String::new(), |p| format!(", {p}::Params pre")),
-        pre_val = if extra.pre.is_some() { ", pre" } else { "" },
+        pro = if pre.is_some() { ", coda::NoPrologue" } else { "" },
+        pre = pre.map_or(String::new(), |p| format!(", {p}")),
+        pre_arg = pre.map_or(String::new(), |p| format!(", {p}::Params pre")),
+        pre_val = if pre.is_some() { ", pre" } else { "" },
         smem = spec.config.smem_bytes_with(col_vecs),
         la = spec.a.layout.tag(),
         lb = spec.b.layout.tag(),
