@@ -311,8 +311,8 @@ pub struct LaunchHint {
 }
 
 /// Throughput of `Sm90Cfg128x128` per output element relative to
-/// `Sm90Cfg128x256`'s, when both fill the GPU: 0.90–0.94 in session 10's
-/// interleaved timings of the 8B block's four GEMMs (`docs/benchmarks.md`).
+/// `Sm90Cfg128x256`'s, when both fill the GPU: 0.90–0.94 in interleaved
+/// timings of the 8B block's four GEMMs (`docs/benchmarks.md`).
 pub const SM90_128X128_EFFICIENCY: f64 = 0.92;
 
 /// The tile-count model: the persistent grid runs `ceil(tiles / SMs)` waves
@@ -346,13 +346,13 @@ pub fn for_shape(chosen: TileConfig, m: Option<i64>, n: Option<i64>, multiproces
 /// but pair-layout quads: see `kir::build`) and whose constant `N` leaves
 /// at most 1% of a 192-column tile grid empty; `Sm90Cfg128x192pps` for one region,
 /// `Sm90Cfg128x192pps2` for two. Measured on the H100
-/// (`docs/benchmarks.md`, session 19, M = 8192): the Llama-3 8B gate/up
+/// (M = 8192): the Llama-3 8B gate/up
 /// GEMM with its SwiGLU 2.690 / 2.867 ms against 2.895 / 2.895 with
 /// 32-column subtiles and 2.95–3.08 on `Sm90Cfg128x256`; the saving
 /// forward's (which also stores the pre-activation) 2.880 / 2.887 against
 /// 3.235 / 3.159 on `Sm90Cfg128x192pps2`; the QKV GEMM with RMSNorm and
 /// RoPE, its rotated output put back from pair order a subtile at a time,
-/// 0.611 / 0.609 against 0.697 / 0.699 (session 20); the dSwiGLU backward,
+/// 0.611 / 0.609 against 0.697 / 0.699; the dSwiGLU backward,
 /// two concatenation parts and its saved pre-activation read a quad per
 /// pair, 1.796 against 1.835; but the 4096-column out-projection's bare
 /// GEMM, whose last column tile is a third full, 0.412 against 0.387, and
@@ -475,7 +475,7 @@ mod tests {
 
     #[test]
     fn the_tile_count_model_prefers_small_tiles_only_when_big_ones_idle_sms() {
-        // Measured winners (docs/benchmarks.md, session 10, 132 SMs).
+        // Measured winners on an H100 (132 SMs).
         assert!(smaller_tiles_pay(1000, 768, 132)); // a gpt2 GEMM of 768 columns: 0.026 against 0.055 ms
         assert!(smaller_tiles_pay(1000, 6144, 132)); // llama3 QKV at M = 1000: 0.084 against 0.101 ms
         assert!(!smaller_tiles_pay(1000, 4096, 132)); // llama3 out-proj at M = 1000: 0.060 against 0.057 ms

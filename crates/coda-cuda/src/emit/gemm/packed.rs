@@ -11,7 +11,7 @@
 //! the loop through the scratch with coalesced 16-byte stores, one output
 //! at a time. The scratch stays free during the loop for the quad loads it
 //! streams. On the Llama-3 backward this took the dSwiGLU GEMM from 1.55×
-//! to 1.26× its bare GEMM (`docs/benchmarks.md`, session 13).
+//! to 1.26× its bare GEMM on an H100.
 
 use super::{part_end, staging, Emitter, Staging};
 use crate::error::CodegenError;
