@@ -26,7 +26,6 @@ const EXIT_USER: i32 = 1;
 const EXIT_INTERNAL: i32 = 2;
 
 fn main() {
-    restore_sigpipe();
     install_panic_hook();
     // Usage errors are user errors (exit 1); exit 2 is reserved for bugs.
     let args = match cli::Cli::try_parse() {
@@ -40,6 +39,7 @@ fn main() {
     let code = match commands::run(args) {
         Ok(commands::Outcome::Success) => 0,
         Ok(commands::Outcome::UserError) => EXIT_USER,
+        Err(err) if is_closed_stdout_error(&err) => EXIT_CLOSED_STDOUT,
         Err(err) => {
             if err.downcast_ref::<coda::InternalError>().is_some() {
                 eprintln!("internal compiler error: this is a bug in codac {}\n{err:#}", env!("CARGO_PKG_VERSION"));
@@ -53,25 +53,32 @@ fn main() {
     std::process::exit(code);
 }
 
-/// Lets a closed standard output end codac the way it ends `cat` or
-/// `grep`: killed by SIGPIPE, quietly (the shell reports 141). Rust ignores
-/// SIGPIPE by default, which turns `codac explain f.coda | head -1` into a
-/// failed `println!`, i.e. a panic reported as an internal compiler error.
-/// codac writes to no pipe other than its standard output and error, so the
-/// default action cannot stop it anywhere else.
-#[allow(unsafe_code)] // the binary's only unsafe call: libc has no safe `signal`
-fn restore_sigpipe() {
-    #[cfg(unix)]
-    // SAFETY: called first thing in `main`, before any thread is started;
-    // setting a signal's action to its default has no other effect.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-    }
+/// Exit code when standard output was closed early (`codac explain f.coda |
+/// head -1`): what a shell reports for a program that SIGPIPE killed, as it
+/// kills `cat` or `grep`, 128 + 13.
+const EXIT_CLOSED_STDOUT: i32 = 141;
+
+/// Whether `message` is the standard library's panic of `print!` on a
+/// standard output whose reader has gone (`EPIPE`).
+fn is_closed_stdout_panic(message: &str) -> bool {
+    message.starts_with("failed printing to stdout")
+        && message.ends_with(&std::io::Error::from_raw_os_error(libc::EPIPE).to_string())
+}
+
+/// Whether an error is a write to a standard output whose reader has gone.
+fn is_closed_stdout_error(err: &anyhow::Error) -> bool {
+    err.chain()
+        .any(|e| e.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe))
 }
 
 /// A panic is always a bug: say so, with the version, and exit with code 2.
 fn install_panic_hook() {
     std::panic::set_hook(Box::new(|info| {
+        // Rust ignores SIGPIPE, so a closed standard output makes `print!`
+        // panic; end quietly, as a program SIGPIPE killed would.
+        if info.payload_as_str().is_some_and(is_closed_stdout_panic) {
+            std::process::exit(EXIT_CLOSED_STDOUT);
+        }
         eprintln!("internal compiler error: this is a bug in codac {}", env!("CARGO_PKG_VERSION"));
         eprintln!("{info}");
         eprintln!("please report it with the input file and the command line that triggered it");
