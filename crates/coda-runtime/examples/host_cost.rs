@@ -4,6 +4,9 @@
 //! PyTorch spends its host time.
 //!
 //!     cargo run --release -p coda-runtime --example host_cost
+//!
+//! It reads `examples/llama3_block.coda` from the working directory when
+//! there is one, so a copied binary runs from any checkout's root.
 
 #![allow(unsafe_code)] // prepare_with takes a raw workspace address, as the Python binding does
 
@@ -24,8 +27,15 @@ fn per_call_us(n: usize, mut f: impl FnMut()) -> f64 {
 }
 
 fn main() -> anyhow::Result<()> {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/llama3_block.coda");
-    let text = std::fs::read_to_string(root)?;
+    // The example from the working directory (a copied binary runs from a
+    // checkout's root), else from the tree this was built in.
+    let relative = std::path::PathBuf::from("examples/llama3_block.coda");
+    let path = if relative.is_file() {
+        relative
+    } else {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/llama3_block.coda")
+    };
+    let text = std::fs::read_to_string(&path)?;
     let fixed: BTreeMap<String, i64> =
         [("D", 128), ("F", 256), ("HD", 64), ("QH", 1), ("KVH", 1)].iter().map(|(k, v)| (k.to_string(), *v)).collect();
     let checked = coda::check_with_dims("llama3_block.coda", &text, &fixed)?;
