@@ -344,6 +344,10 @@ def distributed(args: argparse.Namespace, cfg: Config) -> None:
     if rank == 0:
         where = f"{world} GPUs" if cuda else f"{world} processes"
         report(args, cfg, {f"{args.model} ({args.dist}, {where})": result})
+    # Rank 0 writes the report while the others would already tear down
+    # their connections: meet first, so that no rank's teardown finds a
+    # peer gone (gloo then aborts the process).
+    dist.barrier()
     dist.destroy_process_group()
 
 
