@@ -30,7 +30,9 @@ pub(crate) fn read_inputs(block: &Block, dims: &DimBindings, dir: &Path) -> Resu
         let path = dir.join(format!("{}.npy", tensor.name));
         let (rows, cols) = bind_shape(&tensor.shape, dims)?;
         let data = read_file(&path, tensor, rows, cols).with_context(|| format!("input `{}`", tensor.name))?;
-        inputs.insert(tensor.name.clone(), HostTensor::new(tensor.dtype, rows, cols, data)?);
+        let host = HostTensor::new(tensor.dtype, rows, cols, data)
+            .with_context(|| format!("input `{}` ({})", tensor.name, path.display()))?;
+        inputs.insert(tensor.name.clone(), host);
     }
     Ok(inputs)
 }

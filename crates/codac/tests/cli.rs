@@ -107,6 +107,33 @@ fn eval_reads_and_writes_npy() {
     assert_eq!(total.1, vec![-0.75]);
 }
 
+/// A value an input's dtype cannot hold names the input and its file.
+#[test]
+fn eval_names_the_input_whose_values_its_dtype_cannot_hold() {
+    let dir = temp_dir("npy-int");
+    let inputs = dir.join("in");
+    std::fs::create_dir_all(&inputs).unwrap_or_else(|e| panic!("{e}"));
+    let source = dir.join("take.coda");
+    std::fs::write(
+        &source,
+        "dim M\nblock t(x: f32[M, 4], pos: i32[M]) -> (y: f32[M, 4]) {\n    y = x * f32(pos)[:, None]\n}\n",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    write_npy(&inputs.join("x.npy"), &[2, 4], &[1.0; 8]);
+    write_npy(&inputs.join("pos.npy"), &[2], &[1.5, 2.0]);
+    let out = codac(&[
+        "eval",
+        source.to_str().unwrap_or_default(),
+        "--dims",
+        "M=2",
+        "--inputs",
+        inputs.to_str().unwrap_or_default(),
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("input `pos`") && stderr.contains("pos.npy") && stderr.contains("1.5"), "{stderr}");
+}
+
 #[test]
 fn eval_rejects_unknown_and_missing_dims() {
     let out = codac(&["eval", "examples/gpt2_block.coda", "--dims", "Q=4", "--random"]);
