@@ -19,11 +19,15 @@ if TYPE_CHECKING:
     from ._program import Variant
 
 
+# PyTorch's private accessor of the current stream's raw handle, which
+# Inductor's generated code calls too; the public one costs a Stream object.
+_RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
 def _current_stream(index: int) -> int:
     """The raw handle of PyTorch's current stream on device ``index``."""
-    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    if raw is not None:
-        return raw(index)
+    if _RAW_STREAM is not None:
+        return _RAW_STREAM(index)
     return torch.cuda.current_stream(index).cuda_stream
 
 
@@ -56,7 +60,7 @@ def run_cuda(variant: "Variant", dims: Mapping[str, int], tensors: list[torch.Te
         ptrs.append(t.data_ptr())
         shapes.append(shape)
         strides.append(stride)
-    outputs = [torch.empty(spec.shape(dims), dtype=spec.dtype, device=device) for spec in variant.signature.outputs]
+    outputs = variant.signature.empty_outputs(dims, device)
     for t in outputs:
         ptrs.append(t.data_ptr())
         shapes.append(t.shape)

@@ -45,9 +45,7 @@ def _gradient(fn: "BlockFunction") -> "Gradient":
 
 
 def _fake(variant: "Variant", tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-    dims = variant.signature.bind(list(tensors))
-    device = tensors[0].device
-    return [torch.empty(spec.shape(dims), dtype=spec.dtype, device=device) for spec in variant.signature.outputs]
+    return variant.signature.empty_outputs(variant.signature.bind(list(tensors)), tensors[0].device)
 
 
 @torch.library.custom_op("codac::forward", mutates_args=())

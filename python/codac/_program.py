@@ -16,7 +16,9 @@ from typing import Any, Mapping, Optional, TextIO, Union
 
 import torch
 
-from . import _native, _toolkit
+from . import _native, _ops, _toolkit
+from ._cuda import run_cuda
+from ._interp import run_cpu
 from ._signature import Signature
 
 PathOrSource = Union[str, "os.PathLike[str]"]
@@ -117,9 +119,6 @@ class Variant:
         self._executors: dict[int, Any] = {}
         self._lock = threading.Lock()
 
-    def ready(self, index: int) -> bool:
-        return index in self._executors
-
     def executor(self, index: int) -> Any:
         """The kernels on CUDA device ``index``, compiled on first use."""
         executor = self._executors.get(index)
@@ -164,12 +163,8 @@ class Variant:
         dims = self.signature.bind(tensors)
         device = tensors[0].device
         if device.type == "cuda":
-            from ._cuda import run_cuda
-
             return run_cuda(self, dims, tensors)
         if device.type == "cpu":
-            from ._interp import run_cpu
-
             return run_cpu(self, dims, tensors)
         raise ValueError(f"codac block {self.block!r}: tensors on {device} are not supported (use cuda or cpu)")
 
@@ -192,13 +187,9 @@ class BlockFunction:
         info = program._native.gradient_info(name)
         self.gradient: Optional[Gradient] = None if info is None else Gradient(self, info)
         self.key = f"{program.key}:{name}"
-        from . import _ops
-
         _ops.register(self)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Union[torch.Tensor, tuple[torch.Tensor, ...]]:
-        from . import _ops
-
         tensors = self.signature.arrange(args, kwargs)
         outputs = _ops.call(self, tensors)
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
@@ -226,7 +217,6 @@ class Gradient:
         outs = {t.name: i for i, t in enumerate(self.backward.signature.outputs)}
         self.wrt: list[tuple[int, int]] = [(index[i], outs[o]) for i, o in info["wrt"]]
         self.differentiable: frozenset[int] = frozenset(i for i, _ in self.wrt)
-        n_out = len(fn.signature.outputs)
         saving_outputs = {t.name: i for i, t in enumerate(self.saving.signature.outputs)}
         output_names = {t.name: i for i, t in enumerate(fn.signature.outputs)}
         given = {g: output_names[o] for o, g in info["outputs"] if g is not None}
@@ -242,6 +232,6 @@ class Gradient:
                 self.sources.append(("input", index[t.name]))
             else:
                 raise RuntimeError(f"internal error in codac: backward input {t.name!r} of {fn.name!r} has no source")
-        self.n_outputs = n_out
+        self.n_outputs = len(fn.signature.outputs)
         self.saved_outputs: list[int] = sorted({j for kind, j in self.sources if kind == "saved"})
         self.saved_inputs: list[int] = sorted({j for kind, j in self.sources if kind == "input"})

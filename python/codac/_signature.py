@@ -212,5 +212,7 @@ class Signature:
                 )
         return dims
 
-    def output_shapes(self, dims: Mapping[str, Size]) -> list[list[Size]]:
-        return [spec.shape(dims) for spec in self.outputs]
+    def empty_outputs(self, dims: Mapping[str, Size], device: torch.device) -> list[torch.Tensor]:
+        """Uninitialized outputs for ``dims`` on ``device`` (also the fake
+        implementations' results)."""
+        return [torch.empty(spec.shape(dims), dtype=spec.dtype, device=device) for spec in self.outputs]

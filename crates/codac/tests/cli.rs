@@ -77,14 +77,23 @@ fn every_subcommand_help_has_an_example() {
     }
 }
 
-#[test]
-fn eval_reads_and_writes_npy() {
-    let dir = temp_dir("npy");
+/// A temporary directory holding `text` as a `.coda` file and an empty
+/// folder for `.npy` inputs: (directory, source, inputs).
+fn eval_case(name: &str, text: &str) -> (PathBuf, PathBuf, PathBuf) {
+    let dir = temp_dir(name);
     let inputs = dir.join("in");
     std::fs::create_dir_all(&inputs).unwrap_or_else(|e| panic!("{e}"));
-    let source = dir.join("scale.coda");
-    std::fs::write(&source, "dim M\ndim N = 3\nblock s(x: f32[M, N], g: f32[N]) -> (y: f32[M, N], total: f32) {\n    y = x * g\n    total = sum(x * g)\n}\n")
-        .unwrap_or_else(|e| panic!("{e}"));
+    let source = dir.join(format!("{name}.coda"));
+    std::fs::write(&source, text).unwrap_or_else(|e| panic!("{e}"));
+    (dir, source, inputs)
+}
+
+#[test]
+fn eval_reads_and_writes_npy() {
+    let (dir, source, inputs) = eval_case(
+        "npy",
+        "dim M\ndim N = 3\nblock s(x: f32[M, N], g: f32[N]) -> (y: f32[M, N], total: f32) {\n    y = x * g\n    total = sum(x * g)\n}\n",
+    );
     write_npy(&inputs.join("x.npy"), &[2, 3], &[1.0, 2.0, 3.0, -1.0, 0.5, 4.0]);
     write_npy(&inputs.join("g.npy"), &[3], &[2.0, -1.0, 0.25]);
     let out_dir = dir.join("out");
@@ -110,15 +119,10 @@ fn eval_reads_and_writes_npy() {
 /// A value an input's dtype cannot hold names the input and its file.
 #[test]
 fn eval_names_the_input_whose_values_its_dtype_cannot_hold() {
-    let dir = temp_dir("npy-int");
-    let inputs = dir.join("in");
-    std::fs::create_dir_all(&inputs).unwrap_or_else(|e| panic!("{e}"));
-    let source = dir.join("take.coda");
-    std::fs::write(
-        &source,
+    let (_, source, inputs) = eval_case(
+        "npy-int",
         "dim M\nblock t(x: f32[M, 4], pos: i32[M]) -> (y: f32[M, 4]) {\n    y = x * f32(pos)[:, None]\n}\n",
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
+    );
     write_npy(&inputs.join("x.npy"), &[2, 4], &[1.0; 8]);
     write_npy(&inputs.join("pos.npy"), &[2], &[1.5, 2.0]);
     let out = codac(&[
