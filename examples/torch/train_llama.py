@@ -29,7 +29,7 @@ import sysconfig
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import Callable, Iterator, NoReturn, Optional
 
 import torch
 import torch.nn.functional as F
@@ -312,7 +312,7 @@ def build(cfg: Config, blocks: str, seed: int, device: torch.device) -> Llama:
     return model.to(device)
 
 
-def distributed(args: argparse.Namespace, cfg: Config) -> None:
+def distributed(args: argparse.Namespace, cfg: Config) -> NoReturn:
     """One process per GPU under torchrun: FSDP2 (fully_shard per block) or DDP."""
     import torch.distributed as dist
 
@@ -346,9 +346,19 @@ def distributed(args: argparse.Namespace, cfg: Config) -> None:
         report(args, cfg, {f"{args.model} ({args.dist}, {where})": result})
     # Rank 0 writes the report while the others would already tear down
     # their connections: meet first, so that no rank's teardown finds a
-    # peer gone (gloo then aborts the process).
+    # peer gone.
     dist.barrier()
     dist.destroy_process_group()
+    # A gloo worker thread drops its last reference to a collective's
+    # tensors after the collective has completed, and that needs the GIL.
+    # When the interpreter starts finalizing first, the thread is ended
+    # inside the tensor's destructor and the process aborts ("terminate
+    # called without an active exception", about 1 run in 50 here, with a
+    # plain PyTorch model too). Everything is written: leave without
+    # finalizing.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def report(args: argparse.Namespace, cfg: Config, results: dict[str, dict]) -> None:
@@ -394,7 +404,6 @@ def main(argv: Optional[list[str]] = None) -> dict[str, dict]:
         if args.model == "both":
             parser.error("--dist trains one model: pass --model codac or --model torch")
         distributed(args, cfg)
-        return {}
     device = torch.device(args.device)
     names = ["codac", "torch"] if args.model == "both" else [args.model]
     results = {}

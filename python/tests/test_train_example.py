@@ -45,14 +45,10 @@ def test_tiny_config_on_the_gpu_matches_the_plain_model() -> None:
         assert abs(a - b) < 2e-2, f"step {step}: codac {a:.4f}, torch {b:.4f}"
 
 
-# FSDP2 over gloo on CPU processes aborted at exit in 2 of 4 loaded CI runs
-# ("terminate called without an active exception" in rank 0, after its
-# losses were written), so CI runs DDP here; FSDP2 runs on two GPUs in
-# scripts/python-gpu.sh's `dist` part, against one GPU on the same data.
-@pytest.mark.parametrize("dist", ["ddp"])
+@pytest.mark.parametrize("dist", ["fsdp", "ddp"])
 def test_two_processes_match_one_with_their_global_batch(dist: str, tmp_path: Path) -> None:
-    """DDP over 2 CPU processes (gloo) trains on the shards of the global
-    batch that one process takes whole."""
+    """FSDP2 or DDP over 2 CPU processes (gloo) trains on the shards of the
+    global batch that one process takes whole."""
     import json
     import subprocess
 
