@@ -6,9 +6,6 @@
 //! compiler error (a bug in codac).
 
 mod bench_cmd;
-mod bench_report;
-mod bench_rig;
-mod bench_vendor;
 mod cli;
 mod commands;
 mod compile_cmd;
@@ -16,7 +13,6 @@ mod grad_cmd;
 mod npy;
 mod overrides;
 mod run_cmd;
-mod tune;
 
 use clap::Parser;
 
@@ -41,7 +37,9 @@ fn main() {
         Ok(commands::Outcome::UserError) => EXIT_USER,
         Err(err) if is_closed_stdout_error(&err) => EXIT_CLOSED_STDOUT,
         Err(err) => {
-            if err.downcast_ref::<coda::InternalError>().is_some() {
+            let is_bug = err.downcast_ref::<coda::InternalError>().is_some()
+                || err.downcast_ref::<coda_bench::BenchError>().is_some_and(coda_bench::BenchError::is_bug);
+            if is_bug {
                 eprintln!("internal compiler error: this is a bug in codac {}\n{err:#}", env!("CARGO_PKG_VERSION"));
                 EXIT_INTERNAL
             } else {

@@ -49,11 +49,11 @@ pub(crate) fn run(args: &RunArgs, color: ColorChoice) -> Result<Outcome> {
     let device = open_device()?;
     let info = device.info();
     println!("device: {} ({}, {} SMs)", info.name, info.arch, info.multiprocessors);
-    let launch = Some(crate::tune::launch_hint(&device, &dims));
+    let launch = Some(coda_bench::tune::launch_hint(&device, &dims));
     let options = args.kernels.compile_options(device.arch().to_string(), block, launch);
     let store = coda_runtime::TuningStore::from_env();
     let compiled = coda::compile(&checked, &options)?;
-    let (tuned, mut compiled) = crate::tune::with_tuning(&checked, &options, compiled, &device, &store, &dims)?;
+    let (tuned, mut compiled) = coda_bench::tune::with_tuning(&checked, &options, compiled, &device, &store, &dims)?;
     crate::overrides::apply(&mut compiled)?;
     if tuned.tiles != options.tiles {
         let path = store.path().map_or(String::new(), |p| format!(" ({})", p.display()));

@@ -7,74 +7,74 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 
 /// The JSON schema version.
-pub(crate) const SCHEMA: u32 = 2;
+pub const SCHEMA: u32 = 2;
 
 /// The whole run.
 #[derive(Debug, Clone, Serialize)]
-pub(crate) struct Report {
-    pub(crate) schema: u32,
-    pub(crate) tool: &'static str,
-    pub(crate) codac_version: &'static str,
+pub struct Report {
+    pub schema: u32,
+    pub tool: &'static str,
+    pub codac_version: &'static str,
     /// The `.coda` file as given.
-    pub(crate) file: String,
-    pub(crate) device: DeviceReport,
+    pub file: String,
+    pub device: DeviceReport,
     /// Untimed runs before each timing loop.
-    pub(crate) warmup: usize,
+    pub warmup: usize,
     /// Timed runs of each kernel and block.
-    pub(crate) iters: usize,
+    pub iters: usize,
     /// The vendor reference the bare GEMMs were timed against
     /// (`cuBLAS 13.1.0 (…)`), or why they were not (`not measured: …`).
-    pub(crate) vendor: String,
-    pub(crate) blocks: Vec<BlockReport>,
+    pub vendor: String,
+    pub blocks: Vec<BlockReport>,
     /// With `--grad`: each training step (saving forward plus backward).
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub(crate) steps: Vec<StepReport>,
+    pub steps: Vec<StepReport>,
     /// With `--autotune`: what was timed for each GEMM kernel and kept.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub(crate) autotune: Vec<TuneReport>,
+    pub autotune: Vec<TuneReport>,
     /// With `--autotune`: each block whose kernels had winners, timed
     /// with all of them against the rules' configurations.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub(crate) autotune_blocks: Vec<TuneBlockCheck>,
+    pub autotune_blocks: Vec<TuneBlockCheck>,
 }
 
 /// The autotuner's measurements for one GEMM kernel (`--autotune`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub(crate) struct TuneReport {
-    pub(crate) block: String,
-    pub(crate) kernel: String,
+pub struct TuneReport {
+    pub block: String,
+    pub kernel: String,
     /// The configuration the rules gave it.
-    pub(crate) rules: String,
+    pub rules: String,
     /// Each alternative, timed interleaved with the rules' configuration.
-    pub(crate) trials: Vec<TuneTrial>,
+    pub trials: Vec<TuneTrial>,
     /// Alternatives not timed because they change the block's kernel list.
-    pub(crate) skipped: Vec<String>,
+    pub skipped: Vec<String>,
     /// The fastest configuration of the kernel timed alone (by
     /// `tune::MARGIN`).
-    pub(crate) alone: String,
+    pub alone: String,
     /// The configuration filed for it: `alone`, unless the block ran no
     /// faster with the winners ([`TuneBlockCheck`]).
-    pub(crate) chosen: String,
+    pub chosen: String,
 }
 
 /// A block timed with every kernel's winner against the rules'
 /// configurations (`--autotune`): the winners are filed only if the block
 /// runs at least 2% faster with them (`tune::MARGIN`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub(crate) struct TuneBlockCheck {
-    pub(crate) block: String,
+pub struct TuneBlockCheck {
+    pub block: String,
     /// `kernel config` of each winner.
-    pub(crate) winners: Vec<String>,
+    pub winners: Vec<String>,
     /// Medians of the block with the winners and with the rules' configurations (ms).
-    pub(crate) median_ms: f32,
-    pub(crate) rules_median_ms: f32,
+    pub median_ms: f32,
+    pub rules_median_ms: f32,
     /// Whether the winners were filed.
-    pub(crate) kept: bool,
+    pub kept: bool,
 }
 
 impl TuneBlockCheck {
     /// The progress line printed on standard error.
-    pub(crate) fn line(&self) -> String {
+    pub fn line(&self) -> String {
         let verb = if self.kept { "keeps them" } else { "drops them (the rules' configurations stay)" };
         format!(
             "autotune {}: the block with {} {:.3} ms against {:.3} ms with the rules' configurations: {verb}",
@@ -88,15 +88,15 @@ impl TuneBlockCheck {
 
 /// One alternative against the rules' configuration: both medians (ms).
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub(crate) struct TuneTrial {
-    pub(crate) config: String,
-    pub(crate) median_ms: f32,
-    pub(crate) rules_median_ms: f32,
+pub struct TuneTrial {
+    pub config: String,
+    pub median_ms: f32,
+    pub rules_median_ms: f32,
 }
 
 impl TuneReport {
     /// The progress line printed on standard error.
-    pub(crate) fn line(&self) -> String {
+    pub fn line(&self) -> String {
         let mut line = format!("autotune {} {} ({})", self.block, self.kernel, self.rules);
         for t in &self.trials {
             line += &format!(", {:.3} ms against {} {:.3} ms", t.rules_median_ms, t.config, t.median_ms);
@@ -115,25 +115,25 @@ impl TuneReport {
 /// A training step: the saving forward block then the backward block, as
 /// two back-to-back block timings added up, against their bare GEMMs.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub(crate) struct StepReport {
-    pub(crate) forward: String,
-    pub(crate) backward: String,
+pub struct StepReport {
+    pub forward: String,
+    pub backward: String,
     /// Sum of the two blocks' medians.
-    pub(crate) time_ms: f64,
+    pub time_ms: f64,
     /// Sum of the bare GEMMs of both blocks.
-    pub(crate) bare_gemms_ms: f64,
+    pub bare_gemms_ms: f64,
     /// `time_ms / bare_gemms_ms`.
-    pub(crate) ratio: f64,
+    pub ratio: f64,
     /// Sum of cuBLAS's GEMMs of both blocks, when every one was timed.
-    pub(crate) cublas_gemms_ms: Option<f64>,
+    pub cublas_gemms_ms: Option<f64>,
     /// Sum of codac's bare GEMMs of both blocks as timed alternating with
     /// cuBLAS's (the sum to compare `cublas_gemms_ms` with).
-    pub(crate) vendor_bare_ms: Option<f64>,
+    pub vendor_bare_ms: Option<f64>,
 }
 
 impl StepReport {
     /// The step of `forward` and `backward`, if both were benchmarked.
-    pub(crate) fn of(blocks: &[BlockReport], forward: &str, backward: &str) -> Option<StepReport> {
+    pub fn of(blocks: &[BlockReport], forward: &str, backward: &str) -> Option<StepReport> {
         let f = blocks.iter().find(|b| b.block == forward)?;
         let b = blocks.iter().find(|b| b.block == backward)?;
         let time_ms = f.time.median_ms + b.time.median_ms;
@@ -155,29 +155,29 @@ impl StepReport {
 
 /// The GPU.
 #[derive(Debug, Clone, Serialize)]
-pub(crate) struct DeviceReport {
-    pub(crate) name: String,
-    pub(crate) arch: String,
-    pub(crate) multiprocessors: u32,
-    pub(crate) memory_bytes: u64,
-    pub(crate) driver_version: i32,
+pub struct DeviceReport {
+    pub name: String,
+    pub arch: String,
+    pub multiprocessors: u32,
+    pub memory_bytes: u64,
+    pub driver_version: i32,
     /// `major.minor` of the NVRTC that compiled the kernels.
-    pub(crate) nvrtc: String,
+    pub nvrtc: String,
 }
 
 /// Statistics of one timing loop, in milliseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub(crate) struct Timing {
-    pub(crate) median_ms: f64,
-    pub(crate) min_ms: f64,
-    pub(crate) mean_ms: f64,
-    pub(crate) p10_ms: f64,
-    pub(crate) p90_ms: f64,
-    pub(crate) samples: usize,
+pub struct Timing {
+    pub median_ms: f64,
+    pub min_ms: f64,
+    pub mean_ms: f64,
+    pub p10_ms: f64,
+    pub p90_ms: f64,
+    pub samples: usize,
 }
 
 impl Timing {
-    pub(crate) fn of(stats: &BenchStats) -> Timing {
+    pub fn of(stats: &BenchStats) -> Timing {
         Timing {
             median_ms: f64::from(stats.median_ms),
             min_ms: f64::from(stats.min_ms),
@@ -191,50 +191,50 @@ impl Timing {
 
 /// How long one kernel took to compile.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub(crate) struct CompileReport {
+pub struct CompileReport {
     /// NVRTC with the cache bypassed.
-    pub(crate) cold_ms: f64,
+    pub cold_ms: f64,
     /// Served by the kernel cache.
-    pub(crate) hit_ms: f64,
+    pub hit_ms: f64,
     /// Whether the hit read the cache's disk entry (else its memory).
-    pub(crate) hit_from_disk: bool,
+    pub hit_from_disk: bool,
     /// Whether NVRTC's own cache was bypassed for `cold_ms` (`--no-cache`).
-    pub(crate) nvrtc_cache_bypassed: bool,
+    pub nvrtc_cache_bypassed: bool,
     /// Registers per thread.
-    pub(crate) registers: usize,
+    pub registers: usize,
 }
 
 /// The GEMM of a kernel.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub(crate) struct GemmReport {
-    pub(crate) m: i64,
-    pub(crate) n: i64,
-    pub(crate) k: i64,
+pub struct GemmReport {
+    pub m: i64,
+    pub n: i64,
+    pub k: i64,
     /// `MxK` or `KxM`.
-    pub(crate) a_layout: &'static str,
+    pub a_layout: &'static str,
     /// `NxK` (an `nn.Linear` weight) or `KxN`.
-    pub(crate) b_layout: &'static str,
-    pub(crate) dtype: String,
+    pub b_layout: &'static str,
+    pub dtype: String,
     /// The weight is read in pair order.
-    pub(crate) pair_rows: bool,
-    pub(crate) flops: f64,
+    pub pair_rows: bool,
+    pub flops: f64,
 }
 
 /// The same GEMM with an empty epilogue, timed in the same run.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub(crate) struct BareReport {
+pub struct BareReport {
     /// Whether its runs alternated with the fused kernel's (so both ran at
     /// the same clocks); `codac bench` always does this since schema 2.
-    pub(crate) interleaved: bool,
-    pub(crate) config: Option<String>,
-    pub(crate) time: Timing,
-    pub(crate) tflops: f64,
-    pub(crate) copies: usize,
-    pub(crate) compile: CompileReport,
+    pub interleaved: bool,
+    pub config: Option<String>,
+    pub time: Timing,
+    pub tflops: f64,
+    pub copies: usize,
+    pub compile: CompileReport,
 }
 
 /// A GEMM's shape and layouts as reported.
-pub(crate) fn gemm_report(g: &coda::GemmProfile) -> GemmReport {
+pub fn gemm_report(g: &coda::GemmProfile) -> GemmReport {
     GemmReport {
         m: g.m.value,
         n: g.n.value,
@@ -250,20 +250,20 @@ pub(crate) fn gemm_report(g: &coda::GemmProfile) -> GemmReport {
 /// A bare GEMM timed against cuBLAS's GEMM of the same shape, layouts and
 /// dtype, alternating launches on the same copies of the data.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub(crate) struct VendorReport {
-    pub(crate) gemm: GemmReport,
+pub struct VendorReport {
+    pub gemm: GemmReport,
     /// The bare GEMM's tile configuration.
-    pub(crate) config: Option<String>,
-    pub(crate) bare: Timing,
-    pub(crate) cublas: Timing,
-    pub(crate) bare_tflops: f64,
-    pub(crate) cublas_tflops: f64,
+    pub config: Option<String>,
+    pub bare: Timing,
+    pub cublas: Timing,
+    pub bare_tflops: f64,
+    pub cublas_tflops: f64,
     /// cuBLAS's median over the bare GEMM's: codac's GEMM's speed as a
     /// multiple of cuBLAS's (above 1: faster).
-    pub(crate) speed: f64,
+    pub speed: f64,
     /// The largest difference between the two products of the same data,
     /// relative to the largest value (checked before timing).
-    pub(crate) difference: f64,
+    pub difference: f64,
 }
 
 impl VendorReport {
@@ -278,63 +278,63 @@ impl VendorReport {
 
 /// One launched kernel.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub(crate) struct KernelReport {
-    pub(crate) name: String,
+pub struct KernelReport {
+    pub name: String,
     /// `gemm`, `row`, `colreduce` or `copy`.
-    pub(crate) kind: String,
-    pub(crate) summary: String,
-    pub(crate) config: Option<String>,
-    pub(crate) gemm: Option<GemmReport>,
-    pub(crate) time: Timing,
+    pub kind: String,
+    pub summary: String,
+    pub config: Option<String>,
+    pub gemm: Option<GemmReport>,
+    pub time: Timing,
     /// GEMM kernels: `2 m n k` over the median time.
-    pub(crate) tflops: Option<f64>,
+    pub tflops: Option<f64>,
     /// Every buffer the kernel touches, each counted once.
-    pub(crate) bytes_moved: u64,
+    pub bytes_moved: u64,
     /// `bytes_moved` less the GEMM operands.
-    pub(crate) epilogue_bytes: u64,
+    pub epilogue_bytes: u64,
     /// `epilogue_bytes` over the median time.
-    pub(crate) epilogue_gbps: f64,
-    pub(crate) bare_gemm: Option<BareReport>,
+    pub epilogue_gbps: f64,
+    pub bare_gemm: Option<BareReport>,
     /// Median time over the bare GEMM's median time.
-    pub(crate) epilogue_cost: Option<f64>,
-    pub(crate) compile: CompileReport,
+    pub epilogue_cost: Option<f64>,
+    pub compile: CompileReport,
     /// The kernel inside back-to-back runs of the whole block (events
     /// recorded between the launches), beside `time`, which is the kernel
     /// alone.
-    pub(crate) in_block: Option<Timing>,
+    pub in_block: Option<Timing>,
 }
 
 /// One block.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub(crate) struct BlockReport {
-    pub(crate) block: String,
-    pub(crate) dims: BTreeMap<String, i64>,
+pub struct BlockReport {
+    pub block: String,
+    pub dims: BTreeMap<String, i64>,
     /// Copies of every buffer cycled through by the timing loops.
-    pub(crate) copies: usize,
-    pub(crate) bytes_per_copy: u64,
-    pub(crate) kernels: Vec<KernelReport>,
+    pub copies: usize,
+    pub bytes_per_copy: u64,
+    pub kernels: Vec<KernelReport>,
     /// Every kernel back to back, as `codac run` launches them.
-    pub(crate) time: Timing,
-    pub(crate) flops: f64,
-    pub(crate) tflops: f64,
+    pub time: Timing,
+    pub flops: f64,
+    pub tflops: f64,
     /// Sum of the kernels' medians.
-    pub(crate) sum_kernels_ms: f64,
+    pub sum_kernels_ms: f64,
     /// Sum of the bare GEMMs' medians.
-    pub(crate) sum_bare_gemms_ms: f64,
+    pub sum_bare_gemms_ms: f64,
     /// Each distinct bare GEMM against cuBLAS (empty when cuBLAS was not
     /// measured).
-    pub(crate) vendor: Vec<VendorReport>,
+    pub vendor: Vec<VendorReport>,
     /// Sum over the GEMM kernels of cuBLAS's time for their GEMM, when
     /// every one was measured.
-    pub(crate) sum_cublas_gemms_ms: Option<f64>,
+    pub sum_cublas_gemms_ms: Option<f64>,
     /// The same sum of codac's bare GEMMs as timed alternating with cuBLAS
     /// (at other clocks than `sum_bare_gemms_ms`, timed alternating with
     /// the fused kernels; only this one compares with cuBLAS's sum).
-    pub(crate) sum_vendor_bare_ms: Option<f64>,
+    pub sum_vendor_bare_ms: Option<f64>,
 }
 
 /// `flops` over `ms`, in TFLOP/s.
-pub(crate) fn tflops(flops: f64, ms: f64) -> f64 {
+pub fn tflops(flops: f64, ms: f64) -> f64 {
     if ms > 0.0 {
         flops / ms / 1e9
     } else {
@@ -343,7 +343,7 @@ pub(crate) fn tflops(flops: f64, ms: f64) -> f64 {
 }
 
 /// `bytes` over `ms`, in GB/s.
-pub(crate) fn gbps(bytes: u64, ms: f64) -> f64 {
+pub fn gbps(bytes: u64, ms: f64) -> f64 {
     if ms > 0.0 {
         bytes as f64 / ms / 1e6
     } else {
@@ -353,7 +353,7 @@ pub(crate) fn gbps(bytes: u64, ms: f64) -> f64 {
 
 impl BlockReport {
     /// Fills the block totals from its kernels.
-    pub(crate) fn totals(
+    pub fn totals(
         block: String,
         dims: BTreeMap<String, i64>,
         copies: usize,
@@ -438,7 +438,7 @@ fn kernel_row(k: &KernelReport) -> Vec<String> {
 }
 
 /// The text form: one table per block, then the block totals.
-pub(crate) fn render_text(r: &Report) -> String {
+pub fn render_text(r: &Report) -> String {
     let d = &r.device;
     let mut out = format!(
         "device: {} ({}, {} SMs, driver {}, NVRTC {})\n",

@@ -18,9 +18,9 @@
 //! it can favour the tuned block by a few percent that separately timed
 //! blocks do not confirm, which is why the margin applies to it too.
 
-use crate::bench_report::{TuneBlockCheck, TuneReport, TuneTrial};
-use crate::bench_rig::{Rig, RigSpec};
-use anyhow::{Context, Result};
+use crate::report::{TuneBlockCheck, TuneReport, TuneTrial};
+use crate::rig::{Rig, RigSpec};
+use crate::{OrBug, Result, Settings};
 use coda::cuda::config::{LaunchHint, TileConfig};
 use coda::cuda::manifest::{BlockManifest, KernelSpec};
 use coda::{Checked, CompileOptions, Compiled, DimBindings, HostTensor};
@@ -51,19 +51,19 @@ fn key(device: &Device, source: &str, dims: &str) -> TuningKey {
 }
 
 fn source_of<'a>(compiled: &'a Compiled, spec: &KernelSpec) -> Result<&'a str> {
-    compiled.source(&spec.file).with_context(|| format!("no source {}", spec.file))
+    compiled.source(&spec.file).or_bug(|| format!("no source {}", spec.file))
 }
 
 /// The run-time dimensions and this device's multiprocessors, for the
 /// choice of tile configurations (`CompileOptions::launch`).
-pub(crate) fn launch_hint(device: &Device, dims: &DimBindings) -> LaunchHint {
+pub fn launch_hint(device: &Device, dims: &DimBindings) -> LaunchHint {
     LaunchHint { dims: dims.clone(), multiprocessors: device.info().multiprocessors }
 }
 
 /// `compiled` (compiled with `options`, the rules' configurations) again
 /// with the tuned configurations of `store` (those filed for this device,
 /// program and `dims`), when there are any: the options used and the result.
-pub(crate) fn with_tuning(
+pub fn with_tuning(
     checked: &Checked,
     options: &CompileOptions,
     compiled: Compiled,
@@ -105,8 +105,7 @@ pub(crate) struct Autotune<'a> {
     /// The options without tuned configurations.
     pub(crate) options: &'a CompileOptions,
     pub(crate) dims: &'a DimBindings,
-    pub(crate) warmup: usize,
-    pub(crate) iters: usize,
+    pub(crate) settings: &'a Settings<'a>,
 }
 
 impl Autotune<'_> {
@@ -143,10 +142,10 @@ impl Autotune<'_> {
             if check.as_ref().is_some_and(|c| !c.kept) {
                 report.chosen = report.rules.clone();
             }
-            eprintln!("{}", report.line());
+            (self.settings.progress)(&report.line());
         }
         if let Some(c) = &check {
-            eprintln!("{}", c.line());
+            (self.settings.progress)(&c.line());
         }
         for (key, report) in keys.iter().zip(&reports) {
             store.set(key, &report.chosen);
@@ -208,8 +207,7 @@ impl Autotune<'_> {
         let tiles = BTreeMap::from([(name.clone(), chosen)]);
         let options = CompileOptions { block: Some(name.clone()), tiles, ..self.options.clone() };
         let compiled = coda::compile(self.checked, &options)?;
-        let manifest =
-            compiled.manifest.blocks.first().with_context(|| format!("block `{name}` compiled to nothing"))?;
+        let manifest = compiled.manifest.blocks.first().or_bug(|| format!("block `{name}` compiled to nothing"))?;
         let tuned = self.rig(manifest, &compiled, block)?;
         tuned.fill_and_spin(self.device, 0.0)?;
         // Two rounds of each, alternating, each timed as `codac bench` times
@@ -217,8 +215,8 @@ impl Autotune<'_> {
         // whole blocks favoured the second one more.
         let (mut rules, mut with_winners) = (0.0f32, 0.0f32);
         for _ in 0..2 {
-            rules += rig.time_block(self.device, self.warmup, self.iters)?.median_ms / 2.0;
-            with_winners += tuned.time_block(self.device, self.warmup, self.iters)?.median_ms / 2.0;
+            rules += rig.time_block(self.device, self.settings.warmup, self.settings.iters)?.median_ms / 2.0;
+            with_winners += tuned.time_block(self.device, self.settings.warmup, self.settings.iters)?.median_ms / 2.0;
         }
         Ok(TuneBlockCheck {
             block: name.clone(),
@@ -257,8 +255,7 @@ impl Autotune<'_> {
         let tiles = BTreeMap::from([(name.clone(), BTreeMap::from([(ordinal, alternative)]))]);
         let options = CompileOptions { block: Some(name.clone()), tiles, ..self.options.clone() };
         let compiled = coda::compile(self.checked, &options)?;
-        let manifest =
-            compiled.manifest.blocks.first().with_context(|| format!("block `{name}` compiled to nothing"))?;
+        let manifest = compiled.manifest.blocks.first().or_bug(|| format!("block `{name}` compiled to nothing"))?;
         let same_list = manifest.kernels.len() == block.manifest.kernels.len();
         let Some((_, spec)) = gemm_kernels(manifest).nth(ordinal).filter(|_| same_list) else { return Ok(None) };
         if spec.config.as_deref() != Some(alternative.name()) {
@@ -266,8 +263,13 @@ impl Autotune<'_> {
         }
         let other = self.rig(manifest, &compiled, block)?;
         other.fill_and_spin(self.device, 0.0)?;
-        let (ours, theirs) =
-            rig.time_against(self.device, &kernel.name, (&other, &spec.name), self.warmup, self.iters)?;
+        let (ours, theirs) = rig.time_against(
+            self.device,
+            &kernel.name,
+            (&other, &spec.name),
+            self.settings.warmup,
+            self.settings.iters,
+        )?;
         Ok(Some((ours.median_ms, theirs.median_ms)))
     }
 }

@@ -14,7 +14,7 @@
 //! of 8), and its copy kernel is dropped; otherwise it gets an allocation
 //! and its copy kernel always runs, as it would in `codac run`.
 
-use anyhow::{bail, Context, Result};
+use crate::{bug, BenchError, OrBug, Result};
 use coda::cuda::manifest::{BlockManifest, BufferSpec};
 use coda::cuda::symexpr::eval_str;
 use coda::cuda::KernelSource;
@@ -59,9 +59,8 @@ pub(crate) fn open_manifest(
         let provision = match b.role.as_str() {
             "input" | "output" => Provision::Declared,
             "staging" => {
-                let source =
-                    b.staging_of.clone().with_context(|| format!("staging buffer `{}` has no input", b.name))?;
-                let cols = eval_str(&b.shape[1], dims)?;
+                let source = b.staging_of.clone().or_bug(|| format!("staging buffer `{}` has no input", b.name))?;
+                let cols = eval_str(&b.shape[1], dims).or_bug(|| format!("columns of buffer `{}`", b.name))?;
                 if cols % 8 == 0 {
                     aliased.push(b.name.clone());
                     Provision::Alias(source)
@@ -93,8 +92,8 @@ fn single_kernel(open: &BlockManifest, index: usize) -> BlockManifest {
 /// `[rows, cols]` and the leading dimension of a buffer at `dims`.
 fn extent(b: &BufferSpec, dims: &DimBindings) -> Result<(usize, usize, usize)> {
     let get = |e: &str| -> Result<usize> {
-        let v = eval_str(e, dims).with_context(|| format!("size of buffer `{}`", b.name))?;
-        usize::try_from(v).with_context(|| format!("buffer `{}` has a negative size", b.name))
+        let v = eval_str(e, dims).or_bug(|| format!("size of buffer `{}`", b.name))?;
+        usize::try_from(v).or_bug(|| format!("buffer `{}` has a negative size", b.name))
     };
     let (rows, cols) = (get(&b.shape[0])?, get(&b.shape[1])?);
     let ld = match &b.ld {
@@ -166,13 +165,13 @@ fn make_copy(
         let provision = provisions.get(&b.name).cloned().unwrap_or(Provision::Owned);
         let (ptr, stride) = match &provision {
             Provision::Alias(source) => {
-                *pointers.get(source).with_context(|| format!("`{}` aliases unknown buffer `{source}`", b.name))?
+                *pointers.get(source).or_bug(|| format!("`{}` aliases unknown buffer `{source}`", b.name))?
             }
             _ => {
                 let bytes = rows * ld * dtype.size_bytes();
                 let buffer = match data.get(&b.name) {
                     Some(host) if host.len() == bytes => DeviceBuffer::from_bytes(device, host)?,
-                    Some(host) => bail!("input `{}` has {} bytes, expected {bytes}", b.name, host.len()),
+                    Some(host) => bug!("input `{}` has {} bytes, expected {bytes}", b.name, host.len()),
                     None => {
                         let mut buffer = DeviceBuffer::alloc(device, bytes.max(16))?;
                         buffer.zero()?;
@@ -270,10 +269,11 @@ impl Rig {
         let (free, _) = device.memory_info()?;
         let copies = copies_needed(smallest, bytes_per_copy, (free as f64 * MEMORY_SHARE) as u64);
         if (copies as u64) * bytes_per_copy > free as u64 {
-            bail!(
-                "one copy of block `{}` needs {bytes_per_copy} bytes; {free} are free on the device",
-                spec.manifest.block
-            );
+            return Err(BenchError::DeviceMemory {
+                block: spec.manifest.block.clone(),
+                needed: bytes_per_copy,
+                free: free as u64,
+            });
         }
         let mut data = BTreeMap::new();
         for b in &open.buffers {
@@ -366,7 +366,7 @@ impl Rig {
     /// Launches kernel `name` once on copy `copy` and waits for it.
     pub(crate) fn run_kernel(&self, device: &Device, name: &str, copy: usize) -> Result<()> {
         let runner = self.runner(name)?;
-        let prepared = runner.prepared.get(copy).with_context(|| format!("no copy {copy}"))?;
+        let prepared = runner.prepared.get(copy).or_bug(|| format!("no copy {copy}"))?;
         runner.executor.launch(prepared, device.stream())?;
         Ok(device.stream().synchronize()?)
     }
@@ -374,19 +374,16 @@ impl Rig {
     /// The contents of buffer `name` in copy `copy` (after the stream's work).
     pub(crate) fn download(&self, name: &str, copy: usize) -> Result<Vec<u8>> {
         let buffer = self.data.get(copy).and_then(|c| c.buffers.get(name));
-        Ok(buffer.with_context(|| format!("no allocation of `{name}` in copy {copy}"))?.download()?)
+        Ok(buffer.or_bug(|| format!("no allocation of `{name}` in copy {copy}"))?.download()?)
     }
 
     /// The binding of buffer `name` in each copy, in copy order.
     pub(crate) fn bindings_of(&self, name: &str) -> Result<Vec<&TensorArg>> {
-        self.data
-            .iter()
-            .map(|c| c.bindings.get(name).with_context(|| format!("no buffer `{name}` in the rig")))
-            .collect()
+        self.data.iter().map(|c| c.bindings.get(name).or_bug(|| format!("no buffer `{name}` in the rig"))).collect()
     }
 
     fn runner(&self, name: &str) -> Result<&Runner> {
-        self.kernels.iter().find(|r| r.name == name).with_context(|| format!("no kernel {name} in the rig"))
+        self.kernels.iter().find(|r| r.name == name).or_bug(|| format!("no kernel {name} in the rig"))
     }
 
     /// Times the whole block: every kernel back to back, as `codac run` launches them.

@@ -8,9 +8,9 @@
 //! Before timing, both compute the product once on the same data and must
 //! agree, so the reference is the same GEMM, not one of another layout.
 
-use crate::bench_report::{gemm_report, tflops, Timing, VendorReport};
-use crate::bench_rig::Rig;
-use anyhow::{bail, Context, Result};
+use crate::report::{gemm_report, tflops, Timing, VendorReport};
+use crate::rig::Rig;
+use crate::{bug, OrBug, Result};
 use coda::GemmProfile;
 use coda_runtime::{convert, DType, Device, GemmShape, VendorGemm};
 
@@ -52,7 +52,7 @@ impl Vendor {
     ) -> Result<Option<VendorReport>> {
         let Some(gemm) = &self.gemm else { return Ok(None) };
         let dtype: DType = g.dtype.to_string().parse()?;
-        let size = |e: i64| usize::try_from(e).context("a negative GEMM extent");
+        let size = |e: i64| usize::try_from(e).or_bug(|| "a negative GEMM extent".to_string());
         let shape = GemmShape {
             m: size(g.m.value)?,
             n: size(g.n.value)?,
@@ -64,7 +64,7 @@ impl Vendor {
         let (a, b, y) = (rig.bindings_of("a")?, rig.bindings_of("b")?, rig.bindings_of("y")?);
         let difference = agreement(device, rig, kernel, |c| gemm.gemm(&shape, a[c], b[c], y[c]), dtype)?;
         if difference > MAX_DIFFERENCE {
-            bail!(
+            bug!(
                 "cuBLAS's {} GEMM differs from codac's bare GEMM by {difference:.2e} of its largest value \
                  (the two do not compute the same product: a bug)",
                 g.shape()
