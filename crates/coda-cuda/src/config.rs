@@ -102,46 +102,92 @@ pub enum TileConfig {
     Sm90Cfg128x192pps2,
 }
 
+/// Which GEMM mainloop a configuration runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mainloop {
+    /// mma.sync + cp.async (`coda_gemm_sm80.cuh`), any sm_80+ GPU.
+    Portable,
+    /// Hopper TMA + wgmma, two consumer warpgroups sharing each tile.
+    Cooperative,
+    /// Hopper TMA + wgmma, each consumer warpgroup owning whole tiles, one's
+    /// epilogue overlapping the other's K loop (two tiles in flight).
+    PingPong,
+}
+
+/// Everything the generator knows about one configuration: one row of
+/// [`TileConfig::SPECS`], mirroring the C++ struct of the same name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConfigSpec {
+    /// The configuration this row describes.
+    pub config: TileConfig,
+    /// The C++ type name (without namespace).
+    pub name: &'static str,
+    /// `(BM, BN, BK)`.
+    pub tile: (i64, i64, i64),
+    /// Threads per CTA.
+    pub threads: u32,
+    /// Pipeline stages.
+    pub stages: i64,
+    /// The mainloop.
+    pub mainloop: Mainloop,
+    /// Columns the epilogue stages through shared memory at a time, when
+    /// fewer than the tile's ([`TileConfig::stage_cols`]).
+    pub stage_cols: Option<i64>,
+    /// Regions of staged subtiles in the scratch ([`TileConfig::stage_regions`]).
+    pub stage_regions: i64,
+}
+
 impl TileConfig {
+    /// Every configuration, in the order of the enum.
+    #[rustfmt::skip]
+    pub const SPECS: [ConfigSpec; 9] = {
+        use Mainloop::{Cooperative, PingPong, Portable};
+        use TileConfig::*;
+        const fn row(
+            config: TileConfig, name: &'static str, tile: (i64, i64, i64), threads: u32, stages: i64,
+            mainloop: Mainloop, (stage_cols, stage_regions): (Option<i64>, i64),
+        ) -> ConfigSpec {
+            ConfigSpec { config, name, tile, threads, stages, mainloop, stage_cols, stage_regions }
+        }
+        [
+            //   configuration         name                   (BM, BN, BK)    threads stages mainloop     (staged cols, regions)
+            row(Cfg64x64,           "Cfg64x64",           (64, 64, 32),   128, 3, Portable,    (None,     1)),
+            row(Cfg128x128,         "Cfg128x128",         (128, 128, 32), 256, 4, Portable,    (None,     1)),
+            row(Cfg128x128w4,       "Cfg128x128w4",       (128, 128, 32), 128, 4, Portable,    (None,     1)),
+            row(Cfg128x256,         "Cfg128x256",         (128, 256, 64), 256, 3, Portable,    (None,     1)),
+            row(Sm90Cfg128x256,     "Sm90Cfg128x256",     (128, 256, 64), 384, 3, Cooperative, (None,     1)),
+            row(Sm90Cfg128x128,     "Sm90Cfg128x128",     (128, 128, 64), 384, 5, Cooperative, (None,     1)),
+            row(Sm90Cfg128x128pp,   "Sm90Cfg128x128pp",   (128, 128, 64), 384, 4, PingPong,    (None,     1)),
+            row(Sm90Cfg128x192pps,  "Sm90Cfg128x192pps",  (128, 192, 64), 384, 4, PingPong,    (Some(64), 1)),
+            row(Sm90Cfg128x192pps2, "Sm90Cfg128x192pps2", (128, 192, 64), 384, 4, PingPong,    (Some(32), 2)),
+        ]
+    };
+
+    /// Every configuration, for lookups by name.
+    pub const ALL: [TileConfig; 9] = {
+        let mut all = [TileConfig::Cfg64x64; 9];
+        let mut i = 0;
+        while i < all.len() {
+            all[i] = TileConfig::SPECS[i].config;
+            i += 1;
+        }
+        all
+    };
+
+    /// This configuration's row of [`TileConfig::SPECS`].
+    pub fn spec(self) -> &'static ConfigSpec {
+        &TileConfig::SPECS[self as usize]
+    }
+
     /// The C++ type name (without namespace).
     pub fn name(self) -> &'static str {
-        match self {
-            TileConfig::Cfg64x64 => "Cfg64x64",
-            TileConfig::Cfg128x128 => "Cfg128x128",
-            TileConfig::Cfg128x128w4 => "Cfg128x128w4",
-            TileConfig::Cfg128x256 => "Cfg128x256",
-            TileConfig::Sm90Cfg128x256 => "Sm90Cfg128x256",
-            TileConfig::Sm90Cfg128x128 => "Sm90Cfg128x128",
-            TileConfig::Sm90Cfg128x128pp => "Sm90Cfg128x128pp",
-            TileConfig::Sm90Cfg128x192pps => "Sm90Cfg128x192pps",
-            TileConfig::Sm90Cfg128x192pps2 => "Sm90Cfg128x192pps2",
-        }
+        self.spec().name
     }
 
     /// Runs on the Hopper mainloop (`gemm_sm90`).
     pub fn is_sm90(self) -> bool {
-        matches!(
-            self,
-            TileConfig::Sm90Cfg128x256
-                | TileConfig::Sm90Cfg128x128
-                | TileConfig::Sm90Cfg128x128pp
-                | TileConfig::Sm90Cfg128x192pps
-                | TileConfig::Sm90Cfg128x192pps2
-        )
+        self.spec().mainloop != Mainloop::Portable
     }
-
-    /// Every configuration, for lookups by name.
-    pub const ALL: [TileConfig; 9] = [
-        TileConfig::Cfg64x64,
-        TileConfig::Cfg128x128,
-        TileConfig::Cfg128x128w4,
-        TileConfig::Cfg128x256,
-        TileConfig::Sm90Cfg128x256,
-        TileConfig::Sm90Cfg128x128,
-        TileConfig::Sm90Cfg128x128pp,
-        TileConfig::Sm90Cfg128x192pps,
-        TileConfig::Sm90Cfg128x192pps2,
-    ];
 
     /// The configuration of a C++ type name ([`TileConfig::name`]).
     pub fn from_name(name: &str) -> Option<TileConfig> {
@@ -157,22 +203,16 @@ impl TileConfig {
     /// registers where the rules avoided it (a wide epilogue), which the
     /// measurement then shows. Portable configurations have none.
     pub fn alternatives(self) -> Vec<TileConfig> {
-        const HOPPER: [TileConfig; 5] = [
-            TileConfig::Sm90Cfg128x256,
-            TileConfig::Sm90Cfg128x128,
-            TileConfig::Sm90Cfg128x128pp,
-            TileConfig::Sm90Cfg128x192pps,
-            TileConfig::Sm90Cfg128x192pps2,
-        ];
         if !self.is_sm90() {
             return vec![self];
         }
-        std::iter::once(self).chain(HOPPER.into_iter().filter(|c| *c != self)).collect()
+        let hopper = TileConfig::ALL.into_iter().filter(|c| c.is_sm90() && *c != self);
+        std::iter::once(self).chain(hopper).collect()
     }
 
     /// The ping-pong Hopper mainloop (two tiles in flight).
     pub fn is_ping_pong(self) -> bool {
-        matches!(self, TileConfig::Sm90Cfg128x128pp | TileConfig::Sm90Cfg128x192pps | TileConfig::Sm90Cfg128x192pps2)
+        self.spec().mainloop == Mainloop::PingPong
     }
 
     /// Columns the epilogue stages through shared memory at a time, when
@@ -181,21 +221,14 @@ impl TileConfig {
     /// (`coda::sub_put`), and nothing that needs a whole tile (streamed
     /// quads) goes through it.
     pub fn stage_cols(self) -> Option<i64> {
-        match self {
-            TileConfig::Sm90Cfg128x192pps => Some(64),
-            TileConfig::Sm90Cfg128x192pps2 => Some(32),
-            _ => None,
-        }
+        self.spec().stage_cols
     }
 
     /// Regions of staged subtiles in the scratch: with one, a subtile holds
     /// one output (a staged operand or a second output would need another;
     /// they are read and written in global memory then).
     pub fn stage_regions(self) -> i64 {
-        match self {
-            TileConfig::Sm90Cfg128x192pps2 => 2,
-            _ => 1,
-        }
+        self.spec().stage_regions
     }
 
     /// Whether the mainloop takes a fused row prelude: the cooperative ones
@@ -215,39 +248,17 @@ impl TileConfig {
 
     /// `(BM, BN, BK)`.
     pub fn tile(self) -> (i64, i64, i64) {
-        match self {
-            TileConfig::Cfg64x64 => (64, 64, 32),
-            TileConfig::Cfg128x128 | TileConfig::Cfg128x128w4 => (128, 128, 32),
-            TileConfig::Cfg128x256 | TileConfig::Sm90Cfg128x256 => (128, 256, 64),
-            TileConfig::Sm90Cfg128x128 | TileConfig::Sm90Cfg128x128pp => (128, 128, 64),
-            TileConfig::Sm90Cfg128x192pps | TileConfig::Sm90Cfg128x192pps2 => (128, 192, 64),
-        }
+        self.spec().tile
     }
 
     /// Threads per CTA.
     pub fn threads(self) -> u32 {
-        match self {
-            TileConfig::Cfg64x64 | TileConfig::Cfg128x128w4 => 128,
-            TileConfig::Cfg128x128 | TileConfig::Cfg128x256 => 256,
-            TileConfig::Sm90Cfg128x256
-            | TileConfig::Sm90Cfg128x128
-            | TileConfig::Sm90Cfg128x128pp
-            | TileConfig::Sm90Cfg128x192pps
-            | TileConfig::Sm90Cfg128x192pps2 => 384,
-        }
+        self.spec().threads
     }
 
     /// Pipeline stages.
     pub fn stages(self) -> i64 {
-        match self {
-            TileConfig::Cfg64x64 | TileConfig::Cfg128x256 | TileConfig::Sm90Cfg128x256 => 3,
-            TileConfig::Cfg128x128
-            | TileConfig::Cfg128x128w4
-            | TileConfig::Sm90Cfg128x128pp
-            | TileConfig::Sm90Cfg128x192pps
-            | TileConfig::Sm90Cfg128x192pps2 => 4,
-            TileConfig::Sm90Cfg128x128 => 5,
-        }
+        self.spec().stages
     }
 
     /// The kernel's dynamic shared memory (the epilogues codac emits need no
@@ -445,6 +456,14 @@ mod tests {
         assert_eq!(TileConfig::Cfg128x256.smem_bytes_with(3), 147_456);
         // Four vectors (the emitter's limit) still fit the 227 KiB of a CTA.
         assert!(TileConfig::Sm90Cfg128x256.smem_bytes_with(4) <= 232_448);
+    }
+
+    #[test]
+    fn the_table_has_one_row_per_configuration_in_enum_order() {
+        for (i, spec) in TileConfig::SPECS.iter().enumerate() {
+            assert_eq!(spec.config as usize, i, "{} is row {i}", spec.name);
+            assert_eq!(format!("{:?}", spec.config), spec.name);
+        }
     }
 
     #[test]
