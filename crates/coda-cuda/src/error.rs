@@ -3,18 +3,6 @@
 /// Why a block could not be compiled to kernels.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CodegenError {
-    /// An explicit `kernel` computes something its epilogue cannot.
-    #[error("{location}: in kernel `{block}`, {what} cannot be computed in the GEMM epilogue: {reason}")]
-    NotEpilogue {
-        /// The kernel block.
-        block: String,
-        /// `file:line:col` of the value.
-        location: String,
-        /// The value, e.g. `` `y` (%12) ``.
-        what: String,
-        /// Why.
-        reason: String,
-    },
     /// A construct the code generator does not support yet.
     #[error("{location}: in block `{block}`, {what} is not supported by the CUDA code generator: {reason}")]
     Unsupported {

@@ -17,6 +17,7 @@ pub mod config;
 mod emit;
 pub mod emulate;
 pub mod error;
+mod kernel_form;
 pub mod kir;
 pub mod limits;
 pub use coda_manifest::manifest;
@@ -26,10 +27,11 @@ pub mod traffic;
 
 pub use emit::{HEADERS, PRELUDE};
 pub use error::CodegenError;
+pub use kernel_form::kernel_form_errors;
 pub use manifest::{BlockManifest, Manifest};
 
 use coda_diagnostics::SourceFile;
-use coda_ir::{Block, BlockKind, Module};
+use coda_ir::{Block, Module};
 use std::collections::BTreeMap;
 
 pub use coda_manifest::KernelSource;
@@ -93,10 +95,10 @@ pub fn compile_block(
     options: &CodegenOptions,
 ) -> Result<CompiledBlock, CodegenError> {
     limits::check_dims(block, source)?;
-    let plan = plan::partition(block);
-    if block.kind == BlockKind::Kernel {
-        check_kernel_form(block, &plan, source)?;
+    if let Some(bug) = kernel_form::unreachable_error(block, source) {
+        return Err(bug);
     }
+    let plan = plan::partition(block);
     let ir = kir::build::build(block, &plan, options)?;
     let (kernels, manifest) = emit::emit_block(&ir, block, source)?;
     Ok(CompiledBlock { kernels, manifest, ir })
@@ -117,33 +119,4 @@ pub fn compile_module(
     }
     let manifest = Manifest { schema: 2, source: source.name.clone(), arch: options.arch.clone(), blocks };
     Ok((kernels, manifest))
-}
-
-/// In an explicit `kernel`, everything must be computed by the GEMM's
-/// epilogue (finishing partials into outputs is allowed).
-fn check_kernel_form(block: &Block, plan: &plan::Plan, source: &SourceFile) -> Result<(), CodegenError> {
-    for (index, home) in plan.homes.iter().enumerate() {
-        if !matches!(home, plan::Home::Row(_) | plan::Home::Col(_) | plan::Home::Grid(_)) {
-            continue;
-        }
-        let value = coda_ir::Value::from_index(index);
-        let what = match block.names.get(index).cloned().flatten() {
-            Some(name) => format!("`{name}` ({value})"),
-            None => {
-                let printed = coda_ir::print::print_value(block, value);
-                let op = printed.split_whitespace().next().unwrap_or("value").to_string();
-                format!("this `{op}`")
-            }
-        };
-        let reason = plan.why_not_epilogue[index]
-            .clone()
-            .unwrap_or_else(|| "it needs a whole row or column (or a transpose)".into());
-        return Err(CodegenError::NotEpilogue {
-            block: block.name.clone(),
-            location: source.location(block.insts.span(value)),
-            what,
-            reason,
-        });
-    }
-    Ok(())
 }

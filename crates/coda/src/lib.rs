@@ -110,10 +110,28 @@ pub fn check_with_dims(
     for block in &module.blocks {
         coda_ir::verify::verify(block)?;
     }
+    let module = without_kernel_form_errors(module, &source, &mut diagnostics);
     let (grads, grad_diagnostics) = gradient::build(&module, &requests)?;
     diagnostics.extend(grad_diagnostics);
     diagnostics.sort_by_key(|d| d.labels.first().map(|l| l.span));
     Ok(Checked { source, module, diagnostics, grads })
+}
+
+/// Applies the epilogue rules of the `kernel` form, which the partitioner
+/// decides, and leaves out of the module each kernel that breaks them (a
+/// block with errors is never compiled or evaluated).
+fn without_kernel_form_errors(
+    mut module: ir::Module,
+    source: &SourceFile,
+    diagnostics: &mut Vec<Diagnostic>,
+) -> ir::Module {
+    module.blocks.retain(|block| {
+        let errors = coda_cuda::kernel_form_errors(block, source);
+        let ok = errors.is_empty();
+        diagnostics.extend(errors);
+        ok
+    });
+    module
 }
 
 /// Checks raw bytes, reporting invalid UTF-8 as a located diagnostic.

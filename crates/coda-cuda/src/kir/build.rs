@@ -487,7 +487,7 @@ impl Builder<'_> {
             if !matches!(home, Home::Row(x) | Home::Col(x) | Home::Grid(x) if *x == k) {
                 continue;
             }
-            let Some(reason) = &self.plan.why_not_epilogue[index] else { continue };
+            let Some(reason) = self.plan.why_not_epilogue[index].as_ref().map(ToString::to_string) else { continue };
             let v = Value::from_index(index);
             let what = match self.block.names.get(index).cloned().flatten() {
                 Some(name) => format!("`{name}`"),

@@ -32,6 +32,7 @@
 
 pub(crate) mod cse;
 mod grid;
+pub(crate) mod refusal;
 mod rules;
 
 use crate::kir::{ColMap, PartialKind};
@@ -141,8 +142,9 @@ pub(crate) struct Plan {
     pub(crate) mats: BTreeMap<(Value, DType), usize>,
     /// The kernel storing each output.
     pub(crate) output_kernels: Vec<usize>,
-    /// Why a value could not live in an epilogue (for `kernel` blocks).
-    pub(crate) why_not_epilogue: Vec<Option<String>>,
+    /// Why a value could not live in an epilogue (for `explain` and the
+    /// rules of `kernel` blocks).
+    pub(crate) why_not_epilogue: Vec<Option<refusal::Refusal>>,
 }
 
 /// Partitions a verified block.

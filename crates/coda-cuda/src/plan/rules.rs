@@ -2,6 +2,7 @@
 //! epilogue (with the locality check on accumulator columns), partials,
 //! row kernels, column-reduction kernels, and materialization requests.
 
+use super::refusal::Refusal;
 use super::{is_inlinable, Home, KernelPlan, OperandPlan, Plan};
 use crate::kir::{ColMap, PartialKind};
 use coda_ir::{Axis, BinaryOp, Block, DType, Inst, ReduceOp, RopeStyle, Value};
@@ -191,7 +192,7 @@ impl Planner<'_> {
 
     /// An epilogue home: the latest accumulator among the operands, every
     /// other operand ready before that GEMM, and local column access.
-    fn try_epilogue(&self, v: Value, inst: &Inst) -> Result<(usize, ColMap), String> {
+    fn try_epilogue(&self, v: Value, inst: &Inst) -> Result<(usize, ColMap), Refusal> {
         let ops = self.operands(v);
         let k = ops
             .iter()
@@ -200,7 +201,7 @@ impl Planner<'_> {
                 _ => None,
             })
             .max()
-            .ok_or_else(|| "it does not read an accumulator".to_string())?;
+            .ok_or(Refusal::NoAccumulator)?;
         for o in &ops {
             let ok = match self.home(*o) {
                 Home::Acc(x) => *x <= k,
@@ -209,10 +210,7 @@ impl Planner<'_> {
                 other => other.kernel().is_some_and(|x| x < k),
             };
             if !ok {
-                return Err(format!(
-                    "it reads {}, which is only available after this GEMM (a finished reduction or a later kernel's result)",
-                    self.describe(*o)
-                ));
+                return Err(Refusal::ReadsLater(*o, self.describe(*o)));
             }
         }
         Ok((k, self.epilogue_map(inst, k)?))
@@ -220,57 +218,51 @@ impl Planner<'_> {
 
     /// The register map of an epilogue value, or why its columns are not
     /// local to a thread.
-    fn epilogue_map(&self, inst: &Inst, k: usize) -> Result<ColMap, String> {
+    fn epilogue_map(&self, inst: &Inst, k: usize) -> Result<ColMap, Refusal> {
         let reg = |o: &Value| -> Option<ColMap> {
             (*self.home(*o) == Home::Acc(k)).then(|| self.plan.maps[self.c(*o).index()].clone()).flatten()
         };
         if inst.operands().iter().any(|o| matches!(self.block.inst(self.c(*o)), Inst::UnpermuteCols { .. })) {
-            return Err("it reads a pair-layout value put back in column order, which only a store can do".into());
+            return Err(Refusal::ReadsUnpermuted);
         }
         if inst.operands().iter().any(|o| self.is_stored_concat(*o)) {
-            return Err("it reads a concatenation of accumulator columns, which only a store can do".into());
+            return Err(Refusal::ReadsStoredConcat);
         }
         let maps: Vec<ColMap> = inst.operands().iter().filter_map(reg).collect();
-        let first = maps.first().cloned().ok_or("no register operand")?;
+        let first = maps.first().cloned().ok_or(Refusal::NoAccumulator)?;
         let same = maps.iter().all(|m| *m == first);
         match inst {
             Inst::Unary { .. } | Inst::Cast { .. } | Inst::Binary { .. } | Inst::Select { .. } => {
                 if same {
                     Ok(first)
                 } else {
-                    Err(format!(
-                        "it combines accumulator columns that different threads hold ({} and {})",
-                        describe_map(&first),
-                        maps.iter().find(|m| **m != first).map(describe_map).unwrap_or_default()
-                    ))
+                    let operands = inst.operands().into_iter().filter_map(|o| Some((o, reg(&o)?))).collect();
+                    Err(Refusal::MixedColumns(operands))
                 }
             }
             Inst::SliceCols { start, len, step, .. } => slice_map(&first, start, len, *step),
             Inst::Interleave { .. } => {
                 if !same || first.stride != 2 {
-                    return Err("`interleave` needs two half-width values of the same column pairs".into());
+                    return Err(Refusal::Interleave);
                 }
-                let len = first.len.mul(&coda_ir::Dim::constant(2)).map_err(|e| e.to_string())?;
+                let len = first.len.mul(&coda_ir::Dim::constant(2)).map_err(|e| Refusal::Dim(e.to_string()))?;
                 Ok(ColMap { offset: first.offset, stride: 1, len })
             }
             Inst::RopePartner { spec, .. } => match spec.style {
                 RopeStyle::Interleaved => {
-                    let start = spec.start.as_const().ok_or("the rotary range starts at a run-time column")?;
+                    let start = spec.start.as_const().ok_or(Refusal::RopeRuntimeStart)?;
                     if first.stride == 1 && (first.offset + start) % 2 == 0 {
                         Ok(first)
                     } else {
-                        Err("the interleaved rotary pairs do not start at an even accumulator column".into())
+                        Err(Refusal::RopeOddStart)
                     }
                 }
-                RopeStyle::Half => Err(format!(
-                    "rotate-half RoPE pairs column n with column n ± {} (columns of other threads)",
-                    spec.head_dim / 2
-                )),
+                RopeStyle::Half => Err(Refusal::RopeHalf(spec.head_dim)),
             },
             // Only stored: the store writes column `c` to `perm.source(c)`.
             Inst::UnpermuteCols { .. } if first.offset == 0 && first.stride == 1 => Ok(first),
-            Inst::Broadcast { .. } => Err("it broadcasts an accumulator value across rows or columns".into()),
-            Inst::Transpose { .. } => Err("it transposes an accumulator value".into()),
+            Inst::Broadcast { .. } => Err(Refusal::Broadcast),
+            Inst::Transpose { .. } => Err(Refusal::Transpose),
             // Only stored, a part at a time (`kir::Store::col_offset`): parts
             // of one register map and constant widths, all in registers.
             Inst::ConcatCols { parts } => {
@@ -279,10 +271,10 @@ impl Planner<'_> {
                 if whole && constant {
                     Ok(first)
                 } else {
-                    Err("it concatenates accumulator columns with other values or different columns".into())
+                    Err(Refusal::Concat)
                 }
             }
-            _ => Err("this operation needs values of other threads".into()),
+            _ => Err(Refusal::OtherThreads),
         }
     }
 
@@ -512,21 +504,13 @@ impl Planner<'_> {
 }
 
 /// The map of `x[:, start : start + len*step : step]` for `x` with map `m`.
-fn slice_map(m: &ColMap, start: &coda_ir::Dim, len: &coda_ir::Dim, step: i64) -> Result<ColMap, String> {
-    let s = start.as_const().ok_or("the slice starts at a run-time column")?;
+fn slice_map(m: &ColMap, start: &coda_ir::Dim, len: &coda_ir::Dim, step: i64) -> Result<ColMap, Refusal> {
+    let s = start.as_const().ok_or(Refusal::SliceRuntimeStart)?;
     let len = len.clone();
     match (m.stride, step) {
         (1, 1) => Ok(ColMap { offset: m.offset + s, stride: 1, len }),
         (1, 2) => Ok(ColMap { offset: (m.offset + s) & !1, stride: 2, len }),
         (2, 1) => Ok(ColMap { offset: m.offset + 2 * s, stride: 2, len }),
-        _ => Err(format!("a slice with step {step} of a value held in column pairs is not local")),
-    }
-}
-
-fn describe_map(m: &ColMap) -> String {
-    if m.stride == 1 {
-        format!("columns {}.. of the accumulator", m.offset)
-    } else {
-        format!("column pairs from {} of the accumulator", m.offset)
+        _ => Err(Refusal::SliceStep(step)),
     }
 }
