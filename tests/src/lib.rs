@@ -3,10 +3,13 @@
 //! then each stage's output).
 //!
 //! A case file starts with comment lines of the form `// key: value`:
-//! - `// stage: parse | check | ir | grad` — how far the pipeline runs and what the snapshot shows
-//!   (`grad`: the backward blocks, each with what the forward saves for it);
+//! - `// stage: parse | check | ir | grad | eval` — how far the pipeline runs and what the snapshot shows
+//!   (`grad`: the backward blocks, each with what the forward saves for it; `eval`: each block
+//!   evaluated by the interpreter on random inputs, its outputs' shapes or its located error);
 //! - `// expect: ok | error` — whether the case must be accepted or rejected;
-//! - `// checks: …` — one line saying what the case is about (required).
+//! - `// checks: …` — one line saying what the case is about (required);
+//! - `// dims: M=2, N=8` — with `stage: eval`, the run-time dims;
+//! - `// memory: BYTES` — with `stage: eval`, the interpreter's memory limit (default its own).
 
 use coda::Checked;
 use std::path::Path;
@@ -20,6 +23,10 @@ pub struct Header {
     pub expect_error: bool,
     /// What the case checks.
     pub checks: String,
+    /// Run-time dims of an `eval` case.
+    pub dims: coda::DimBindings,
+    /// The interpreter's memory limit of an `eval` case.
+    pub memory: Option<u64>,
 }
 
 /// Reads the `// key: value` header lines at the top of a case.
@@ -27,6 +34,8 @@ pub fn header(text: &str) -> Result<Header, String> {
     let mut stage = None;
     let mut expect = None;
     let mut checks = None;
+    let mut dims = coda::DimBindings::new();
+    let mut memory = None;
     for line in text.lines().take_while(|l| l.starts_with("//")) {
         let Some((key, value)) = line.trim_start_matches('/').split_once(':') else { continue };
         let value = value.trim().to_string();
@@ -34,11 +43,13 @@ pub fn header(text: &str) -> Result<Header, String> {
             "stage" => stage = Some(value),
             "expect" => expect = Some(value),
             "checks" => checks = Some(value),
+            "dims" => dims = parse_dims(&value)?,
+            "memory" => memory = Some(value.parse().map_err(|_| format!("bad `// memory: {value}`"))?),
             _ => {}
         }
     }
     let stage = stage.ok_or("missing `// stage:` header")?;
-    if !["parse", "check", "ir", "grad"].contains(&stage.as_str()) {
+    if !["parse", "check", "ir", "grad", "eval"].contains(&stage.as_str()) {
         return Err(format!("unknown stage `{stage}`"));
     }
     let expect_error = match expect.as_deref() {
@@ -47,7 +58,18 @@ pub fn header(text: &str) -> Result<Header, String> {
         _ => return Err("missing `// expect: ok|error` header".into()),
     };
     let checks = checks.filter(|c| !c.is_empty()).ok_or("missing `// checks:` header")?;
-    Ok(Header { stage, expect_error, checks })
+    Ok(Header { stage, expect_error, checks, dims, memory })
+}
+
+/// `M=2, N=8` as bindings.
+fn parse_dims(text: &str) -> Result<coda::DimBindings, String> {
+    let mut dims = coda::DimBindings::new();
+    for item in text.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let (name, value) = item.split_once('=').ok_or(format!("bad dim `{item}` in `// dims:`"))?;
+        let value = value.trim().parse().map_err(|_| format!("bad value in `{item}`"))?;
+        dims.insert(name.trim().to_string(), value);
+    }
+    Ok(dims)
 }
 
 /// Runs the front end on a case and renders the snapshot text.
@@ -66,7 +88,37 @@ pub fn run_case(path: &Path, text: &str) -> Result<String, String> {
     if header.stage == "grad" {
         out.push_str(&backward(&checked)?);
     }
+    if header.stage == "eval" {
+        out.push_str(&evaluation(&header, &checked));
+    }
     Ok(out)
+}
+
+/// Every block evaluated on random inputs (seed 0): its outputs' shapes,
+/// or its error rendered as the CLI renders it.
+fn evaluation(header: &Header, checked: &Checked) -> String {
+    use coda::ir::interp::{eval_with, MEMORY_LIMIT_BYTES};
+    let mut out = String::from("----- EVAL\n");
+    let limit = header.memory.unwrap_or(MEMORY_LIMIT_BYTES);
+    let options = coda::EvalOptions::default();
+    for block in &checked.module.blocks {
+        let dims = &header.dims;
+        let result = coda::random_inputs(block, dims, 0)
+            .and_then(|inputs| eval_with(block, dims, &inputs, &options, limit, &mut |_| {}));
+        match result {
+            Ok(outputs) => {
+                out.push_str(&format!("block {}: ok\n", block.name));
+                for (name, tensor) in &outputs {
+                    out.push_str(&format!("  {name}: {}[{}, {}]\n", tensor.dtype, tensor.rows, tensor.cols));
+                }
+            }
+            Err(error) => {
+                let diagnostic = error.diagnostic(block);
+                out.push_str(&coda::render_to_string(&checked.source, std::slice::from_ref(&diagnostic)));
+            }
+        }
+    }
+    out
 }
 
 /// The backward blocks of a checked case, each after its saved-tensor summary.

@@ -36,7 +36,7 @@ pub(crate) enum Command {
     Explain(ExplainArgs),
     /// Evaluate blocks with the exact CPU reference interpreter.
     #[command(
-        after_help = "Examples:\n  codac eval examples/llama3_block.coda --dims M=128 --random\n  codac eval examples/gpt2_block.coda --dims M=64 --random --seed 7 --out out/\n  codac eval block.coda --dims M=256 --inputs inputs/ --bf16-rounding"
+        after_help = "Examples:\n  codac eval examples/llama3_block.coda --dims M=128 --random\n  codac eval examples/gpt2_block.coda --dims M=64 --random --seed 7 --out out/\n  codac eval block.coda --dims M=256 --inputs inputs/ --bf16-rounding\n\nLimits:\n  Every value is held as f64, 8 bytes an element, and has at most 2^31 elements.\n  Before it starts, eval estimates the memory it needs (inputs plus the values\n  live at once) and refuses a block that would need more than --max-memory,\n  by default the memory available now. On a terminal, an evaluation that runs\n  longer than a second shows its progress on standard error. See docs/interpreter.md."
     )]
     Eval(EvalArgs),
     /// Generate CUDA: one .cu file per kernel plus manifest.json (PTX / CUBIN through NVRTC, no GPU needed).
@@ -158,6 +158,9 @@ pub(crate) struct EvalArgs {
     /// Evaluate the backward blocks: forward inputs, saved tensors from the saving forward, output gradients (random, or DIR/d<output>.npy); see docs/backward.md.
     #[arg(long)]
     pub(crate) grad: bool,
+    /// The most memory the evaluation may use, e.g. `512M` or `64G` (default: the memory available now). An evaluation whose estimate is larger is refused before it starts; give a larger SIZE to go ahead anyway.
+    #[arg(long, value_name = "SIZE", value_parser = crate::interp::parse_size)]
+    pub(crate) max_memory: Option<u64>,
 }
 
 #[derive(Debug, Args)]

@@ -2,6 +2,7 @@
 //! `compile` and `run`.
 
 use crate::cli::{Cli, ColorArg, Command, EvalArgs};
+use crate::interp;
 use crate::npy;
 use anyhow::{bail, Context, Result};
 use coda::{Checked, ColorChoice, DimBindings, EvalOptions, HostTensor};
@@ -121,14 +122,14 @@ fn eval(args: &EvalArgs, color: ColorChoice) -> Result<Outcome> {
     let dims = parse_dims(&args.input.dims)?;
     let options = EvalOptions { round_to_storage: args.bf16_rounding };
     let blocks = selected_blocks(&checked, args.block.as_deref())?;
+    let limit = interp::MemoryLimit::new(args.max_memory);
+    let source = &checked.source;
     let mut stdout = std::io::stdout().lock();
     for block in blocks {
         check_dims_known(block, &dims)?;
-        let inputs = match &args.input.inputs {
-            Some(dir) => npy::read_inputs(block, &dims, dir)?,
-            None => coda::random_inputs(block, &dims, args.input.seed)?,
-        };
-        let outputs = coda::eval(block, &dims, &inputs, &options)?;
+        interp::check_memory(source, &[block], &dims, limit.as_ref())?;
+        let inputs = inputs_of(source, block, &dims, &args.input)?;
+        let outputs = interp::evaluate(source, block, &dims, &inputs, &options, limit.as_ref())?;
         writeln!(stdout, "block {}:", block.name)?;
         for output in &block.outputs {
             let Some(tensor) = outputs.get(&output.tensor.name) else { continue };
@@ -139,6 +140,20 @@ fn eval(args: &EvalArgs, color: ColorChoice) -> Result<Outcome> {
         }
     }
     Ok(Outcome::Success)
+}
+
+/// The inputs of `block`: read from `--inputs`, or random, the errors of
+/// the latter located in `source`.
+pub(crate) fn inputs_of(
+    source: &coda::SourceFile,
+    block: &coda::ir::Block,
+    dims: &DimBindings,
+    input: &crate::cli::InputArgs,
+) -> Result<BTreeMap<String, HostTensor>> {
+    match &input.inputs {
+        Some(dir) => npy::read_inputs(block, dims, dir),
+        None => coda::random_inputs(block, dims, input.seed).map_err(|e| interp::located(source, block, &e)),
+    }
 }
 
 /// The blocks `--block` names (every block without it).

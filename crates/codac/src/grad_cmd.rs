@@ -8,11 +8,12 @@
 //! then the backward block.
 
 use crate::cli::EvalArgs;
-use crate::commands::{check_dims_known, load, parse_dims, summary, Outcome};
+use crate::commands::{check_dims_known, inputs_of, load, parse_dims, summary, Outcome};
+use crate::interp::{self, MemoryLimit};
 use crate::npy;
 use anyhow::{bail, Result};
 use coda::grad::Gradient;
-use coda::{Checked, ColorChoice, DimBindings, EvalOptions, HostTensor};
+use coda::{Checked, ColorChoice, DimBindings, EvalOptions, HostTensor, SourceFile};
 use std::collections::BTreeMap;
 use std::io::Write;
 
@@ -87,11 +88,14 @@ pub(crate) fn eval(args: &EvalArgs, color: ColorChoice) -> Result<Outcome> {
         },
         None => view.grads.iter().collect(),
     };
+    let limit = MemoryLimit::new(args.max_memory);
+    let source = &view.source;
     let mut stdout = std::io::stdout().lock();
     for gradient in grads {
         check_dims_known(&gradient.backward, &dims)?;
-        let inputs = backward_inputs(args, gradient, &dims, &options)?;
-        let outputs = coda::eval(&gradient.backward, &dims, &inputs, &options)?;
+        interp::check_memory(source, &[&gradient.saving_forward, &gradient.backward], &dims, limit.as_ref())?;
+        let inputs = backward_inputs(args, source, gradient, &dims, &options, limit.as_ref())?;
+        let outputs = interp::evaluate(source, &gradient.backward, &dims, &inputs, &options, limit.as_ref())?;
         writeln!(stdout, "block {} (backward of {}):", gradient.backward.name, gradient.forward)?;
         for output in &gradient.backward.outputs {
             let Some(tensor) = outputs.get(&output.tensor.name) else { continue };
@@ -108,16 +112,15 @@ pub(crate) fn eval(args: &EvalArgs, color: ColorChoice) -> Result<Outcome> {
 /// the saving forward on those inputs) and output gradients.
 fn backward_inputs(
     args: &EvalArgs,
+    source: &SourceFile,
     gradient: &Gradient,
     dims: &DimBindings,
     options: &EvalOptions,
+    limit: Option<&MemoryLimit>,
 ) -> Result<BTreeMap<String, HostTensor>> {
     let forward = &gradient.saving_forward;
-    let mut inputs = match &args.input.inputs {
-        Some(dir) => npy::read_inputs(forward, dims, dir)?,
-        None => coda::random_inputs(forward, dims, args.input.seed)?,
-    };
-    let saved = coda::eval(forward, dims, &inputs, options)?;
+    let mut inputs = inputs_of(source, forward, dims, &args.input)?;
+    let saved = interp::evaluate(source, forward, dims, &inputs, options, limit)?;
     for s in &gradient.saved {
         if let Some(t) = saved.get(&s.name) {
             inputs.insert(s.name.clone(), t.clone());
@@ -129,7 +132,8 @@ fn backward_inputs(
     given.outputs.clear();
     let output_grads = match &args.input.inputs {
         Some(dir) => npy::read_inputs(&given, dims, dir)?,
-        None => coda::random_inputs(&given, dims, args.input.seed ^ GRADIENT_SEED)?,
+        None => coda::random_inputs(&given, dims, args.input.seed ^ GRADIENT_SEED)
+            .map_err(|e| interp::located(source, &given, &e))?,
     };
     inputs.extend(output_grads);
     inputs.retain(|name, _| gradient.backward.param(name).is_some());

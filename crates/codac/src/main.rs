@@ -10,6 +10,7 @@ mod cli;
 mod commands;
 mod compile_cmd;
 mod grad_cmd;
+mod interp;
 mod npy;
 mod overrides;
 mod run_cmd;
@@ -32,10 +33,15 @@ fn main() {
             std::process::exit(code);
         }
     };
+    let color = match args.color {
+        cli::ColorArg::Auto => coda::ColorChoice::Auto,
+        cli::ColorArg::Never => coda::ColorChoice::Never,
+    };
     let code = match commands::run(args) {
         Ok(commands::Outcome::Success) => 0,
         Ok(commands::Outcome::UserError) => EXIT_USER,
         Err(err) if is_closed_stdout_error(&err) => EXIT_CLOSED_STDOUT,
+        Err(err) if err.downcast_ref::<interp::Located>().is_some() => render_located(&err, color),
         Err(err) => {
             let is_bug = err.downcast_ref::<coda::InternalError>().is_some()
                 || err.downcast_ref::<coda_bench::BenchError>().is_some_and(coda_bench::BenchError::is_bug);
@@ -49,6 +55,20 @@ fn main() {
         }
     };
     std::process::exit(code);
+}
+
+/// Renders an error that is a located diagnostic; its exit code.
+fn render_located(err: &anyhow::Error, color: coda::ColorChoice) -> i32 {
+    let Some(located) = err.downcast_ref::<interp::Located>() else { return EXIT_INTERNAL };
+    if located.is_bug {
+        eprintln!("internal compiler error: this is a bug in codac {}", env!("CARGO_PKG_VERSION"));
+    }
+    coda::render(&located.source, std::slice::from_ref(&located.diagnostic), color);
+    if located.is_bug {
+        EXIT_INTERNAL
+    } else {
+        EXIT_USER
+    }
 }
 
 /// Exit code when standard output was closed early (`codac explain f.coda |

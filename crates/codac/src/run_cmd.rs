@@ -69,7 +69,8 @@ pub(crate) fn run(args: &RunArgs, color: ColorChoice) -> Result<Outcome> {
         check_dims_known(block, &dims)?;
         let forward = coda::gradient_of(&checked, &block.name).map(|g| g.saving_forward.name.as_str());
         let step = previous.take().filter(|(name, _)| Some(name.as_str()) == forward).map(|(_, t)| t);
-        let (ok, tensors) = run_block(args, &device, block, manifest, &compiled.kernels, &dims, step)?;
+        let (ok, tensors) = run_block(args, &device, block, manifest, &compiled.kernels, &dims, step)
+            .map_err(|e| locate_eval_error(&checked.source, block, e))?;
         all_ok &= ok;
         previous = args.grad.then(|| (block.name.clone(), tensors));
     }
@@ -77,6 +78,15 @@ pub(crate) fn run(args: &RunArgs, color: ColorChoice) -> Result<Outcome> {
         bail!("check failed");
     }
     Ok(Outcome::Success)
+}
+
+/// An interpreter error (random inputs, `--check`'s reference) located in
+/// the source; any other error as it is.
+fn locate_eval_error(source: &coda::SourceFile, block: &Block, error: anyhow::Error) -> anyhow::Error {
+    match error.downcast::<coda::EvalError>() {
+        Ok(error) => crate::interp::located(source, block, &error),
+        Err(error) => error,
+    }
 }
 
 fn open_device() -> Result<Device> {

@@ -1,5 +1,9 @@
 //! Why an evaluation failed: every error names the tensor, value or
-//! dimension concerned.
+//! dimension concerned, and an error raised while evaluating a block is
+//! wrapped in [`EvalError::At`], the source span of the expression, input or
+//! output concerned (see [`EvalError::diagnostic`]).
+
+use coda_diagnostics::Span;
 
 /// An evaluation that could not be carried out.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -124,6 +128,16 @@ pub enum EvalError {
         /// What is not supported.
         message: String,
     },
+    /// An error located in the source: the expression that defines the value
+    /// being computed, the declaration of the input being read, or the
+    /// assignment of the output being stored.
+    #[error("{error}")]
+    At {
+        /// Where in the `.coda` source.
+        span: Span,
+        /// The error itself.
+        error: Box<EvalError>,
+    },
     /// The block breaks an invariant the verifier should have caught.
     #[error("malformed block `{block}`: {message}")]
     Malformed {
@@ -132,4 +146,37 @@ pub enum EvalError {
         /// What is wrong.
         message: String,
     },
+}
+
+impl EvalError {
+    /// This error located at `span`, unless it already has a location.
+    #[must_use]
+    pub fn at(self, span: Span) -> EvalError {
+        match self {
+            located @ EvalError::At { .. } => located,
+            error => EvalError::At { span, error: Box::new(error) },
+        }
+    }
+
+    /// The error without its location.
+    pub fn cause(&self) -> &EvalError {
+        match self {
+            EvalError::At { error, .. } => error.cause(),
+            error => error,
+        }
+    }
+
+    /// Where in the source the error arose, if known.
+    pub fn span(&self) -> Option<Span> {
+        match self {
+            EvalError::At { span, .. } => Some(*span),
+            _ => None,
+        }
+    }
+
+    /// Whether the error is a bug in codac rather than in the program, its
+    /// dims or its inputs.
+    pub fn is_bug(&self) -> bool {
+        matches!(self.cause(), EvalError::Malformed { .. })
+    }
 }

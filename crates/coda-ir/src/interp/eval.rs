@@ -2,6 +2,7 @@
 
 use super::bind::{bind_shape, eval_dim, resolve_bindings, DimBindings};
 use super::error::EvalError;
+use super::estimate::{instruction_work, locate_dim_error};
 use super::inputs::{check_all_inputs, input};
 use super::layout;
 use super::matmul::{matmul, scratch_elements, MatMulMode};
@@ -12,6 +13,7 @@ use super::tensor::HostTensor;
 use crate::block::{Block, Output, Tensor};
 use crate::inst::{Inst, RopeSpec, Value};
 use crate::ty::DType;
+use coda_diagnostics::Span;
 use std::collections::BTreeMap;
 
 /// The most bytes of values (8 an element) live at once: 16 GiB.
@@ -33,19 +35,36 @@ pub fn eval(
     inputs: &BTreeMap<String, HostTensor>,
     options: &EvalOptions,
 ) -> Result<BTreeMap<String, HostTensor>, EvalError> {
-    eval_with_limit(block, dims, inputs, options, MEMORY_LIMIT_BYTES)
+    eval_with(block, dims, inputs, options, MEMORY_LIMIT_BYTES, &mut |_| {})
 }
 
-/// [`eval`] with `limit` bytes of live values instead of [`MEMORY_LIMIT_BYTES`].
-pub(super) fn eval_with_limit(
+/// How far an evaluation has come, reported before each instruction and
+/// once at the end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Progress {
+    /// Work done so far, in the units of [`Estimate::work`](super::Estimate::work).
+    pub done: u128,
+    /// All the work of the block.
+    pub total: u128,
+    /// The source of the value about to be computed (the block's at the end).
+    pub span: Span,
+}
+
+/// [`eval`] with `limit` bytes of live values instead of
+/// [`MEMORY_LIMIT_BYTES`], calling `progress` before every instruction and
+/// once when every instruction has run.
+pub fn eval_with(
     block: &Block,
     dims: &DimBindings,
     inputs: &BTreeMap<String, HostTensor>,
     options: &EvalOptions,
     limit: u64,
+    progress: &mut dyn FnMut(Progress),
 ) -> Result<BTreeMap<String, HostTensor>, EvalError> {
-    let dims = resolve_bindings(block, dims)?;
+    let dims = resolve_bindings(block, dims).map_err(|e| locate_dim_error(block, e))?;
     check_all_inputs(block, &dims, inputs)?;
+    let work = instruction_work(block, &dims)?;
+    let total = work.iter().sum();
     let mut machine = Machine {
         block,
         dims,
@@ -56,15 +75,32 @@ pub(super) fn eval_with_limit(
         live_bytes: 0,
         limit,
     };
-    for (value, inst) in block.insts.iter() {
-        machine.step(value, inst)?;
+    let mut done = 0;
+    for ((value, inst), work) in block.insts.iter().zip(work) {
+        let span = block.insts.span(value);
+        progress(Progress { done, total, span });
+        machine.step(value, inst).map_err(|e| e.at(span))?;
+        done += work;
     }
+    progress(Progress { done, total, span: block.span });
     machine.outputs()
+}
+
+/// [`eval_with`] without progress, for the tests.
+#[cfg(test)]
+pub(super) fn eval_with_limit(
+    block: &Block,
+    dims: &DimBindings,
+    inputs: &BTreeMap<String, HostTensor>,
+    options: &EvalOptions,
+    limit: u64,
+) -> Result<BTreeMap<String, HostTensor>, EvalError> {
+    eval_with(block, dims, inputs, options, limit, &mut |_| {})
 }
 
 /// For each value, the index of the last instruction reading it (its own
 /// index if none does, `usize::MAX` if an output stores it).
-fn last_uses(block: &Block) -> Vec<usize> {
+pub(super) fn last_uses(block: &Block) -> Vec<usize> {
     let mut last: Vec<usize> = (0..block.insts.len()).collect();
     for (value, inst) in block.insts.iter() {
         for operand in inst.operands() {
@@ -184,11 +220,12 @@ impl<'a> Machine<'a> {
         }
     }
 
-    /// `%3`, or `` `h` (%3) `` for a named value.
+    /// `` `h` `` for a named value, else `this expression`: errors carry
+    /// the value's source span, so IR ids never reach the user.
     fn describe(&self, value: Value) -> String {
         match self.block.names.get(value.index()).cloned().flatten() {
-            Some(name) => format!("`{name}` ({value})"),
-            None => value.to_string(),
+            Some(name) => format!("`{name}`"),
+            None => "this expression".to_string(),
         }
     }
 
@@ -359,7 +396,7 @@ impl<'a> Machine<'a> {
         let block = self.block;
         for (k, output) in block.outputs.iter().enumerate() {
             let reused = block.outputs.iter().skip(k + 1).any(|o| o.value == output.value);
-            let tensor = self.store(output, reused)?;
+            let tensor = self.store(output, reused).map_err(|e| e.at(output.span))?;
             results.insert(output.tensor.name.clone(), tensor);
         }
         Ok(results)

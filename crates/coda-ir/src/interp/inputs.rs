@@ -20,7 +20,7 @@ pub(super) fn check_all_inputs(
 ) -> Result<(), EvalError> {
     let accumulated = block.outputs.iter().filter(|o| o.accumulate).map(|o| &o.tensor);
     for decl in block.params.iter().chain(accumulated) {
-        input(inputs, decl, dims)?;
+        input(inputs, decl, dims).map_err(|e| e.at(decl.span))?;
     }
     Ok(())
 }

@@ -109,9 +109,25 @@
 //! cores; their results do not depend on the number of threads. No input
 //! makes [`eval`] panic; broken block invariants are reported as
 //! [`EvalError::Malformed`].
+//!
+//! [`estimate`] computes, from shapes alone and before anything is
+//! allocated, the bytes of the inputs, the most bytes of values live at
+//! once (the count the limit above applies to) and the work; [`eval_with`]
+//! takes the limit and reports [`Progress`] in units of that work.
+//!
+//! # Errors
+//!
+//! An error raised while evaluating a block is wrapped in [`EvalError::At`]
+//! with the source span of the expression that defines the value being
+//! computed, of the declaration of the input being read, or of the output
+//! being stored; [`EvalError::diagnostic`] turns it into a located
+//! diagnostic (`E07xx`, or `E9001` for a bug). Messages name values by
+//! their source names, never by IR ids.
 
 mod bind;
+mod diagnostic;
 mod error;
+mod estimate;
 mod eval;
 mod inputs;
 mod layout;
@@ -128,8 +144,10 @@ mod tensor;
 mod tests;
 
 pub use bind::{bind_shape, DimBindings, MAX_ELEMENTS};
+pub use diagnostic::describe_bytes;
 pub use error::EvalError;
-pub use eval::{eval, EvalOptions, MEMORY_LIMIT_BYTES};
+pub use estimate::{estimate, Estimate};
+pub use eval::{eval, eval_with, EvalOptions, Progress, MEMORY_LIMIT_BYTES};
 pub use ops::{binary as apply_binary, unary as apply_unary};
 pub use random::random_inputs;
 pub use round::round_to_dtype;

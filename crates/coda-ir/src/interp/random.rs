@@ -2,6 +2,7 @@
 
 use super::bind::{bind_shape, resolve_bindings, DimBindings};
 use super::error::EvalError;
+use super::estimate::locate_dim_error;
 use super::eval::MEMORY_LIMIT_BYTES;
 use super::parallel::fill_chunks;
 use super::round::round_to_dtype;
@@ -49,12 +50,12 @@ const BLOCK: usize = 1 << 16;
 /// platform). Blocks are generated on several threads; the result
 /// does not depend on how many.
 pub fn random_inputs(block: &Block, dims: &DimBindings, seed: u64) -> Result<BTreeMap<String, HostTensor>, EvalError> {
-    let dims = resolve_bindings(block, dims)?;
+    let dims = resolve_bindings(block, dims).map_err(|e| locate_dim_error(block, e))?;
     check_memory(block, &dims)?;
     let mut inputs = BTreeMap::new();
     for decl in &block.params {
-        let tensor = random_tensor(decl, &dims, seed, param_distribution(decl, &dims)?)?;
-        inputs.insert(decl.name.clone(), tensor);
+        let tensor = param_distribution(decl, &dims).and_then(|d| random_tensor(decl, &dims, seed, d));
+        inputs.insert(decl.name.clone(), tensor.map_err(|e| e.at(decl.span))?);
     }
     for output in block.outputs.iter().filter(|o| o.accumulate) {
         let decl = &output.tensor;
@@ -62,7 +63,8 @@ pub fn random_inputs(block: &Block, dims: &DimBindings, seed: u64) -> Result<BTr
             DType::I32 | DType::Bool => integers(decl.dtype),
             _ => Distribution::Normal { mean: 0.0, std: 1.0 },
         };
-        inputs.insert(decl.name.clone(), random_tensor(decl, &dims, seed, distribution)?);
+        let tensor = random_tensor(decl, &dims, seed, distribution).map_err(|e| e.at(decl.span))?;
+        inputs.insert(decl.name.clone(), tensor);
     }
     Ok(inputs)
 }
@@ -72,16 +74,17 @@ fn check_memory(block: &Block, dims: &DimBindings) -> Result<(), EvalError> {
     let accumulated = block.outputs.iter().filter(|o| o.accumulate).map(|o| &o.tensor);
     let mut elements: u128 = 0;
     for decl in block.params.iter().chain(accumulated) {
-        let (rows, cols) = bind_shape(&decl.shape, dims)?;
+        let (rows, cols) = bind_shape(&decl.shape, dims).map_err(|e| e.at(decl.span))?;
         elements += rows as u128 * cols as u128;
     }
     let needed = elements * 8;
     if needed > u128::from(MEMORY_LIMIT_BYTES) {
-        return Err(EvalError::OutOfMemory {
-            what: format!("random inputs of block `{}`", block.name),
+        let error = EvalError::OutOfMemory {
+            what: format!("the random inputs of block `{}`", block.name),
             needed: u64::try_from(needed).unwrap_or(u64::MAX),
             limit: MEMORY_LIMIT_BYTES,
-        });
+        };
+        return Err(error.at(super::diagnostic::header_span(block)));
     }
     Ok(())
 }

@@ -39,7 +39,8 @@ fn a_wrong_shape_names_tensor_and_both_shapes() -> TestResult {
     assert_eq!(e.to_string(), "input `x`: expected [3, 4] (M = 3), got [3, 5]");
     // A rank-2 input may not be given transposed.
     let given = inputs(vec![("x", host(DType::F32, 4, 3, &[0.0; 12])?)]);
-    assert!(matches!(run(&b.block, &bind(&[("M", 3)]), &given, false), Err(EvalError::InputShape { .. })));
+    let e = error_of(run(&b.block, &bind(&[("M", 3)]), &given, false))?;
+    assert!(matches!(e.cause(), EvalError::InputShape { .. }), "{e}");
     Ok(())
 }
 
@@ -59,12 +60,12 @@ fn dims_must_be_bound_positive_and_consistent() -> TestResult {
     let mut b = exp_block()?;
     let given = inputs(vec![("x", host(DType::F32, 1, 4, &[0.0; 4])?)]);
     let e = error_of(run(&b.block, &bind(&[]), &given, false))?;
-    assert!(matches!(&e, EvalError::UnboundDim { name } if name == "M"), "{e}");
+    assert!(matches!(e.cause(), EvalError::UnboundDim { name } if name == "M"), "{e}");
     let e = error_of(run(&b.block, &bind(&[("M", 0)]), &given, false))?;
-    assert!(matches!(e, EvalError::NonPositiveDim { value: 0, .. }), "{e}");
+    assert!(matches!(e.cause(), EvalError::NonPositiveDim { value: 0, .. }), "{e}");
     b.block.dims.push(DimDef { name: "D".into(), value: Some(8) });
     let e = error_of(run(&b.block, &bind(&[("M", 1), ("D", 4)]), &given, false))?;
-    assert!(matches!(e, EvalError::ConflictingDim { constant: 8, bound: 4, .. }), "{e}");
+    assert!(matches!(e.cause(), EvalError::ConflictingDim { constant: 8, bound: 4, .. }), "{e}");
     // Bindings for dims the block does not use are ignored.
     assert!(run(&b.block, &bind(&[("M", 1), ("D", 8), ("Z", -1)]), &given, false).is_ok());
     Ok(())
@@ -85,7 +86,7 @@ fn bind_shape_evaluates_and_limits() -> TestResult {
 fn a_too_large_input_fails_before_allocating() -> TestResult {
     let b = exp_block()?;
     let e = error_of(run(&b.block, &bind(&[("M", 1 << 40)]), &inputs(vec![]), false))?;
-    assert!(matches!(e, EvalError::TooLarge { .. }), "{e}");
+    assert!(matches!(e.cause(), EvalError::TooLarge { .. }), "{e}");
     Ok(())
 }
 
@@ -102,7 +103,54 @@ fn memory_limit_counts_live_values_only() -> TestResult {
     let opts = EvalOptions::default();
     assert!(eval_with_limit(&b.block, &bind(&[]), &given, &opts, 2 * 8000).is_ok());
     let e = eval_with_limit(&b.block, &bind(&[]), &given, &opts, 8000 + 7999).err().ok_or("ran")?;
-    assert!(matches!(e, EvalError::OutOfMemory { needed: 16000, limit: 15999, .. }), "{e}");
+    assert!(matches!(e.cause(), EvalError::OutOfMemory { needed: 16000, limit: 15999, .. }), "{e}");
+    Ok(())
+}
+
+/// The estimate is the interpreter's own count: an evaluation with exactly
+/// the estimated peak as its limit runs, one byte less stops it.
+#[test]
+fn the_estimate_is_the_peak_the_interpreter_reaches() -> TestResult {
+    let mut b = Builder::new();
+    b.block.dims.push(DimDef { name: "M".into(), value: None });
+    let x = b.param("x", DType::BF16, (sym("M"), c(16)), 2)?;
+    let w = b.param("w", DType::BF16, (c(8), c(16)), 2)?;
+    let operand_dtype = DType::BF16;
+    let h = b.push(Inst::MatMul { lhs: x, rhs: w, lhs_transposed: false, rhs_transposed: true, operand_dtype })?;
+    let e = b.push(Inst::Unary { op: UnaryOp::Exp, arg: h })?;
+    let n = b.push(Inst::Unary { op: UnaryOp::Neg, arg: e })?;
+    b.output("y", DType::F32, n, false);
+    b.output("x_again", DType::BF16, x, false);
+    let dims = bind(&[("M", 5)]);
+    let estimate = crate::interp::estimate(&b.block, &dims)?;
+    assert_eq!(estimate.input_bytes, (5 * 16 + 8 * 16) * 8);
+    // The matmul holds copies of both operands and its result beside the result.
+    assert_eq!(estimate.peak_bytes, (5 * 8 + 5 * 16 + 8 * 16 + 5 * 8) * 8);
+    assert_eq!(estimate.macs, 5 * 8 * 16);
+    assert_eq!(estimate.work, 5 * 8 * 16 + 5 * 16 + 8 * 16 + 3 * 5 * 8);
+    let given = crate::interp::random_inputs(&b.block, &dims, 0)?;
+    let opts = EvalOptions::default();
+    let peak = estimate.peak_bytes;
+    assert!(eval_with_limit(&b.block, &dims, &given, &opts, peak).is_ok());
+    let e = eval_with_limit(&b.block, &dims, &given, &opts, peak - 1).err().ok_or("ran")?;
+    assert!(matches!(e.cause(), EvalError::OutOfMemory { .. }), "{e}");
+    Ok(())
+}
+
+/// Progress is reported before every instruction and at the end, and adds
+/// up to the estimate's work.
+#[test]
+fn progress_counts_the_estimated_work() -> TestResult {
+    let mut b = Builder::new();
+    let x = b.f32_param("x", 3, 4)?;
+    let e = b.push(Inst::Unary { op: UnaryOp::Exp, arg: x })?;
+    b.output("y", DType::F32, e, false);
+    let given = inputs(vec![("x", host(DType::F32, 3, 4, &[0.5; 12])?)]);
+    let mut seen = Vec::new();
+    let opts = EvalOptions::default();
+    crate::interp::eval_with(&b.block, &bind(&[]), &given, &opts, 1 << 20, &mut |p| seen.push((p.done, p.total)))?;
+    let total = crate::interp::estimate(&b.block, &bind(&[]))?.work;
+    assert_eq!(seen, [(0, total), (12, total), (total, total)]);
     Ok(())
 }
 

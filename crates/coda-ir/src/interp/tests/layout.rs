@@ -74,6 +74,12 @@ fn a_slice_past_the_end_is_an_error() -> TestResult {
     let given = inputs(vec![("x", two_by_three()?)]);
     assert_eq!(out(&run(&b.block, &bind(&[("S", 1)]), &given, false)?, "s")?, [2.0, 3.0, 5.0, 6.0]);
     let e = run(&b.block, &bind(&[("S", 2)]), &given, false).err().ok_or("sliced")?;
-    assert_eq!(e.to_string(), "`tail` (%1): slice columns 2 + k*1 for k < 2 leave 0..3");
+    assert_eq!(e.to_string(), "`tail`: slice columns 2 + k*1 for k < 2 leave 0..3");
+    let diagnostic = e.diagnostic(&b.block);
+    assert_eq!(diagnostic.code, "E0703");
+    assert_eq!(
+        diagnostic.labels.first().map(|l| l.message.as_str()),
+        Some("`tail` takes columns 2..4 of a value with 3 columns")
+    );
     Ok(())
 }

@@ -62,6 +62,47 @@ fn agrees_with_the_half_crate_on_f32_inputs() -> TestResult {
     Ok(())
 }
 
+/// The definition the rounding implements: scale by the quantum of the
+/// value's binade (the subnormal one below the normal range), round to an
+/// integer with ties to even, scale back, overflow to infinity.
+fn by_scaling(x: f64, mant_bits: i32, emin: i32, max_finite: f64) -> f64 {
+    if !x.is_finite() || x == 0.0 {
+        return x;
+    }
+    let binade = x.abs().log2().floor() as i32;
+    let quantum = 2f64.powi(binade.max(emin) - mant_bits);
+    let rounded = (x / quantum).round_ties_even() * quantum;
+    if rounded.abs() > max_finite {
+        f64::INFINITY.copysign(x)
+    } else {
+        rounded
+    }
+}
+
+#[test]
+fn rounding_by_bits_agrees_with_rounding_by_scaling() -> TestResult {
+    // f64 values of every exponent near the 16-bit ranges, with random
+    // mantissas: ties, carries into the next binade and overflow included.
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    for i in 0..400_000u64 {
+        state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+        let exponent = 1023 - 160 + (state >> 56) % 300;
+        let mantissa = match i % 4 {
+            0 => state & ((1 << 52) - 1),
+            // A tie or just beside one, for bf16 (45 dropped bits) and f16 (42).
+            1 => (state & !((1 << 45) - 1) & ((1 << 52) - 1)) | (1 << 44),
+            2 => (state & !((1 << 42) - 1) & ((1 << 52) - 1)) | (1 << 41),
+            _ => ((1 << 52) - 1) ^ (state & 0xff),
+        };
+        let x = f64::from_bits((state & (1 << 63)) | (exponent << 52) | mantissa);
+        let bf = by_scaling(x, 7, -126, 3.389_531_389_251_535_5e38);
+        let h = by_scaling(x, 10, -14, 65504.0);
+        assert_eq!(r(x, DType::BF16)?.to_bits(), bf.to_bits(), "bf16 of {x:e}");
+        assert_eq!(r(x, DType::F16)?.to_bits(), h.to_bits(), "f16 of {x:e}");
+    }
+    Ok(())
+}
+
 #[test]
 fn fp8_rounding_is_unsupported() {
     assert!(matches!(round_to_dtype(1.0, DType::E4M3), Err(EvalError::Unsupported { .. })));
