@@ -159,16 +159,28 @@ fn too_large(
         describe_bytes(needed.input_bytes),
         describe_bytes(needed.peak_bytes)
     );
-    let smaller = smaller_dims(block, dims, limit.bytes).map_or(String::new(), |(dims, needed)| {
-        let bound: Vec<String> = dims.iter().map(|(name, value)| format!("{name}={value}")).collect();
-        format!(" (`--dims {}` needs about {})", bound.join(","), describe_bytes(needed))
-    });
+    let allow = "pass `--max-memory SIZE` to allow more (e.g. `--max-memory 64G`)";
+    let help = match smaller_dims(block, dims, limit.bytes) {
+        Some((dims, needed)) => {
+            let bound: Vec<String> = dims.iter().map(|(name, value)| format!("{name}={value}")).collect();
+            format!(
+                "evaluate with smaller dims (`--dims {}` needs about {}), or {allow}",
+                bound.join(","),
+                describe_bytes(needed)
+            )
+        }
+        None => {
+            let smallest: DimBindings = dims.keys().map(|name| (name.clone(), 1)).collect();
+            let floor = estimate(block, &smallest).map_or(String::new(), |needed| {
+                format!(" (with every run-time dim 1 it still needs about {})", describe_bytes(needed.total_bytes()))
+            });
+            format!("no smaller dims fit{floor}: {allow}")
+        }
+    };
     let diagnostic = coda::Diagnostic::error("E0702", title)
         .with_primary(first_line(source, block.span), label)
         .with_note(format!("the limit is {}", limit.origin))
-        .with_help(format!(
-            "evaluate with smaller dims{smaller}, or pass `--max-memory SIZE` to allow more (e.g. `--max-memory 64G`)"
-        ));
+        .with_help(help);
     Located { source: source.clone(), diagnostic, is_bug: false }.into()
 }
 
@@ -220,6 +232,10 @@ pub(crate) fn evaluate(
 /// How long an evaluation runs before its progress is shown.
 const PROGRESS_AFTER: Duration = Duration::from_secs(1);
 
+/// Work (elements plus multiply-adds) of one step that is worth showing
+/// before it starts: about a second of the interpreter's matmuls.
+const LONG_STEP: u128 = 1 << 30;
+
 /// Redraws of the progress line at most this often.
 const PROGRESS_EVERY: Duration = Duration::from_millis(200);
 
@@ -238,13 +254,16 @@ impl<'a> ProgressLine<'a> {
         ProgressLine { source, block, terminal, start: Instant::now(), drawn: None }
     }
 
-    /// Shows how far the evaluation is and the line it is computing.
+    /// Shows how far the evaluation is and the line it is computing: once
+    /// it has run for [`PROGRESS_AFTER`], or before a step of at least
+    /// [`LONG_STEP`] units of work.
     fn show(&mut self, progress: Progress) {
         let now = Instant::now();
-        if !self.terminal || now.duration_since(self.start) < PROGRESS_AFTER {
+        let long_step = progress.step >= LONG_STEP;
+        if !self.terminal || (now.duration_since(self.start) < PROGRESS_AFTER && !long_step) {
             return;
         }
-        if self.drawn.is_some_and(|drawn| now.duration_since(drawn) < PROGRESS_EVERY) {
+        if !long_step && self.drawn.is_some_and(|drawn| now.duration_since(drawn) < PROGRESS_EVERY) {
             return;
         }
         self.drawn = Some(now);
@@ -253,6 +272,9 @@ impl<'a> ProgressLine<'a> {
         let elapsed = now.duration_since(self.start).as_secs_f64();
         let mut stderr = std::io::stderr().lock();
         let _ = write!(stderr, "\r\x1b[Keval {}: {percent:.0}% of the work, at {at}, {elapsed:.0} s", self.block);
+        if long_step {
+            let _ = write!(stderr, " (this step: {:.1e} multiply-adds or elements)", progress.step as f64);
+        }
         let _ = stderr.flush();
     }
 

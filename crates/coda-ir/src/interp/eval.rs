@@ -46,6 +46,8 @@ pub struct Progress {
     pub done: u128,
     /// All the work of the block.
     pub total: u128,
+    /// The work of the instruction about to run (0 at the end).
+    pub step: u128,
     /// The source of the value about to be computed (the block's at the end).
     pub span: Span,
 }
@@ -76,13 +78,13 @@ pub fn eval_with(
         limit,
     };
     let mut done = 0;
-    for ((value, inst), work) in block.insts.iter().zip(work) {
+    for ((value, inst), step) in block.insts.iter().zip(work) {
         let span = block.insts.span(value);
-        progress(Progress { done, total, span });
+        progress(Progress { done, total, step, span });
         machine.step(value, inst).map_err(|e| e.at(span))?;
-        done += work;
+        done += step;
     }
-    progress(Progress { done, total, span: block.span });
+    progress(Progress { done, total, step: 0, span: block.span });
     machine.outputs()
 }
 
