@@ -14,8 +14,16 @@
 //! with the reference interpreter on `coda::random_inputs`, with every
 //! symbolic dimension bound to 3, once without and once with storage
 //! rounding. Evaluation errors are fine (a slice or a rope may be out of
-//! range at run time), except `EvalError::Malformed`, which means a block
-//! broke an invariant that the verifier should have caught.
+//! range at run time) as long as they carry a source location, except
+//! `EvalError::Malformed` (`is_bug`), which means a block broke an
+//! invariant that the verifier should have caught.
+//!
+//! Every accepted input is then compiled (`coda::compile`: the
+//! reparameterizer, the partitioner and the CUDA emitter, for the
+//! forward blocks and, when the file has `grad` declarations, for the
+//! backward blocks too). A refusal with a located diagnostic is fine; a
+//! `RewriteError` (a rule built an ill-typed block) or an internal code
+//! generator error is a bug.
 //!
 //! Blocks whose values would be large (constant dims such as
 //! `dim V = 128256` are legal) are not evaluated, so that the fuzzer
@@ -30,7 +38,8 @@
 
 use coda::ir::interp::bind_shape;
 use coda::ir::{Block, Inst};
-use coda::{DimBindings, EvalError, EvalOptions};
+use coda::cuda::CodegenError;
+use coda::{Checked, CompileError, CompileOptions, DimBindings, EvalOptions};
 use libfuzzer_sys::fuzz_target;
 
 /// Diagnostics rendered per input, as in `codac` (`MAX_DIAGNOSTICS`).
@@ -59,6 +68,13 @@ fuzz_target!(|data: &[u8]| {
     }
     let _ = coda::explain_text(&checked);
     let _ = coda::explain_json(&checked);
+    compile_without_bugs(&checked);
+    if !checked.grads.is_empty() {
+        match coda::grad_view(&checked) {
+            Ok(view) => compile_without_bugs(&view),
+            Err(err) => panic!("internal compiler error from grad_view: {err}"),
+        }
+    }
     for block in &checked.module.blocks {
         let dims: DimBindings = block.symbolic_dims().map(|name| (name.to_string(), SMALL_DIM)).collect();
         if !small_enough(block, &dims) {
@@ -69,12 +85,26 @@ fuzz_target!(|data: &[u8]| {
         };
         for round_to_storage in [false, true] {
             let options = EvalOptions { round_to_storage };
-            if let Err(err @ EvalError::Malformed { .. }) = coda::eval(block, &dims, &inputs, &options) {
-                panic!("the interpreter found a malformed block `{}`: {err}", block.name);
+            if let Err(err) = coda::eval(block, &dims, &inputs, &options) {
+                if err.is_bug() {
+                    panic!("the interpreter found a malformed block `{}`: {err}", block.name);
+                }
+                if err.span().is_none() {
+                    panic!("an evaluation error of block `{}` without a location: {err}", block.name);
+                }
             }
         }
     }
 });
+
+/// Compiles every block; only a bug in codac makes it panic.
+fn compile_without_bugs(checked: &Checked) {
+    match coda::compile(checked, &CompileOptions::default()) {
+        Err(err @ CompileError::Rewrite(_)) => panic!("a rewrite rule misfired: {err}"),
+        Err(err @ CompileError::Codegen(CodegenError::Internal { .. })) => panic!("{err}"),
+        _ => {}
+    }
+}
 
 /// Whether every parameter and value of `block` binds to a small shape under `dims`.
 fn small_enough(block: &Block, dims: &DimBindings) -> bool {
