@@ -9,6 +9,7 @@ mod cuda;
 mod examples;
 mod grad;
 mod interp;
+mod params;
 mod rewrites;
 mod robustness;
 mod tidy;

@@ -101,6 +101,7 @@ pub fn compile_block(
     let plan = plan::partition(block);
     let ir = kir::build::build(block, &plan, options)?;
     let (kernels, manifest) = emit::emit_block(&ir, block, source)?;
+    limits::check_params(block, &ir, &manifest, source)?;
     Ok(CompiledBlock { kernels, manifest, ir })
 }
 

@@ -39,6 +39,7 @@
 
 pub(crate) mod build;
 pub(crate) mod prelude;
+mod uses;
 
 use crate::config::TileConfig;
 use crate::symexpr::SymExpr;
