@@ -114,3 +114,30 @@ fn a_kernel_past_the_parameter_limit_is_refused() {
         other => panic!("expected E0602, got {other:?}"),
     }
 }
+
+/// `n` repeats of `t = t - max(t) + sum(t, axis=0)`: each column sum needs a
+/// kernel of its own.
+fn reduction_chain(n: usize) -> String {
+    let steps: String =
+        (0..n).map(|i| format!("    let t{} = t{i} - max(t{i}, axis=-1) + sum(t{i}, axis=0)\n", i + 1)).collect();
+    format!("dim M\nblock chain(x: f32[M, 64]) -> (y: f32[M, 64]) {{\n    let t0 = x\n{steps}    y = t{n}\n}}\n")
+}
+
+/// On a chain of reductions, kernel `i` recomputed all `i` earlier steps and
+/// took every earlier reduction as a parameter (808 fields at 100 steps,
+/// past CUDA's limit at about 680): kernels, their parameters and the
+/// manifest grew quadratically. What a kernel recomputes is bounded now.
+#[test]
+fn chains_of_reductions_stay_linear() {
+    let mut nodes = Vec::new();
+    for n in [150, 300] {
+        let checked = coda::check("chain.coda", &reduction_chain(n)).unwrap_or_else(|e| panic!("{e}"));
+        let block = &compiled_blocks(&checked.module.blocks)[0];
+        let options = coda::cuda::CodegenOptions::default();
+        let compiled = coda::cuda::compile_block(block, &checked.source, &options).unwrap_or_else(|e| panic!("{e}"));
+        let most = compiled.ir.kernels.iter().map(|k| k.buffers().len()).max().unwrap_or(0);
+        assert!(most <= 100, "{n} steps: a kernel takes {most} tensors");
+        nodes.push(compiled.ir.kernels.iter().map(|k| k.nodes.len()).sum::<usize>());
+    }
+    assert!(nodes[1] < nodes[0] * 5 / 2, "kernel nodes at 150 and 300 steps: {nodes:?}");
+}

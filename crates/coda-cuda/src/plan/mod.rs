@@ -6,7 +6,8 @@
 //! * block inputs stay where the caller put them;
 //! * *inline* values (elementwise math, broadcasts, constants, dims, rotary
 //!   tables, column gathers over inputs and finished partials) have no home:
-//!   every kernel that needs one recomputes it;
+//!   every kernel that needs one recomputes it, as long as what it
+//!   recomputes stays small ([`recompute`]);
 //! * every matmul anchors a GEMM kernel; a value that depends on one
 //!   accumulator, reads the accumulator's columns locally (same column, or
 //!   the adjacent pair `(2j, 2j+1)`) and reads only values materialized by
@@ -32,6 +33,7 @@
 
 pub(crate) mod cse;
 mod grid;
+mod recompute;
 pub(crate) mod refusal;
 mod rules;
 
@@ -166,6 +168,7 @@ pub(crate) fn partition(block: &Block) -> Plan {
         ready: vec![0; n],
         row_partial_dep: vec![false; n],
         uses_in_kernel: vec![0; n],
+        closures: vec![Vec::new(); n],
     };
     for (value, inst) in block.insts.iter() {
         if planner.plan.canon[value.index()] != value || !live[value.index()] {

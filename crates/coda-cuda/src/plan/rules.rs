@@ -3,9 +3,9 @@
 //! row kernels, column-reduction kernels, and materialization requests.
 
 use super::refusal::Refusal;
-use super::{is_inlinable, Home, KernelPlan, OperandPlan, Plan};
+use super::{is_inlinable, recompute, Home, KernelPlan, OperandPlan, Plan};
 use crate::kir::{ColMap, PartialKind};
-use coda_ir::{Axis, BinaryOp, Block, DType, Inst, ReduceOp, RopeStyle, Value};
+use coda_ir::{Axis, BinaryOp, Block, BlockKind, DType, Inst, ReduceOp, RopeStyle, Value};
 
 /// The partitioner's state.
 pub(super) struct Planner<'a> {
@@ -17,6 +17,9 @@ pub(super) struct Planner<'a> {
     pub(super) row_partial_dep: Vec<bool>,
     /// For epilogue values: how many things in their own kernel use them.
     pub(super) uses_in_kernel: Vec<usize>,
+    /// For inline values: what a kernel recomputes or loads to evaluate
+    /// them ([`recompute`]); empty in explicit kernels, which have one GEMM.
+    pub(super) closures: Vec<Vec<Value>>,
 }
 
 impl Planner<'_> {
@@ -134,6 +137,15 @@ impl Planner<'_> {
             }
             ready = ready.max(self.avail(o));
             dep |= self.reads_row_partials(o);
+        }
+        if self.block.kind != BlockKind::Kernel {
+            let operands = self.operands(v);
+            let parts = operands.iter().map(|o| match self.home(*o) {
+                Home::Inline => self.closures[o.index()].as_slice(),
+                _ => std::slice::from_ref(o),
+            });
+            let closure = recompute::closure(v, parts)?;
+            self.closures[v.index()] = closure;
         }
         self.ready[v.index()] = ready;
         self.row_partial_dep[v.index()] = dep;
