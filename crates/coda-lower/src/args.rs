@@ -105,17 +105,33 @@ pub(crate) fn match_args<'a>(
         slots[index] = Some(&arg.value);
         spans[index] = arg.span;
     }
-    for (i, formal) in formals.iter().enumerate() {
-        if formal.required && slots[i].is_none() {
-            diagnostics.push(
-                Diagnostic::error("E0208", format!("`{function}` needs the argument `{}`", formal.name))
-                    .with_primary(call_span, "missing an argument")
-                    .with_help(format!("the signature is {}", signature(function, formals))),
-            );
-            ok = false;
-        }
+    let missing: Vec<&str> =
+        formals.iter().zip(&slots).filter(|(f, slot)| f.required && slot.is_none()).map(|(f, _)| f.name).collect();
+    if !missing.is_empty() {
+        diagnostics.push(missing_arguments(function, call_span, formals, &missing));
+        ok = false;
     }
     ok.then_some(Matched { slots, spans })
+}
+
+/// One error for every required argument left out of a call.
+fn missing_arguments(function: &str, call_span: Span, formals: &[Formal], missing: &[&str]) -> Diagnostic {
+    let names: Vec<String> = missing.iter().map(|name| format!("`{name}`")).collect();
+    let (title, label) = match names.as_slice() {
+        [one] => (format!("`{function}` needs the argument {one}"), "missing an argument".to_string()),
+        [init @ .., last] => (
+            format!("`{function}` needs the arguments {} and {last}", init.join(", ")),
+            format!("missing {} arguments", names.len()),
+        ),
+        [] => (format!("`{function}` needs more arguments"), "missing arguments".to_string()),
+    };
+    let mut help = format!("the signature is {}", signature(function, formals));
+    let affine = missing.iter().any(|name| matches!(*name, "g" | "b"));
+    if affine && matches!(function, "layernorm" | "rmsnorm") {
+        let call = if function == "layernorm" { "layernorm(x, 1.0, 0.0)" } else { "rmsnorm(x, 1.0)" };
+        help.push_str(&format!("; the gain and bias may be numbers, so a norm without learned parameters is `{call}`"));
+    }
+    Diagnostic::error("E0208", title).with_primary(call_span, label).with_help(help)
 }
 
 fn too_many(function: &str, span: Span, formals: &[Formal]) -> Diagnostic {

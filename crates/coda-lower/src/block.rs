@@ -216,6 +216,9 @@ impl Lowerer<'_> {
         match stmt {
             ast::Stmt::Let { name, value, .. } => {
                 let lowered = self.lower_expr(value);
+                if lowered.is_none() {
+                    self.mark_used(value);
+                }
                 if self.check_fresh(name) {
                     return;
                 }
@@ -227,9 +230,50 @@ impl Lowerer<'_> {
             }
             ast::Stmt::Assign { name, value, accumulate, span } => {
                 let lowered = self.lower_expr(value);
+                if lowered.is_none() {
+                    self.mark_used(value);
+                }
                 self.assign_output(name, lowered, *accumulate, *span, value.span);
             }
             ast::Stmt::Dim(_) | ast::Stmt::Error(_) => {}
+        }
+    }
+
+    /// Counts every name an expression mentions as used. An expression
+    /// that failed to check may stop before it looks at its arguments
+    /// (an unknown function), and its inputs are then not unused: the
+    /// error is the one thing to fix.
+    fn mark_used(&mut self, expr: &ast::Expr) {
+        let mut stack = vec![expr];
+        while let Some(expr) = stack.pop() {
+            match &expr.kind {
+                ast::ExprKind::Name(ident) => {
+                    if let Some(binding) = self.env.get_mut(&ident.name) {
+                        binding.used = true;
+                    }
+                }
+                ast::ExprKind::Binary { lhs, rhs, .. } => stack.extend([&**lhs, &**rhs]),
+                ast::ExprKind::Neg(inner) | ast::ExprKind::Transpose(inner) => stack.push(inner),
+                ast::ExprKind::Call { args, .. } => {
+                    for arg in args {
+                        match &arg.value {
+                            ast::ArgValue::Expr(e) => stack.push(e),
+                            ast::ArgValue::Range(a, b) => stack.extend([a, b]),
+                        }
+                    }
+                }
+                ast::ExprKind::Index { base, items } => {
+                    stack.push(base);
+                    for item in items {
+                        match item {
+                            ast::IndexItem::Slice { start, end, .. } => stack.extend(start.iter().chain(end)),
+                            ast::IndexItem::Single(e) => stack.push(e),
+                            ast::IndexItem::NewAxis(_) => {}
+                        }
+                    }
+                }
+                ast::ExprKind::Number(_) | ast::ExprKind::Error => {}
+            }
         }
     }
 

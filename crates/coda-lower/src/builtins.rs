@@ -108,7 +108,9 @@ impl Lowerer<'_> {
             _ => {
                 let mut diagnostic = Diagnostic::error("E0207", format!("unknown function `{name}`"))
                     .with_primary(callee.span, "not a built-in function");
-                if let Some(hint) = suggest(name, FUNCTIONS.iter().copied()) {
+                if let Some(instead) = crate::missing::instead_of(name) {
+                    diagnostic = diagnostic.with_help(instead);
+                } else if let Some(hint) = suggest(name, FUNCTIONS.iter().copied()) {
                     diagnostic = diagnostic.with_help(format!("did you mean `{hint}`?"));
                 }
                 self.diagnostics.push(diagnostic);
@@ -279,7 +281,8 @@ impl Lowerer<'_> {
             self.diagnostics.push(
                 Diagnostic::error("E0302", "one index per row is needed")
                     .with_primary(idx_span, format!("this is {}", self.show_shape(&idx_ty.shape)))
-                    .with_help(format!("the indexed tensor has {expected} rows")),
+                    .with_note(format!("the indexed tensor has {expected} rows"))
+                    .with_help("`take(x, index)` picks one column per row of `x`; there is no row gather (an embedding lookup): look the rows up outside codac and pass them in as an input"),
             );
             return None;
         };

@@ -15,6 +15,7 @@ mod dims;
 mod expr;
 mod grad;
 mod kernel;
+mod missing;
 mod names;
 mod sugar;
 

@@ -48,7 +48,7 @@ pub enum RuntimeError {
     },
 
     /// `libnvrtc` could not be loaded.
-    #[error("no NVRTC library found: tried {tried}; install the CUDA toolkit or `pip install nvidia-cuda-nvrtc==13.0.*` and set CUDA_HOME")]
+    #[error("no NVRTC library found: tried {tried}; install the CUDA toolkit, or `pip install nvidia-cuda-nvrtc==13.0.* nvidia-cuda-runtime==13.0.* nvidia-cuda-cccl==13.0.*` (NVRTC and the headers the kernels include) and set CUDA_HOME to their `site-packages/nvidia/cu13` directory")]
     NoNvrtc {
         /// Every library name / path that was tried, comma separated.
         tried: String,
@@ -142,7 +142,7 @@ pub enum RuntimeError {
     },
 
     /// No CUDA toolkit directory could be found.
-    #[error("no CUDA toolkit found: tried {tried}; set CUDA_HOME to the toolkit root (the directory containing include/cuda_bf16.h)")]
+    #[error("no CUDA toolkit found: tried {tried}; set CUDA_HOME to the toolkit root (the directory containing include/cuda_bf16.h), or `pip install nvidia-cuda-runtime==13.0.* nvidia-cuda-cccl==13.0.*` for the headers and set CUDA_HOME to their `site-packages/nvidia/cu13` directory")]
     NoToolkit {
         /// Every directory that was tried, comma separated.
         tried: String,
@@ -202,5 +202,24 @@ pub(crate) trait NvrtcResultExt<T> {
 impl<T> NvrtcResultExt<T> for std::result::Result<T, NvrtcError> {
     fn nvrtc(self, call: &'static str) -> Result<T> {
         self.map_err(|e| RuntimeError::nvrtc_api(call, e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RuntimeError;
+
+    /// NVRTC alone compiles nothing: the kernels include the runtime's
+    /// headers and CCCL's, so the install hints name every package.
+    #[test]
+    fn install_hints_name_every_package_the_kernels_need() {
+        let no_nvrtc = RuntimeError::NoNvrtc { tried: "libnvrtc.so.13".into() }.to_string();
+        for package in ["nvidia-cuda-nvrtc==13.0.*", "nvidia-cuda-runtime==13.0.*", "nvidia-cuda-cccl==13.0.*"] {
+            assert!(no_nvrtc.contains(package), "{no_nvrtc}");
+        }
+        let no_toolkit = RuntimeError::NoToolkit { tried: "/usr/local/cuda".into() }.to_string();
+        for package in ["nvidia-cuda-runtime==13.0.*", "nvidia-cuda-cccl==13.0.*"] {
+            assert!(no_toolkit.contains(package), "{no_toolkit}");
+        }
     }
 }

@@ -7,8 +7,9 @@ use lalrpop_util::ParseError;
 /// How many expected tokens a message lists before it says "or another".
 const MAX_EXPECTED: usize = 6;
 
-/// Converts one lalrpop error into a diagnostic.
-pub(crate) fn from_lalrpop(error: ParseError<usize, Tok<'_>, ()>, text_len: usize) -> Diagnostic {
+/// Converts one lalrpop error into a diagnostic (`text` is the source).
+pub(crate) fn from_lalrpop(error: ParseError<usize, Tok<'_>, ()>, text: &str) -> Diagnostic {
+    let text_len = text.len();
     match error {
         ParseError::InvalidToken { location } => Diagnostic::error("E0001", "invalid token")
             .with_primary(Span::new(location, location + 1), "not part of any token"),
@@ -17,6 +18,11 @@ pub(crate) fn from_lalrpop(error: ParseError<usize, Tok<'_>, ()>, text_len: usiz
             Diagnostic::error("E0002", "unexpected end of file")
                 .with_primary(span, "the file ends here")
                 .with_help(expected_list(&expected))
+        }
+        ParseError::UnrecognizedToken { token: (l, Tok::Star, r), .. }
+            if text.get(..l).is_some_and(|before| before.ends_with('*')) =>
+        {
+            power(l - 1, r)
         }
         ParseError::UnrecognizedToken { token: (l, tok, r), expected } => unexpected(&tok, Span::new(l, r), &expected),
         ParseError::ExtraToken { token: (l, tok, r) } => unexpected(&tok, Span::new(l, r), &[]),
@@ -38,6 +44,13 @@ fn unexpected(tok: &Tok<'_>, span: Span, expected: &[String]) -> Diagnostic {
     } else {
         diagnostic.with_help(expected_list(expected))
     }
+}
+
+/// `x ** p`, written as in Python: there is no power operator.
+fn power(start: usize, end: usize) -> Diagnostic {
+    Diagnostic::error("E0002", "there is no power operator `**`")
+        .with_primary(Span::new(start, end), "not an operator")
+        .with_help("for a square write `x * x`; `sqrt(x)` and `rsqrt(x)` are functions, and `exp(p * log(x))` is `x` to the power `p` for a positive `x`")
 }
 
 fn describe(tok: &Tok<'_>) -> String {

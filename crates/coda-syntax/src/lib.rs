@@ -35,13 +35,13 @@ pub fn parse(source: &SourceFile) -> Parsed {
     let mut recovered = Vec::new();
     let mut notes = Vec::new();
     let result = grammar::FileParser::new().parse(&mut recovered, &mut notes, tokens.into_iter().map(Ok::<_, ()>));
-    let text_len = source.text.len();
-    diagnostics.extend(recovered.into_iter().map(|r| error::from_lalrpop(r.error, text_len)));
+    let text = source.text.as_str();
+    diagnostics.extend(recovered.into_iter().map(|r| error::from_lalrpop(r.error, text)));
     diagnostics.extend(notes);
     let file = match result {
         Ok(file) => file,
         Err(error) => {
-            diagnostics.push(error::from_lalrpop(error, text_len));
+            diagnostics.push(error::from_lalrpop(error, text));
             ast::File::default()
         }
     };

@@ -183,23 +183,55 @@ pub(crate) fn report_text(r: &BlockReport) -> String {
     }
     out.push('\n');
     for k in kernels.iter().filter(|k| k.kind != "fallback") {
-        out.push_str(&format!("//   {} {}: {}\n", k.name, k.kind, k.summary));
-        out.push_str(&format!(
-            "//      reads {}; writes {}; {}\n",
+        out.push_str(&wrapped(&format!("//   {} {}: {}", k.name, k.kind, k.summary)));
+        out.push_str(&wrapped(&format!(
+            "//      reads {}; writes {}; {}",
             k.inputs.join(", "),
             k.outputs.join(", "),
             mb(k.bytes_moved)
-        ));
+        )));
         if k.kind == "weight_prep" {
             out.push_str("//      weights only: can run once when the weights change\n");
         }
         for why in &k.why {
-            out.push_str(&format!("//      not in an epilogue: {why}\n"));
+            out.push_str(&wrapped(&format!("//      not in an epilogue: {why}")));
         }
     }
     let (fused, unfused) = (r.fused_bytes(), r.unfused_bytes);
     let ratio = if fused > 0 { format!(" ({:.1}× less)", unfused as f64 / fused as f64) } else { String::new() };
     out.push_str(&format!("// bytes moved{at}: {} fused, {} unfused{ratio}\n", mb(fused), mb(unfused)));
+    out
+}
+
+/// The widest line of the kernel list, in characters. The lists in a
+/// kernel's lines grow with the block (a kernel of a block with a hundred
+/// heads reads and writes hundreds of buffers), so a longer line is broken.
+const MAX_LINE: usize = 160;
+
+/// How a broken line goes on: deeper than the kernel's own lines.
+const CONTINUATION: &str = "//        ";
+
+/// `line` and a newline, broken after list separators (`,` and `;`) into
+/// lines of at most [`MAX_LINE`] characters where a separator allows.
+fn wrapped(line: &str) -> String {
+    if line.chars().count() <= MAX_LINE {
+        return format!("{line}\n");
+    }
+    let mut out = String::new();
+    let mut current = String::new();
+    let mut fresh = true;
+    for piece in line.split_inclusive([',', ';']) {
+        if !fresh && current.chars().count() + piece.chars().count() > MAX_LINE {
+            out.push_str(current.trim_end());
+            out.push('\n');
+            current = format!("{CONTINUATION}{}", piece.trim_start());
+        } else {
+            current.push_str(piece);
+        }
+        fresh = false;
+    }
+    out.push_str(current.trim_end());
+    out.push('\n');
     out
 }
 
@@ -239,4 +271,25 @@ pub(crate) fn report_json(block: &str, r: &BlockReport) -> (Value, Vec<Value>) {
         "compile_error": r.kernels.as_ref().err(),
     });
     (entry, kernels)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{wrapped, MAX_LINE};
+
+    #[test]
+    fn short_lines_stay_whole() {
+        assert_eq!(wrapped("//   k0 gemm: acc = x @ w.T"), "//   k0 gemm: acc = x @ w.T\n");
+    }
+
+    #[test]
+    fn long_lists_break_after_separators() {
+        let names: Vec<String> = (0..200).map(|i| format!("part.v{i}.row_sum")).collect();
+        let line = format!("//      reads x, w; writes {}; 1.0 MB", names.join(", "));
+        let text = wrapped(&line);
+        assert!(text.lines().all(|l| l.chars().count() <= MAX_LINE), "{text}");
+        assert!(text.lines().skip(1).all(|l| l.starts_with("//        ")));
+        let joined: Vec<&str> = text.lines().map(|l| l.trim_start_matches("//").trim()).collect();
+        assert_eq!(joined.join(" "), line.trim_start_matches("//").trim());
+    }
 }

@@ -1,0 +1,38 @@
+//! Functions that other array languages have and `.coda` does not, with
+//! what to write instead: a user who copies a model's math from PyTorch
+//! or NumPy gets a way forward, not a spelling suggestion for an unrelated
+//! builtin (`pow` is not a misspelling of `row`).
+//!
+//! Every replacement named here is checked by `docs/language.md`'s
+//! examples and the `unknown_functions` case file.
+
+/// What to write instead of `name`, when the language has a way.
+pub(crate) fn instead_of(name: &str) -> Option<&'static str> {
+    Some(match name {
+        "pow" | "power" | "float_power" => {
+            "there is no `pow`: for a square write `x * x` (a constant exponent is repeated multiplication), for 0.5 and -0.5 use `sqrt(x)` and `rsqrt(x)`, and for a positive `x`, `exp(p * log(x))` is `x` to the power `p`"
+        }
+        "square" => "there is no `square`: write `x * x`",
+        "clamp" | "clip" => {
+            "there is no `clamp`: write `min(max(x, lo), hi)`, where `min` and `max` with two arguments are elementwise and take numbers"
+        }
+        "softmax" => "there is no `softmax`: write `exp(x - logsumexp(x, axis=-1))`",
+        "log_softmax" => "there is no `log_softmax`: write `x - logsumexp(x, axis=-1)`",
+        "topk" | "argmax" | "argsort" | "sort" => {
+            "there is no `topk` or `argmax`: `max(x, axis=-1)` is the largest value of each row; select experts or tokens outside codac and pass them in as inputs"
+        }
+        "erf" => {
+            "there is no `erf`: `gelu(x)` is the exact GELU `0.5 x (1 + erf(x / √2))`, and `gelu_tanh(x)` its tanh approximation"
+        }
+        "reshape" | "view" | "flatten" | "unsqueeze" | "squeeze" | "permute" => {
+            "there is no reshape: every tensor has two axes; `x[:, a:b]` slices columns, `concat(a, b)` joins them, `.T` transposes and `v[:, None]` makes a vector a column"
+        }
+        "gather" | "index_select" | "embedding" => {
+            "there is no row gather (an embedding lookup): `take(x, index)` picks one column per row; look the rows up outside codac and pass them in as an input"
+        }
+        "matmul" | "mm" | "linear" => "write the matrix product with `@`: `x @ w.T` for an `nn.Linear` weight `w`",
+        "cat" | "concatenate" | "hstack" => "write `concat(a, b, …)`; it joins columns",
+        "neg" => "write `-x`",
+        _ => return None,
+    })
+}
