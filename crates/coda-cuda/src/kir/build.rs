@@ -36,6 +36,8 @@ pub(crate) fn build(block: &Block, plan: &Plan, options: &CodegenOptions) -> Res
         partial_bufs: HashMap::new(),
         scratch: BTreeMap::new(),
         mats: plan.mats.clone(),
+        mats_of: kernel_mats(&plan.mats),
+        members: kernel_members(plan),
         staging: BTreeMap::new(),
         configs: BTreeMap::new(),
         rules_chose: BTreeSet::new(),
@@ -86,6 +88,11 @@ struct Builder<'a> {
     partial_bufs: HashMap<Value, Vec<BufId>>,
     scratch: BTreeMap<(Value, DType), BufId>,
     mats: BTreeMap<(Value, DType), usize>,
+    /// `mats` by kernel, in key order: a block has as many kernels as
+    /// values, so no kernel scans the whole map (or `Plan::homes`).
+    mats_of: BTreeMap<usize, BTreeSet<(Value, DType)>>,
+    /// The values each kernel computes, in arena order (see `mats_of`).
+    members: Vec<Vec<Value>>,
     staging: BTreeMap<usize, BufId>,
     configs: BTreeMap<usize, TileConfig>,
     /// The GEMMs (by plan kernel) whose configuration the rules chose (none
@@ -102,9 +109,34 @@ struct Ctx {
     memo: HashMap<Value, NodeId>,
 }
 
+/// [`Builder::mats_of`].
+fn kernel_mats(mats: &BTreeMap<(Value, DType), usize>) -> BTreeMap<usize, BTreeSet<(Value, DType)>> {
+    let mut by_kernel: BTreeMap<usize, BTreeSet<(Value, DType)>> = BTreeMap::new();
+    for (key, k) in mats {
+        by_kernel.entry(*k).or_default().insert(*key);
+    }
+    by_kernel
+}
+
+/// [`Builder::members`].
+fn kernel_members(plan: &Plan) -> Vec<Vec<Value>> {
+    let mut members = vec![Vec::new(); plan.kernels.len()];
+    for (index, home) in plan.homes.iter().enumerate() {
+        if let Some(list) = home.kernel().and_then(|k| members.get_mut(k)) {
+            list.push(Value::from_index(index));
+        }
+    }
+    members
+}
+
 impl Builder<'_> {
     fn c(&self, v: Value) -> Value {
         self.plan.canon[v.index()]
+    }
+
+    /// The values kernel `k` of the plan computes, in arena order.
+    fn members(&self, k: usize) -> &[Value] {
+        self.members.get(k).map_or(&[], Vec::as_slice)
     }
 
     fn internal(&self, message: impl Into<String>) -> CodegenError {
@@ -181,14 +213,13 @@ impl Builder<'_> {
             let KernelPlan::Gemm { matmul, b, .. } = kp else { continue };
             let mut regs = 0;
             let mut heavy = false;
-            for (v, home) in self.plan.homes.iter().enumerate() {
-                match home {
-                    Home::Acc(x) if *x == k => {
+            for v in self.members(k) {
+                match &self.plan.homes[v.index()] {
+                    Home::Acc(_) => {
                         regs += 1;
-                        heavy |= self.plan.maps[v].as_ref().is_some_and(|m| m.stride == 2);
+                        heavy |= self.plan.maps[v.index()].as_ref().is_some_and(|m| m.stride == 2);
                     }
-                    Home::RowPartial(x, _) if *x == k => heavy = true,
-                    Home::ColPartial(x) if *x == k => heavy = true,
+                    Home::RowPartial(..) | Home::ColPartial(_) => heavy = true,
                     _ => {}
                 }
             }
@@ -260,8 +291,7 @@ impl Builder<'_> {
         let mut finishes = false;
         let mut seen = BTreeSet::new();
         // The epilogue's values and what they read (not the matmul's operands).
-        let mut stack: Vec<Value> = (0..self.plan.homes.len())
-            .map(Value::from_index)
+        let mut stack: Vec<Value> = (self.members(k).iter().copied())
             .filter(|v| self.plan.homes[v.index()] == Home::Acc(k))
             .filter(|v| !matches!(self.block.inst(*v), Inst::MatMul { .. }))
             .flat_map(|v| self.block.inst(v).operands())
@@ -408,7 +438,7 @@ impl Builder<'_> {
     fn build_kernel(&mut self, k: usize) -> Result<Kernel, CodegenError> {
         let mut ctx = Ctx { k, nodes: Vec::new(), memo: HashMap::new() };
         let mut stores = Vec::new();
-        let targets: Vec<(Value, DType)> = self.mats.iter().filter(|(_, kk)| **kk == k).map(|(key, _)| *key).collect();
+        let targets: Vec<(Value, DType)> = self.mats_of.get(&k).into_iter().flatten().copied().collect();
         for (v, dtype) in targets {
             let buf = self.scratch_buf(v, dtype);
             stores.extend(self.stores_of(&mut ctx, v, buf, false, None)?);
@@ -483,8 +513,9 @@ impl Builder<'_> {
     /// epilogue (one line per distinct reason, with the value).
     fn why_not_epilogue(&self, k: usize) -> Vec<String> {
         let mut why: Vec<String> = Vec::new();
-        for (index, home) in self.plan.homes.iter().enumerate() {
-            if !matches!(home, Home::Row(x) | Home::Col(x) | Home::Grid(x) if *x == k) {
+        for v in self.members(k) {
+            let (index, home) = (v.index(), &self.plan.homes[v.index()]);
+            if !matches!(home, Home::Row(_) | Home::Col(_) | Home::Grid(_)) {
                 continue;
             }
             let Some(reason) = self.plan.why_not_epilogue[index].as_ref().map(ToString::to_string) else { continue };
@@ -504,11 +535,10 @@ impl Builder<'_> {
 
     fn partials_of(&mut self, ctx: &mut Ctx) -> Result<Vec<PartialOut>, CodegenError> {
         let mut out = Vec::new();
-        for (index, home) in self.plan.homes.iter().enumerate() {
-            let v = Value::from_index(index);
-            let kind = match home {
-                Home::RowPartial(x, kind) if *x == ctx.k => *kind,
-                Home::ColPartial(x) if *x == ctx.k => PartialKind::ColSum,
+        for v in self.members(ctx.k).to_vec() {
+            let kind = match &self.plan.homes[v.index()] {
+                Home::RowPartial(_, kind) => *kind,
+                Home::ColPartial(_) => PartialKind::ColSum,
                 _ => continue,
             };
             let (reduced, index_node) = match self.block.inst(v) {
@@ -768,7 +798,10 @@ impl Builder<'_> {
             }
             Source::Earlier(x) => {
                 let (stored, dtype) = self.stored_as(v, self.carry_dtype(v), ctx.k);
-                self.mats.entry((stored, dtype)).or_insert(x);
+                if let std::collections::btree_map::Entry::Vacant(entry) = self.mats.entry((stored, dtype)) {
+                    entry.insert(x);
+                    self.mats_of.entry(x).or_default().insert((stored, dtype));
+                }
                 Node { op: Op::Load(self.scratch_buf(stored, dtype)), space, reg: None, value: v }
             }
             Source::Nowhere => {
