@@ -8,6 +8,7 @@
 //! Without NVRTC the compile test prints `skipped: no NVRTC`, unless
 //! `CODAC_REQUIRE_NVRTC=1` is set (CI), which makes that a failure.
 
+use coda::cuda::config::TileConfig;
 use coda_runtime::{Arch, CompileOptions, Compiler};
 use std::path::{Path, PathBuf};
 
@@ -108,8 +109,7 @@ fn case_kernels() {
 
 #[test]
 fn emitted_files_are_self_contained_and_deterministic() {
-    let portable: String = coda::cuda::HEADERS[..3].iter().map(|(_, text)| *text).collect::<Vec<_>>().concat();
-    let hopper = coda::cuda::HEADERS[3].1;
+    let [common, epilogue, portable, hopper] = coda::cuda::HEADERS.map(|(_, text)| text);
     for path in inputs() {
         let (_, first) = compile(&path);
         let (_, second) = compile(&path);
@@ -117,8 +117,14 @@ fn emitted_files_are_self_contained_and_deterministic() {
         assert_eq!(first.manifest.to_json(), second.manifest.to_json(), "{}", path.display());
         for (a, b) in first.kernels.iter().zip(&second.kernels) {
             assert_eq!(a.source, b.source, "{} is not deterministic", a.file_name);
-            assert!(a.source.contains(&portable), "{}: headers not embedded verbatim", a.file_name);
-            let sm90 = a.source.contains("coda::gemm_sm90_rows<");
+            let spec = first.manifest.blocks.iter().flat_map(|b| &b.kernels).find(|k| k.file == a.file_name);
+            let Some(spec) = spec else { panic!("{}: not in the manifest", a.file_name) };
+            let gemm = spec.kind == "gemm";
+            let sm90 = spec.config.as_deref().and_then(TileConfig::from_name).is_some_and(TileConfig::is_sm90);
+            assert_eq!(sm90, a.source.contains("coda::gemm_sm90_rows<"), "{}: mainloop", a.file_name);
+            let headers = format!("{common}{epilogue}");
+            assert!(a.source.contains(&headers), "{}: headers not embedded verbatim", a.file_name);
+            assert_eq!(a.source.contains(portable), gemm, "{}: portable mainloop embedded iff a GEMM", a.file_name);
             assert_eq!(a.source.contains(hopper), sm90, "{}: Hopper header embedded iff used", a.file_name);
             assert!(a.source.contains(coda::cuda::PRELUDE), "{}: prelude missing", a.file_name);
             assert!(!a.source.contains("#include \""), "{}: includes a file", a.file_name);
