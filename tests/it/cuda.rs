@@ -89,7 +89,27 @@ fn snapshot(path: &Path) -> String {
         out.push_str(&format!("----- {}\n{}\n{}", k.file_name, head.join("\n"), body));
     }
     out.push_str("----- MANIFEST\n");
-    out.push_str(&compiled.manifest.to_json());
+    out.push_str(&compact(&compiled.manifest));
+    out
+}
+
+/// A manifest with one buffer or kernel per line (each as JSON), so that a
+/// change shows as the buffers and kernels it touches.
+fn compact(manifest: &coda::cuda::Manifest) -> String {
+    let coda::cuda::Manifest { schema, source, arch, blocks } = manifest;
+    let mut out = format!("schema {schema}, source {source}, arch {arch}\n");
+    for b in blocks {
+        let coda::cuda::BlockManifest { block, kind, dims, buffers, kernels } = b;
+        out.push_str(&format!("{kind} {block}, dims [{}]\n", dims.join(", ")));
+        for buffer in buffers {
+            let line = serde_json::to_string(buffer).unwrap_or_else(|e| panic!("{block}: {e}"));
+            out.push_str(&format!("  buffer {line}\n"));
+        }
+        for kernel in kernels {
+            let line = serde_json::to_string(kernel).unwrap_or_else(|e| panic!("{block}: {e}"));
+            out.push_str(&format!("  kernel {line}\n"));
+        }
+    }
     out
 }
 
