@@ -2,9 +2,11 @@
 //!
 //! 1. [`plan`] partitions the block greedily into GEMM kernels (one per
 //!    matmul, with an epilogue), row kernels and column-reduction kernels;
-//! 2. [`kir`] builds each kernel's node DAG, stores and partial buffers
-//!    (the epilogue IR);
-//! 3. [`emit`] writes one self-contained `.cu` file per kernel (the CUDA
+//! 2. [`tiles`] chooses every GEMM's tile configuration ([`config`]);
+//! 3. [`kir`] builds each kernel's node DAG, stores and partial buffers
+//!    (the epilogue IR), and fuses light row kernels into the Hopper GEMMs
+//!    after them;
+//! 4. [`emit`] writes one self-contained `.cu` file per kernel (the CUDA
 //!    template headers embedded verbatim) and a [`Manifest`] entry telling a
 //!    host how to allocate buffers and launch the kernels for any binding of
 //!    the run-time dims ([`symexpr`] evaluates its sizes).
@@ -23,6 +25,7 @@ pub mod limits;
 pub use coda_manifest::manifest;
 mod plan;
 pub mod symexpr;
+mod tiles;
 pub mod traffic;
 
 pub use emit::{HEADERS, PRELUDE};
@@ -88,7 +91,11 @@ pub struct CompiledBlock {
     pub ir: kir::BlockIr,
 }
 
-/// Partitions and emits one verified block.
+/// Partitions and emits one verified block, stage by stage: the limits on
+/// dims, the partition into kernels ([`plan`]), every GEMM's tile
+/// configuration ([`tiles`]), the kernel IR ([`kir`]), row kernels fused
+/// into the GEMMs after them, kernel names, the CUDA text and manifest
+/// ([`emit`]), and the limit on kernel parameters.
 pub fn compile_block(
     block: &Block,
     source: &SourceFile,
@@ -99,7 +106,12 @@ pub fn compile_block(
         return Err(bug);
     }
     let plan = plan::partition(block);
-    let ir = kir::build::build(block, &plan, options)?;
+    let tiles = tiles::choose(block, &plan, options);
+    let mut ir = kir::build::build(block, &plan, &tiles)?;
+    if options.row_preludes {
+        kir::prelude::fuse_row_preludes(&mut ir, &crate::traffic::default_dims(block));
+    }
+    ir.name_kernels();
     let (kernels, manifest) = emit::emit_block(&ir, block, source)?;
     limits::check_params(block, &ir, &manifest, source)?;
     Ok(CompiledBlock { kernels, manifest, ir })

@@ -6,30 +6,28 @@
 //! 16-bit operand type). Node DAGs are built on demand from the stores and
 //! partials, so a kernel contains exactly what it needs. Kernels left with
 //! nothing to store are dropped; padded staging copies of 16-bit GEMM inputs
-//! come first. Kernels are named `k0`, `k1`, … in launch order.
+//! come first. Each GEMM takes the configuration of the tile stage
+//! ([`crate::tiles`]); kernels are named after the row preludes are fused
+//! ([`BlockIr::name_kernels`]).
 
 use super::{
     BlockIr, BufId, Buffer, GemmSpec, GridSpec, Kernel, KernelKind, Layout, Node, NodeId, Op, Operand, PartialKind,
     PartialOut, Role, Space, Store,
 };
-use crate::config::{self, TileConfig};
+use crate::config::TileConfig;
 use crate::error::CodegenError;
 use crate::plan::{Home, KernelPlan, OperandPlan, Plan};
 use crate::symexpr::SymExpr;
-use crate::CodegenOptions;
+use crate::tiles::{Epilogue, Tiles};
 use coda_ir::{Axis, Block, DType, Dim, Inst, PairPerm, ShapeClass, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// Builds the kernels of a partitioned block.
-pub(crate) fn build(block: &Block, plan: &Plan, options: &CodegenOptions) -> Result<BlockIr, CodegenError> {
-    let no_tiles = BTreeMap::new();
+pub(crate) fn build(block: &Block, plan: &Plan, tiles: &Tiles) -> Result<BlockIr, CodegenError> {
     let mut b = Builder {
         block,
         plan,
-        target: config::Target::from_arch(&options.arch),
-        tiles: options.tiles.get(&block.name).unwrap_or(&no_tiles),
-        tile_config: options.tile_config,
-        launch: options.launch.as_ref(),
+        tiles,
         buffers: Vec::new(),
         param_bufs: Vec::new(),
         output_bufs: Vec::new(),
@@ -39,12 +37,9 @@ pub(crate) fn build(block: &Block, plan: &Plan, options: &CodegenOptions) -> Res
         mats_of: kernel_mats(&plan.mats),
         members: kernel_members(plan),
         staging: BTreeMap::new(),
-        configs: BTreeMap::new(),
-        rules_chose: BTreeSet::new(),
         used_names: BTreeSet::new(),
     };
     b.declare_io();
-    b.choose_configs();
     b.declare_partials();
     let mut built: Vec<Option<Kernel>> = vec![None; plan.kernels.len()];
     for k in (0..plan.kernels.len()).rev() {
@@ -53,16 +48,6 @@ pub(crate) fn build(block: &Block, plan: &Plan, options: &CodegenOptions) -> Res
     let mut kernels: Vec<Kernel> = b.copy_kernels();
     kernels.extend(built.into_iter().flatten().filter(|k| !k.stores.is_empty() || !k.partials.is_empty()));
     kernels.extend(b.output_copy_kernels());
-    if options.row_preludes {
-        let dims = crate::traffic::default_dims(block);
-        kernels = super::prelude::fuse_row_preludes(kernels, &mut b.buffers, &dims);
-    }
-    for (i, kernel) in kernels.iter_mut().enumerate() {
-        kernel.name = format!("k{i}");
-        if let KernelKind::Gemm(GemmSpec { prelude: Some(p), .. }) = &mut kernel.kind {
-            p.kernel.name = format!("k{i}_rows");
-        }
-    }
     Ok(BlockIr {
         name: block.name.clone(),
         kind: block.kind,
@@ -75,13 +60,8 @@ pub(crate) fn build(block: &Block, plan: &Plan, options: &CodegenOptions) -> Res
 struct Builder<'a> {
     block: &'a Block,
     plan: &'a Plan,
-    target: config::Target,
-    /// Tuned configurations by GEMM ordinal (`CodegenOptions::tiles`).
-    tiles: &'a BTreeMap<usize, TileConfig>,
-    /// A configuration asked for by name (`CodegenOptions::tile_config`).
-    tile_config: Option<TileConfig>,
-    /// The run-time dimensions and GPU, when known.
-    launch: Option<&'a config::LaunchHint>,
+    /// Every GEMM's configuration (the tile stage, [`crate::tiles`]).
+    tiles: &'a Tiles,
     buffers: Vec<Buffer>,
     param_bufs: Vec<BufId>,
     output_bufs: Vec<BufId>,
@@ -94,11 +74,6 @@ struct Builder<'a> {
     /// The values each kernel computes, in arena order (see `mats_of`).
     members: Vec<Vec<Value>>,
     staging: BTreeMap<usize, BufId>,
-    configs: BTreeMap<usize, TileConfig>,
-    /// The GEMMs (by plan kernel) whose configuration the rules chose (none
-    /// asked for): those may move to staged subtiles once
-    /// their epilogue is built ([`config::subtiles_pay`]).
-    rules_chose: BTreeSet<usize>,
     used_names: BTreeSet<String>,
 }
 
@@ -118,8 +93,8 @@ fn kernel_mats(mats: &BTreeMap<(Value, DType), usize>) -> BTreeMap<usize, BTreeS
     by_kernel
 }
 
-/// [`Builder::members`].
-fn kernel_members(plan: &Plan) -> Vec<Vec<Value>> {
+/// The values each kernel of `plan` computes, in arena order.
+pub(crate) fn kernel_members(plan: &Plan) -> Vec<Vec<Value>> {
     let mut members = vec![Vec::new(); plan.kernels.len()];
     for (index, home) in plan.homes.iter().enumerate() {
         if let Some(list) = home.kernel().and_then(|k| members.get_mut(k)) {
@@ -202,152 +177,6 @@ impl Builder<'_> {
         }
     }
 
-    /// The tile configuration of every GEMM: the portable choice, then the
-    /// target's ([`config::for_target`]), then a tuned one from `tiles` (by
-    /// the GEMM's ordinal) when it is among that choice's
-    /// [`TileConfig::alternatives`]; before anything (partial buffer widths)
-    /// depends on the tile shape.
-    fn choose_configs(&mut self) {
-        let mut ordinal = 0;
-        for (k, kp) in self.plan.kernels.iter().enumerate() {
-            let KernelPlan::Gemm { matmul, b, .. } = kp else { continue };
-            let mut regs = 0;
-            let mut heavy = false;
-            for v in self.members(k) {
-                match &self.plan.homes[v.index()] {
-                    Home::Acc(_) => {
-                        regs += 1;
-                        heavy |= self.plan.maps[v.index()].as_ref().is_some_and(|m| m.stride == 2);
-                    }
-                    Home::RowPartial(..) | Home::ColPartial(_) => heavy = true,
-                    _ => {}
-                }
-            }
-            heavy |= regs > config::HEAVY_NODES;
-            let shape = &self.block.ty(*matmul).shape;
-            let wide = self.wide_epilogue(k);
-            let portable = config::choose(&shape.rows, &shape.cols, heavy);
-            let (b_pairs, b_transposed) = match b {
-                OperandPlan::Param { transposed, row_perm, .. } | OperandPlan::Mat { transposed, row_perm, .. } => {
-                    (*row_perm, *transposed)
-                }
-            };
-            let chosen = match config::for_target(self.target, portable, &shape.cols, wide, b_pairs, b_transposed) {
-                c if c.is_sm90() || !wide => c,
-                _ => TileConfig::Cfg64x64,
-            };
-            let chosen = match self.launch {
-                Some(hint) => {
-                    let known = |d: &Dim| d.eval(&|name| hint.dims.get(name).copied()).ok();
-                    config::for_shape(chosen, known(&shape.rows), known(&shape.cols), hint.multiprocessors)
-                }
-                None => chosen,
-            };
-            let fits = |c: &TileConfig| chosen.alternatives().contains(c);
-            let asked = [self.tile_config, self.tiles.get(&ordinal).copied()];
-            let asked = asked.into_iter().flatten().find(fits);
-            if asked.is_none() {
-                self.rules_chose.insert(k);
-            }
-            let chosen = asked.unwrap_or(chosen);
-            ordinal += 1;
-            self.configs.insert(k, chosen);
-        }
-    }
-
-    /// Whether kernel `k` reads `v` from memory (an input, a stored value or
-    /// partials) rather than computing it from constants and tables.
-    fn reads_memory(&self, v: Value, k: usize) -> bool {
-        let mut stack = vec![v];
-        let mut seen = BTreeSet::new();
-        while let Some(v) = stack.pop() {
-            let v = self.c(v);
-            if !seen.insert(v) {
-                continue;
-            }
-            match &self.plan.homes[v.index()] {
-                Home::Inline => stack.extend(self.block.inst(v).operands()),
-                Home::Acc(x) if *x == k => {}
-                Home::Dead => {}
-                _ => return true,
-            }
-        }
-        false
-    }
-
-    /// Whether the epilogue of GEMM `k` reads two or more per-column
-    /// vectors from memory beside per-row values finished from partials (a
-    /// deferred LayerNorm's consumer: `σ` and `σμ` per row, `γᵀW` and
-    /// `βᵀW + b` per column). Each vector costs `2 × (columns per thread)`
-    /// registers and each row value one per row of the thread, which spill
-    /// beside 128 accumulators on the big tiles (measured with ptxas). Such
-    /// a GEMM takes smaller tiles: `Sm90Cfg128x128` on `sm_90a`, `Cfg64x64`
-    /// on the portable mainloop. One vector does not make it wide: the
-    /// RMSNorm-backward dgrad of `llama3_block` (a gain, with the `zdz`
-    /// row term) took 2.99 ms on 128×256 tiles against 3.86 ms on 128×128
-    /// on the H100 (`codac bench --autotune`, M = 8192).
-    fn wide_epilogue(&self, k: usize) -> bool {
-        let mut vectors = BTreeSet::new();
-        let mut finishes = false;
-        let mut seen = BTreeSet::new();
-        // The epilogue's values and what they read (not the matmul's operands).
-        let mut stack: Vec<Value> = (self.members(k).iter().copied())
-            .filter(|v| self.plan.homes[v.index()] == Home::Acc(k))
-            .filter(|v| !matches!(self.block.inst(*v), Inst::MatMul { .. }))
-            .flat_map(|v| self.block.inst(v).operands())
-            .collect();
-        while let Some(v) = stack.pop() {
-            let v = self.c(v);
-            if !seen.insert(v) {
-                continue;
-            }
-            match &self.plan.homes[v.index()] {
-                Home::RowPartial(..) => finishes = true,
-                Home::Inline => {
-                    if let Inst::Broadcast { arg, .. } = self.block.inst(v) {
-                        let shape = &self.block.ty(*arg).shape;
-                        if shape.rows.is_one() && !shape.cols.is_one() {
-                            if self.reads_memory(*arg, k) {
-                                vectors.insert(self.c(*arg));
-                            }
-                            continue;
-                        }
-                    }
-                    stack.extend(self.block.inst(v).operands());
-                }
-                _ => {}
-            }
-        }
-        finishes && vectors.len() >= 2
-    }
-
-    /// The regions of staged subtiles a GEMM epilogue would need, if it
-    /// suits them: one per stored value (at most two, each into 16-bit
-    /// buffers, none accumulated; a concatenation part shifted by a
-    /// multiple of 8 columns, a store put back from pair order in groups of
-    /// whole subtiles), no per-tile partials, and no tile operand but
-    /// tensors in pair layout read a quad per column pair (the
-    /// configurations that would stage a residual measured slower:
-    /// `config::subtiles_pay`).
-    fn subtile_regions(&self, nodes: &[Node], stores: &[Store], partials: &[PartialOut]) -> Option<i64> {
-        let groups_fit = |s: &Store| s.col_perm.is_none_or(|p| config::subtiles_unpermute(p.start, p.group));
-        let part_fits = |s: &Store| s.col_offset.is_none_or(|o| o % config::CHUNK_COLS == 0);
-        let plain = |s: &Store| !s.accumulate && part_fits(s) && groups_fit(s) && self.buffers[s.buf].dtype.is_half();
-        let read_as_quads = |id: NodeId| {
-            nodes.iter().all(|n| match n.op {
-                Op::Slice { arg, step, .. } if arg == id => step == 2,
-                ref op => !op.operands().contains(&id),
-            })
-        };
-        let tile_operand = (nodes.iter().enumerate())
-            .any(|(id, n)| matches!(n.op, Op::Load(_)) && n.space == Space::Tile && !read_as_quads(id));
-        if !partials.is_empty() || tile_operand || !stores.iter().all(plain) {
-            return None;
-        }
-        let values: BTreeSet<NodeId> = stores.iter().map(|s| s.node).collect();
-        i64::try_from(values.len()).ok().filter(|n| (1..=2).contains(n))
-    }
-
     fn declare_partials(&mut self) {
         for (index, home) in self.plan.homes.iter().enumerate() {
             let v = Value::from_index(index);
@@ -357,7 +186,7 @@ impl Builder<'_> {
                 _ => continue,
             };
             let Some(KernelPlan::Gemm { matmul, .. }) = self.plan.kernels.get(k) else { continue };
-            let (bm, bn, _) = self.configs.get(&k).map_or((128, 128, 0), |c| c.tile());
+            let (bm, bn, _) = self.tiles.of(k).map_or((128, 128, 0), TileConfig::tile);
             let acc = self.block.ty(*matmul).shape.clone();
             let reduced = self.block.inst(v).operands().first().map(|a| self.block.ty(*a).shape.clone());
             let (rows, cols) = match kind {
@@ -457,11 +286,9 @@ impl Builder<'_> {
         }
         let partials = self.partials_of(&mut ctx)?;
         let mut kind = self.kernel_kind(&ctx, &stores)?;
-        if let (KernelKind::Gemm(spec), true) = (&mut kind, self.rules_chose.contains(&k)) {
-            let regions = self.subtile_regions(&ctx.nodes, &stores, &partials);
-            if let Some(subtiled) = config::subtiles_pay(spec.config, &spec.n, regions) {
-                spec.config = subtiled;
-            }
+        if let KernelKind::Gemm(spec) = &mut kind {
+            let epilogue = Epilogue { nodes: &ctx.nodes, stores: &stores, partials: &partials, buffers: &self.buffers };
+            spec.config = self.tiles.refined(k, spec.config, &spec.n, &epilogue);
         }
         let why = self.why_not_epilogue(k);
         Ok(Kernel { name: String::new(), kind, nodes: ctx.nodes, stores, partials, why })
@@ -637,7 +464,7 @@ impl Builder<'_> {
             a: self.operand(a, *operand_dtype, true),
             b: self.operand(b, *operand_dtype, false),
             elem: *operand_dtype,
-            config: self.configs.get(&k).copied().unwrap_or(TileConfig::Cfg128x128),
+            config: self.tiles.of(k).unwrap_or(TileConfig::Cfg128x128),
             matmul,
             prelude: None,
         })

@@ -541,3 +541,17 @@ pub struct BlockIr {
     /// Kernels in launch order.
     pub kernels: Vec<Kernel>,
 }
+
+impl BlockIr {
+    /// Names the kernels `k0`, `k1`, … in launch order (a row prelude after
+    /// its GEMM: `k<i>_rows`); the last stage before emission, once no
+    /// kernel is added, dropped or fused.
+    pub(crate) fn name_kernels(&mut self) {
+        for (i, kernel) in self.kernels.iter_mut().enumerate() {
+            kernel.name = format!("k{i}");
+            if let KernelKind::Gemm(GemmSpec { prelude: Some(p), .. }) = &mut kernel.kind {
+                p.kernel.name = format!("k{i}_rows");
+            }
+        }
+    }
+}

@@ -20,7 +20,7 @@
 //! before any read of its rows (the mainloop waits for the row block's
 //! count; see `coda_gemm_sm90.cuh`).
 
-use super::{BufId, Buffer, GemmSpec, Kernel, KernelKind, Layout, Op, Role, RowPrelude, Space};
+use super::{BlockIr, BufId, Buffer, GemmSpec, Kernel, KernelKind, Layout, Op, Role, RowPrelude, Space};
 use crate::symexpr::SymExpr;
 use coda_ir::{DType, Dim};
 use std::collections::{BTreeMap, BTreeSet};
@@ -39,11 +39,9 @@ const MAX_PRELUDE_BYTES_PER_MAC: f64 = 0.02 * 2.0 * 3.0 / 700.0;
 /// GEMM runs on the Hopper mainloop, reads the row kernel's outputs only
 /// row-locally ([`fusable`]) and is heavy enough to hide it ([`light`], at
 /// `dims`). Adds one counter buffer per fusion.
-pub(crate) fn fuse_row_preludes(
-    kernels: Vec<Kernel>,
-    buffers: &mut Vec<Buffer>,
-    dims: &BTreeMap<String, i64>,
-) -> Vec<Kernel> {
+pub(crate) fn fuse_row_preludes(ir: &mut BlockIr, dims: &BTreeMap<String, i64>) {
+    let kernels = std::mem::take(&mut ir.kernels);
+    let buffers = &mut ir.buffers;
     let mut out: Vec<Kernel> = Vec::with_capacity(kernels.len());
     for mut kernel in kernels {
         let host = out.last().is_some_and(|row| fusable(row, &kernel, buffers) && light(row, &kernel, buffers, dims));
@@ -56,7 +54,7 @@ pub(crate) fn fuse_row_preludes(
         }
         out.push(kernel);
     }
-    out
+    ir.kernels = out;
 }
 
 /// Whether `row` can run as the prelude of `gemm`: `row` is a row kernel

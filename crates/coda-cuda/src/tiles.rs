@@ -1,0 +1,223 @@
+//! Tile selection, the stage between the partition and the kernel IR:
+//! every GEMM's configuration, chosen before anything (partial buffer
+//! widths) depends on the tile shape, and the one refinement that needs the
+//! built epilogue (staged subtiles, [`Tiles::refined`]). The rules
+//! themselves are in [`crate::config`].
+
+use crate::config::{self, TileConfig};
+use crate::kir::build::kernel_members;
+use crate::kir::{Buffer, Node, NodeId, Op, PartialOut, Space, Store};
+use crate::plan::{Home, KernelPlan, OperandPlan, Plan};
+use crate::CodegenOptions;
+use coda_ir::{Block, Dim, Inst, Value};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The configuration of every GEMM kernel of a plan.
+#[derive(Debug, Default)]
+pub(crate) struct Tiles {
+    /// By plan kernel.
+    configs: BTreeMap<usize, TileConfig>,
+    /// The GEMMs (by plan kernel) whose configuration the rules chose (none
+    /// asked for): those may move to staged subtiles once their epilogue is
+    /// built ([`config::subtiles_pay`]).
+    rules_chose: BTreeSet<usize>,
+}
+
+/// A built GEMM epilogue, as [`Tiles::refined`] judges it.
+pub(crate) struct Epilogue<'a> {
+    pub(crate) nodes: &'a [Node],
+    pub(crate) stores: &'a [Store],
+    pub(crate) partials: &'a [PartialOut],
+    pub(crate) buffers: &'a [Buffer],
+}
+
+impl Tiles {
+    /// The configuration of plan kernel `k`, if it is a GEMM.
+    pub(crate) fn of(&self, k: usize) -> Option<TileConfig> {
+        self.configs.get(&k).copied()
+    }
+
+    /// The configuration of GEMM `k` once its epilogue is built: staged
+    /// subtiles where the rules chose its configuration and the epilogue
+    /// suits them ([`config::subtiles_pay`]), else `config`.
+    pub(crate) fn refined(&self, k: usize, config: TileConfig, n: &Dim, epilogue: &Epilogue<'_>) -> TileConfig {
+        if !self.rules_chose.contains(&k) {
+            return config;
+        }
+        config::subtiles_pay(config, n, subtile_regions(epilogue)).unwrap_or(config)
+    }
+}
+
+/// Chooses the configuration of every GEMM kernel of `plan`.
+pub(crate) fn choose(block: &Block, plan: &Plan, options: &CodegenOptions) -> Tiles {
+    Chooser { block, plan, members: kernel_members(plan) }.choose(options)
+}
+
+struct Chooser<'a> {
+    block: &'a Block,
+    plan: &'a Plan,
+    /// The values each plan kernel computes, in arena order.
+    members: Vec<Vec<Value>>,
+}
+
+impl Chooser<'_> {
+    fn c(&self, v: Value) -> Value {
+        self.plan.canon[v.index()]
+    }
+
+    fn members(&self, k: usize) -> &[Value] {
+        self.members.get(k).map_or(&[], Vec::as_slice)
+    }
+
+    /// The tile configuration of every GEMM: the portable choice, then the
+    /// target's ([`config::for_target`]), then a tuned one from `tiles` (by
+    /// the GEMM's ordinal) when it is among that choice's
+    /// [`TileConfig::alternatives`]; before anything (partial buffer widths)
+    /// depends on the tile shape.
+    fn choose(&self, options: &CodegenOptions) -> Tiles {
+        let target = config::Target::from_arch(&options.arch);
+        let no_tiles = BTreeMap::new();
+        let tuned = options.tiles.get(&self.block.name).unwrap_or(&no_tiles);
+        let mut tiles = Tiles::default();
+        let mut ordinal = 0;
+        for (k, kp) in self.plan.kernels.iter().enumerate() {
+            let KernelPlan::Gemm { matmul, b, .. } = kp else { continue };
+            let mut regs = 0;
+            let mut heavy = false;
+            for v in self.members(k) {
+                match &self.plan.homes[v.index()] {
+                    Home::Acc(_) => {
+                        regs += 1;
+                        heavy |= self.plan.maps[v.index()].as_ref().is_some_and(|m| m.stride == 2);
+                    }
+                    Home::RowPartial(..) | Home::ColPartial(_) => heavy = true,
+                    _ => {}
+                }
+            }
+            heavy |= regs > config::HEAVY_NODES;
+            let shape = &self.block.ty(*matmul).shape;
+            let wide = self.wide_epilogue(k);
+            let portable = config::choose(&shape.rows, &shape.cols, heavy);
+            let (b_pairs, b_transposed) = match b {
+                OperandPlan::Param { transposed, row_perm, .. } | OperandPlan::Mat { transposed, row_perm, .. } => {
+                    (*row_perm, *transposed)
+                }
+            };
+            let chosen = match config::for_target(target, portable, &shape.cols, wide, b_pairs, b_transposed) {
+                c if c.is_sm90() || !wide => c,
+                _ => TileConfig::Cfg64x64,
+            };
+            let chosen = match &options.launch {
+                Some(hint) => {
+                    let known = |d: &Dim| d.eval(&|name| hint.dims.get(name).copied()).ok();
+                    config::for_shape(chosen, known(&shape.rows), known(&shape.cols), hint.multiprocessors)
+                }
+                None => chosen,
+            };
+            let fits = |c: &TileConfig| chosen.alternatives().contains(c);
+            let asked = [options.tile_config, tuned.get(&ordinal).copied()];
+            let asked = asked.into_iter().flatten().find(fits);
+            if asked.is_none() {
+                tiles.rules_chose.insert(k);
+            }
+            let chosen = asked.unwrap_or(chosen);
+            ordinal += 1;
+            tiles.configs.insert(k, chosen);
+        }
+        tiles
+    }
+
+    /// Whether kernel `k` reads `v` from memory (an input, a stored value or
+    /// partials) rather than computing it from constants and tables.
+    fn reads_memory(&self, v: Value, k: usize) -> bool {
+        let mut stack = vec![v];
+        let mut seen = BTreeSet::new();
+        while let Some(v) = stack.pop() {
+            let v = self.c(v);
+            if !seen.insert(v) {
+                continue;
+            }
+            match &self.plan.homes[v.index()] {
+                Home::Inline => stack.extend(self.block.inst(v).operands()),
+                Home::Acc(x) if *x == k => {}
+                Home::Dead => {}
+                _ => return true,
+            }
+        }
+        false
+    }
+
+    /// Whether the epilogue of GEMM `k` reads two or more per-column
+    /// vectors from memory beside per-row values finished from partials (a
+    /// deferred LayerNorm's consumer: `σ` and `σμ` per row, `γᵀW` and
+    /// `βᵀW + b` per column). Each vector costs `2 × (columns per thread)`
+    /// registers and each row value one per row of the thread, which spill
+    /// beside 128 accumulators on the big tiles (measured with ptxas). Such
+    /// a GEMM takes smaller tiles: `Sm90Cfg128x128` on `sm_90a`, `Cfg64x64`
+    /// on the portable mainloop. One vector does not make it wide: the
+    /// RMSNorm-backward dgrad of `llama3_block` (a gain, with the `zdz`
+    /// row term) took 2.99 ms on 128×256 tiles against 3.86 ms on 128×128
+    /// on the H100 (`codac bench --autotune`, M = 8192).
+    fn wide_epilogue(&self, k: usize) -> bool {
+        let mut vectors = BTreeSet::new();
+        let mut finishes = false;
+        let mut seen = BTreeSet::new();
+        // The epilogue's values and what they read (not the matmul's operands).
+        let mut stack: Vec<Value> = (self.members(k).iter().copied())
+            .filter(|v| self.plan.homes[v.index()] == Home::Acc(k))
+            .filter(|v| !matches!(self.block.inst(*v), Inst::MatMul { .. }))
+            .flat_map(|v| self.block.inst(v).operands())
+            .collect();
+        while let Some(v) = stack.pop() {
+            let v = self.c(v);
+            if !seen.insert(v) {
+                continue;
+            }
+            match &self.plan.homes[v.index()] {
+                Home::RowPartial(..) => finishes = true,
+                Home::Inline => {
+                    if let Inst::Broadcast { arg, .. } = self.block.inst(v) {
+                        let shape = &self.block.ty(*arg).shape;
+                        if shape.rows.is_one() && !shape.cols.is_one() {
+                            if self.reads_memory(*arg, k) {
+                                vectors.insert(self.c(*arg));
+                            }
+                            continue;
+                        }
+                    }
+                    stack.extend(self.block.inst(v).operands());
+                }
+                _ => {}
+            }
+        }
+        finishes && vectors.len() >= 2
+    }
+}
+
+/// The regions of staged subtiles a GEMM epilogue would need, if it
+/// suits them: one per stored value (at most two, each into 16-bit
+/// buffers, none accumulated; a concatenation part shifted by a
+/// multiple of 8 columns, a store put back from pair order in groups of
+/// whole subtiles), no per-tile partials, and no tile operand but
+/// tensors in pair layout read a quad per column pair (the
+/// configurations that would stage a residual measured slower:
+/// `config::subtiles_pay`).
+fn subtile_regions(epilogue: &Epilogue<'_>) -> Option<i64> {
+    let Epilogue { nodes, stores, partials, buffers } = *epilogue;
+    let groups_fit = |s: &Store| s.col_perm.is_none_or(|p| config::subtiles_unpermute(p.start, p.group));
+    let part_fits = |s: &Store| s.col_offset.is_none_or(|o| o % config::CHUNK_COLS == 0);
+    let plain = |s: &Store| !s.accumulate && part_fits(s) && groups_fit(s) && buffers[s.buf].dtype.is_half();
+    let read_as_quads = |id: NodeId| {
+        nodes.iter().all(|n| match n.op {
+            Op::Slice { arg, step, .. } if arg == id => step == 2,
+            ref op => !op.operands().contains(&id),
+        })
+    };
+    let tile_operand = (nodes.iter().enumerate())
+        .any(|(id, n)| matches!(n.op, Op::Load(_)) && n.space == Space::Tile && !read_as_quads(id));
+    if !partials.is_empty() || tile_operand || !stores.iter().all(plain) {
+        return None;
+    }
+    let values: BTreeSet<NodeId> = stores.iter().map(|s| s.node).collect();
+    i64::try_from(values.len()).ok().filter(|n| (1..=2).contains(n))
+}
