@@ -10,10 +10,10 @@
 //! an `extern "C"` entry instantiating a mainloop for GEMM kernels, a
 //! `Params_<k>` struct plus an `extern "C"` entry for the others.
 
-mod chunk;
 mod expr;
 mod gemm;
 mod names;
+mod ops;
 mod params;
 mod rowk;
 

@@ -11,7 +11,7 @@
 //! tail (see [`crate::kir::GridSpec`]). A column-reduction kernel runs one CTA
 //! per column: threads stride over rows, then reduce in a fixed order.
 
-use super::chunk;
+use super::expr::chunk_width;
 use super::expr::Emitter;
 use crate::error::CodegenError;
 use crate::kir::{BufId, GridSpec, Op, Space, Store};
@@ -52,7 +52,7 @@ pub(crate) fn emit_row(
             em.extend(body);
         }
     } else {
-        if super::gemm::uses(&body.join("\n"), "m") {
+        if super::ops::uses(&body.join("\n"), "m") {
             em.line("const int m = (int)blockIdx.x;");
         }
         em.extend(body);
@@ -183,7 +183,7 @@ fn row_body(
             em.k_range = piece;
             let bounds = piece.or_else(|| w.as_const().map(|hi| (0, hi)));
             let streams = row_streams(em);
-            let width = bounds.and_then(|(lo, hi)| chunk::chunk_width(lo, hi, tpr, streams)).filter(|_| tpr == THREADS);
+            let width = bounds.and_then(|(lo, hi)| chunk_width(lo, hi, tpr, streams)).filter(|_| tpr == THREADS);
             if let Some(width) = width {
                 chunked_store_loop(em, &same_width, (&start, &end), width)?;
             } else {
@@ -398,7 +398,7 @@ pub(crate) fn emit_col(em: &mut Emitter<'_>, entry: &str) -> Result<String, Code
         em.stmt(format!("if (threadIdx.x == 0) {text}"), value);
     }
     let body = em.take_lines();
-    if super::gemm::uses(&body.join("\n"), "c") {
+    if super::ops::uses(&body.join("\n"), "c") {
         em.line("const int c = (int)blockIdx.x;");
     }
     em.extend(body);

@@ -50,16 +50,21 @@
 //! columns at a time, from inside the pair loop (`subtile.rs`).
 
 mod ahead;
+mod entry;
+mod facts;
+mod hoist;
+mod operands;
+mod outputs;
 mod packed;
+mod staging;
 mod subtile;
 
-use ahead::Access;
+use staging::{put_finish_call, staged_call, staging_map, OutCols, Staging};
 
-use super::expr::{binary, Emitter};
+use super::expr::Emitter;
 use crate::error::CodegenError;
-use crate::kir::{ColMap, GemmSpec, NodeId, Op, PartialKind, PartialOut, Space};
-use crate::manifest::{FieldSpec, FieldValue, StructSpec};
-use coda_ir::UnaryOp;
+use crate::kir::{ColMap, GemmSpec, NodeId, PartialKind, Space};
+use crate::manifest::StructSpec;
 use std::collections::{BTreeSet, HashMap};
 
 /// The functor, the entry point and the `GemmArgs` struct of a GEMM kernel.
@@ -95,9 +100,9 @@ pub(crate) fn emit(
         packed: Vec::new(),
         whole_col_tiles: spec.n.as_const().filter(|n| n % spec.config.tile().1 == 0),
     };
-    g.staged = staged_store(em, spec);
-    g.twins = g.staged.map_or_else(Vec::new, |(first, how)| twin_stores(em, spec, first, how));
-    g.scratch = g.staged.and_then(|(first, _)| scratch_store(em, spec, first, &g.twins));
+    g.staged = staging::staged_store(em, spec);
+    g.twins = g.staged.map_or_else(Vec::new, |(first, how)| staging::twin_stores(em, spec, first, how));
+    g.scratch = g.staged.and_then(|(first, _)| staging::scratch_store(em, spec, first, &g.twins));
     let subtiled = g.subtiled();
     if subtiled && spec.config.stage_regions() < 2 {
         g.scratch = None; // one region holds the staged store's subtiles only
@@ -141,7 +146,7 @@ pub(crate) fn emit(
         let b = em.buf(*buf);
         prefetches.push(format!("cg::stage_col_async(f, t, {slot}, smem, {b}, {b}_cols);"));
     }
-    let prefetch = prefetch_hook(&prefetches);
+    let prefetch = entry::prefetch_hook(&prefetches);
     let code = format!(
         "struct {epi} {{\n    struct Params {{\n{fields}    }};\n    static constexpr int kSmemFloats = 0;\n{col_vecs}{prefetch}    \
          template <class Frag, class Tile>\n    static __device__ void apply(const Params& p, Frag& f, const Tile& t, float* smem) {{\n\
@@ -152,95 +157,12 @@ pub(crate) fn emit(
             n => format!("    static constexpr int kColVecs = {n};\n"),
         },
         entry_code = if spec.config.is_sm90() {
-            sm90_entry(spec, &epi, entry, pre, g.col_vecs.len())
+            entry::sm90_entry(spec, &epi, entry, pre, g.col_vecs.len())
         } else {
-            sm80_entry(spec, &epi, entry)
+            entry::sm80_entry(spec, &epi, entry)
         },
     );
-    Ok((code, gemm_args(em, spec), g.col_vecs.len()))
-}
-
-/// The functor's `prefetch` (called by the Hopper mainloop before each
-/// tile's K loop), running `calls`: `coda::stage_tile_async` of the staged
-/// tile operand (`apply` finishes it with `coda::stage_tile_finish` and the
-/// same arguments) and `cg::stage_col_async` of each staged column vector
-/// (finished by `cg::stage_cols_finish`). None without calls.
-fn prefetch_hook(calls: &[String]) -> String {
-    if calls.is_empty() {
-        return String::new();
-    }
-    format!(
-        "    static constexpr bool kPrefetch = true;\n    template <class Frag, class Tile>\n    \
-         static __device__ void prefetch(const Params& p, const Frag& f, const Tile& t, float* smem) {{\n{}    }}\n",
-        calls.iter().map(|c| format!("        {c}\n")).collect::<String>()
-    )
-}
-
-/// The entry point instantiating the portable mainloop.
-fn sm80_entry(spec: &GemmSpec, epi: &str, entry: &str) -> String {
-    let cfg = format!("coda::{}", spec.config.name());
-    let rows = match &spec.b.row_perm {
-        Some(p) => format!(", coda::PairRows<{}, {}, {}>", p.start, p.end, p.group),
-        None => String::new(),
-    };
-    format!(
-        "extern \"C\" __global__ void __launch_bounds__({cfg}::kThreads, {cfg}::kMinBlocks)\n\
-         {entry}(coda::GemmArgs g, {epi}::Params e) {{\n    coda::gemm_sm80<{cfg}, {la}, {lb}, {elem}, {epi}{rows}>(g, e);\n}}\n",
-        la = spec.a.layout.tag(),
-        lb = spec.b.layout.tag(),
-        elem = super::params::c_type(spec.elem),
-    )
-}
-
-/// The entry point instantiating the Hopper mainloop: the tensor maps of A
-/// and B (and of B's pair-order view) come first, by value; the shared
-/// memory the host passes is checked against the header's formula. A row
-/// prelude (`pre`: its `Pre` struct) takes the template's last argument
-/// (after `coda::NoPrologue`), and its `Params` struct the entry's.
-fn sm90_entry(spec: &GemmSpec, epi: &str, entry: &str, pre: Option<&str>, col_vecs: usize) -> String {
-    let cfg = format!("coda::{}", spec.config.name());
-    let map = |name: &str| format!("const __grid_constant__ coda::TmaDesc {name}");
-    let (maps, rows, tbp) = match &spec.b.row_perm {
-        Some(p) => (
-            format!("{}, {}, {}", map("ta"), map("tb"), map("tbp")),
-            format!("coda::Sm90PairRows<{}, {}, {}>", p.start, p.end, p.group),
-            "tbp",
-        ),
-        None => (format!("{}, {}", map("ta"), map("tb")), "coda::IdentityRows".to_string(), "tb"),
-    };
-    format!(
-        "static_assert(coda::gemm_sm90_smem_bytes<{cfg}, {epi}>() == {smem}, \"codac's shared-memory size for {cfg}\");\n\n\
-         extern \"C\" __global__ void __launch_bounds__({cfg}::kThreads, 1)\n\
-         {entry}({maps}, coda::GemmArgs g, {epi}::Params e{pre_arg}) {{\n    \
-         coda::gemm_sm90_rows<{cfg}, {la}, {lb}, {elem}, {epi}, {rows}{pro}{pre}>(ta, tb, {tbp}, g, e{pre_val});\n}}\n",
-        pro = if pre.is_some() { ", coda::NoPrologue" } else { "" },
-        pre = pre.map_or(String::new(), |p| format!(", {p}")),
-        pre_arg = pre.map_or(String::new(), |p| format!(", {p}::Params pre")),
-        pre_val = if pre.is_some() { ", pre" } else { "" },
-        smem = spec.config.smem_bytes_with(col_vecs),
-        la = spec.a.layout.tag(),
-        lb = spec.b.layout.tag(),
-        elem = super::params::c_type(spec.elem),
-    )
-}
-
-/// The `GemmArgs` fields.
-fn gemm_args(em: &Emitter<'_>, spec: &GemmSpec) -> StructSpec {
-    let a = em.ir.buffers[spec.a.buf].name.clone();
-    let b = em.ir.buffers[spec.b.buf].name.clone();
-    let f = |name: &str, kind: &str, value: FieldValue| FieldSpec { name: name.into(), kind: kind.into(), value };
-    StructSpec::new(
-        "GemmArgs",
-        vec![
-            f("a", "ptr", FieldValue::Ptr(a.clone())),
-            f("b", "ptr", FieldValue::Ptr(b.clone())),
-            f("m", "i32", FieldValue::Expr(spec.m.to_string())),
-            f("n", "i32", FieldValue::Expr(spec.n.to_string())),
-            f("k", "i32", FieldValue::Expr(spec.k.to_string())),
-            f("lda", "i64", FieldValue::Ld(a)),
-            f("ldb", "i64", FieldValue::Ld(b)),
-        ],
-    )
+    Ok((code, entry::gemm_args(em, spec), g.col_vecs.len()))
 }
 
 struct Gemm {
@@ -306,17 +228,6 @@ struct Gemm {
     staged_load: Option<(usize, String)>,
 }
 
-/// How a staged store maps accumulator columns to output columns.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Staging {
-    /// The accumulator's own columns (`store_tile_staged`).
-    Identity,
-    /// A pair operation's half-width output (`coda::StagedHalfCols`).
-    Half,
-    /// A pair layout put back in order (`coda::StagedUnpermuteCols`).
-    Unpermute(coda_ir::PairPerm),
-}
-
 /// The most column vectors a Hopper epilogue stages per tile (1 KiB of
 /// shared memory each with 256-column tiles); more are read from global
 /// memory.
@@ -328,167 +239,6 @@ const MAX_STAGED_COL_VECS: usize = 4;
 /// time by [`Emitter::eval`], which needs no recursion, instead of
 /// overflowing the stack.
 const MAX_INLINE_PAIR_DEPTH: usize = 64;
-
-/// The store to stage through shared memory, if any (see the module docs):
-/// only in 255-register configurations with at most one partial, where the
-/// extra address arithmetic does not spill.
-fn staged_store(em: &Emitter<'_>, spec: &GemmSpec) -> Option<(usize, Staging)> {
-    let roomy = spec.config.is_sm90()
-        || matches!(spec.config, crate::config::TileConfig::Cfg128x128w4 | crate::config::TileConfig::Cfg128x256);
-    if !roomy || em.kernel.partials.len() > 1 {
-        return None;
-    }
-    let fits = |how: &Staging| spec.config.stage_cols().is_none_or(|cols| subtile::fits(*how, cols));
-    em.kernel.stores.iter().enumerate().find_map(|(i, s)| staging(em, spec, s).filter(fits).map(|how| (i, how)))
-}
-
-/// How store `s` could be staged through shared memory, if it can: a full
-/// 16-bit tile of the accumulator's rows, written once.
-fn staging(em: &Emitter<'_>, spec: &GemmSpec, s: &crate::kir::Store) -> Option<Staging> {
-    let (_, bn, _) = spec.config.tile();
-    let subtiled = spec.config.stage_cols().is_some();
-    let map = em.kernel.nodes[s.node].reg.as_ref()?;
-    let buf = &em.ir.buffers[s.buf];
-    let rows = buf.rows == crate::symexpr::SymExpr::from(&spec.m);
-    // A concatenation part goes through staged subtiles only, shifted by
-    // whole 16-byte chunks and of constant width (`OutCols::Part`).
-    let part_ok =
-        s.col_offset.is_none_or(|o| subtiled && o % crate::config::CHUNK_COLS == 0 && part_end(em, s).is_some());
-    if !rows || s.accumulate || !buf.dtype.is_half() || map.offset != 0 || !part_ok {
-        return None;
-    }
-    if s.col_offset.is_some() {
-        return (map.stride == 1 && s.col_perm.is_none()).then_some(Staging::Identity);
-    }
-    match (map.stride, s.col_perm) {
-        (1, None) if map.len == spec.n => Some(Staging::Identity),
-        // A whole tile is put back from pair order group by group; staged
-        // subtiles only need whole subtiles per group (`subtile::fits`).
-        (1, Some(p)) if map.len == spec.n && p.start % p.group == 0 && (bn % p.group == 0 || subtiled) => {
-            Some(Staging::Unpermute(p))
-        }
-        (2, None) => Some(Staging::Half),
-        _ => None,
-    }
-}
-
-/// The stores that repeat the staged store `first` (same node, staged the
-/// same way, same element type) into other buffers: Hopper only, where the
-/// scratch always holds a whole tile.
-fn twin_stores(em: &Emitter<'_>, spec: &GemmSpec, first: usize, how: Staging) -> Vec<usize> {
-    let stores = &em.kernel.stores;
-    let Some(staged) = stores.get(first) else { return Vec::new() };
-    let dtype = em.ir.buffers[staged.buf].dtype;
-    let same_way = |s: &crate::kir::Store| {
-        staging(em, spec, s) == Some(how)
-            && s.node == staged.node
-            && em.ir.buffers[s.buf].dtype == dtype
-            && s.buf != staged.buf
-    };
-    if !spec.config.is_sm90() {
-        return Vec::new();
-    }
-    (0..stores.len()).filter(|i| *i != first && same_way(&stores[*i])).collect()
-}
-
-/// A second store that can go through the scratch during the loop, besides
-/// the staged store `first` and its `twins` (which repeat it from the
-/// scratch after it): one on the accumulator's own columns. The scratch
-/// holds at most the staged operand then, read before each pair is written
-/// (see `coda::staged_put`), so no pair loop reads what it writes.
-fn scratch_store(em: &Emitter<'_>, spec: &GemmSpec, first: usize, twins: &[usize]) -> Option<usize> {
-    let own = |i: usize, s: &crate::kir::Store| {
-        i != first && !twins.contains(&i) && matches!(staging(em, spec, s), Some(Staging::Identity))
-    };
-    em.kernel.stores.iter().enumerate().find_map(|(i, s)| own(i, s).then_some(i))
-}
-
-/// The `coda::Staged*` column map of a staged store.
-fn staging_map(how: Staging) -> String {
-    match how {
-        Staging::Identity => "coda::StagedOwnCols".to_string(),
-        Staging::Half => "coda::StagedHalfCols".to_string(),
-        Staging::Unpermute(p) => format!("coda::StagedUnpermuteCols<{}, {}, {}>", p.start, p.end, p.group),
-    }
-}
-
-/// The output column bound of a `put_call`.
-#[derive(Debug, Clone, Copy)]
-enum OutCols {
-    /// The output buffer's own column count.
-    Buffer,
-    /// The GEMM's `N`: for the scratch store, whose buffer has the
-    /// accumulator's columns by its selection (as `store_tile_staged` uses).
-    GemmN,
-    /// A concatenation part's columns `offset .. end` of the buffer (staged
-    /// subtiles only): written through the buffer shifted by `offset`,
-    /// bounded by the part's width.
-    Part { offset: i64, end: i64 },
-}
-
-impl OutCols {
-    /// The bound of `b`'s written columns, in the frame of [`Self::base`].
-    fn expr(self, b: &str) -> String {
-        match self {
-            OutCols::Buffer => format!("{b}_cols"),
-            OutCols::GemmN => "t.n".to_string(),
-            OutCols::Part { offset, end } => (end - offset).to_string(),
-        }
-    }
-
-    /// The pointer the tile's column 0 is written through.
-    fn base(self, b: &str) -> String {
-        match self {
-            OutCols::Part { offset, .. } if offset != 0 => format!("{b} + {offset}"),
-            _ => b.to_string(),
-        }
-    }
-
-    /// `self`, or the part `store` writes when it is a concatenation part.
-    fn of(self, em: &Emitter<'_>, store: &crate::kir::Store) -> OutCols {
-        match (store.col_offset, part_end(em, store)) {
-            (Some(offset), Some(end)) => OutCols::Part { offset, end },
-            _ => self,
-        }
-    }
-}
-
-/// The column where a concatenation part ends (its bound), when the part's
-/// width is a constant.
-fn part_end(em: &Emitter<'_>, s: &crate::kir::Store) -> Option<i64> {
-    let value = em.kernel.nodes[s.node].value;
-    let width = em.block.ty(value).shape.cols.as_const()?;
-    Some(width + s.col_offset?)
-}
-
-/// One pair of a store written into the scratch during the loop
-/// (`coda::staged_put`): the staged store when the scratch is free, or the
-/// scratch store (`Staging::Identity`, `OutCols::GemmN`).
-fn put_call(em: &mut Emitter<'_>, buf: usize, how: Staging, cols: OutCols, (v0, v1): (&str, &str)) -> String {
-    let (b, t, map) = (em.buf_w(buf), super::params::c_type(em.ir.buffers[buf].dtype), staging_map(how));
-    let cols = cols.expr(&b);
-    format!("coda::staged_put<{t}, {map}>(f, t, i, j, {b}, {b}_ld, {cols}, smem, {v0}, {v1});")
-}
-
-/// The store of a tile that `put_call` filled, after the loop (same `cols`).
-fn put_finish_call(em: &mut Emitter<'_>, buf: usize, how: Staging, cols: OutCols) -> String {
-    let (b, t, map) = (em.buf_w(buf), super::params::c_type(em.ir.buffers[buf].dtype), staging_map(how));
-    let cols = cols.expr(&b);
-    format!("coda::staged_put_finish<{t}, {map}>(f, t, {b}, {b}_ld, {cols}, smem);")
-}
-
-/// The call that writes the staged store from `f.acc` after the loop.
-fn staged_call(em: &mut Emitter<'_>, buf: usize, how: Staging) -> String {
-    let (b, t) = (em.buf_w(buf), super::params::c_type(em.ir.buffers[buf].dtype));
-    match how {
-        // The helper checks the buffer's alignment itself (uniformly for the
-        // CTA) and falls back to bounded element stores.
-        Staging::Identity => format!("coda::store_tile_staged(f, t, f.acc, {b}, {b}_ld, smem);"),
-        _ => {
-            format!("coda::store_tile_staged_map<{t}, {}>(f, t, f.acc, {b}, {b}_ld, {b}_cols, smem);", staging_map(how))
-        }
-    }
-}
 
 impl Gemm {
     fn scalars(&mut self, em: &mut Emitter<'_>) -> Result<(), CodegenError> {
@@ -504,7 +254,7 @@ impl Gemm {
     fn row_values(&mut self, em: &mut Emitter<'_>) -> Result<(), CodegenError> {
         let ids: Vec<NodeId> = (0..em.kernel.nodes.len())
             .filter(|id| em.kernel.nodes[*id].reg.is_none() && em.kernel.nodes[*id].space == Space::Row)
-            .filter(|id| !matches!(em.kernel.nodes[*id].op, super::super::kir::Op::Const(_)))
+            .filter(|id| !matches!(em.kernel.nodes[*id].op, crate::kir::Op::Const(_)))
             .collect();
         if ids.is_empty() {
             return Ok(());
@@ -536,39 +286,6 @@ impl Gemm {
             em.stmt(text, em.kernel.nodes[store.node].value);
         }
         em.close();
-        Ok(())
-    }
-
-    fn partial_decls(&mut self, em: &mut Emitter<'_>) -> Result<(), CodegenError> {
-        for (idx, part) in em.kernel.partials.iter().enumerate() {
-            let name = format!("part{idx}");
-            let init = match part.kind {
-                PartialKind::RowMax => "coda::neg_inf()",
-                _ => "0.0f",
-            };
-            match part.kind {
-                PartialKind::ColSum => {
-                    // Kept column sums (`coda::col_keep`): one pair per 8 column pairs.
-                    em.stmt(format!("float {name}[(Frag::CJ + 7) / 8][2];"), part.value);
-                    em.line("#pragma unroll");
-                    em.line(format!(
-                        "for (int q = 0; q < (Frag::CJ + 7) / 8; ++q) {name}[q][0] = {name}[q][1] = 0.0f;"
-                    ));
-                }
-                PartialKind::RowLse => {
-                    em.stmt(format!("float {name}_m[Frag::RI], {name}_s[Frag::RI];"), part.value);
-                    em.line("#pragma unroll");
-                    em.line(format!(
-                        "for (int i = 0; i < Frag::RI; ++i) {{ {name}_m[i] = coda::neg_inf(); {name}_s[i] = 0.0f; }}"
-                    ));
-                }
-                _ => {
-                    em.stmt(format!("float {name}[Frag::RI];"), part.value);
-                    em.line("#pragma unroll");
-                    em.line(format!("for (int i = 0; i < Frag::RI; ++i) {name}[i] = {init};"));
-                }
-            }
-        }
         Ok(())
     }
 
@@ -640,9 +357,9 @@ impl Gemm {
             packed::pack_line(em, slot, &store, &vars)?;
         }
         em.pop_scope();
-        let body = drop_unused_indices(em.take_lines());
+        let body = hoist::drop_unused_indices(em.take_lines());
         let text = body.join("\n");
-        let (hoisted, body) = hoist_column_invariants(body);
+        let (hoisted, body) = hoist::hoist_column_invariants(body);
         // Columns outside, rows inside: what depends on the column only (a
         // gain, a rotary frequency, a column index) is evaluated once per
         // column pair, not once per row of the thread. Every row still
@@ -669,7 +386,7 @@ impl Gemm {
             lines.extend(subtile::begin_lines(em, operand).into_iter().map(|l| format!("{}{l}", pad(3))));
         }
         lines.extend(ahead.into_iter().map(|l| format!("{}{l}", pad(3))));
-        if uses(&text, "n") {
+        if super::ops::uses(&text, "n") {
             lines.push(format!("{}const int n = f.col(j);", pad(3)));
         }
         lines.extend(hoisted.into_iter().map(|l| l.replacen(&pad(1), "", 1)));
@@ -683,10 +400,10 @@ impl Gemm {
         }
         lines.push(format!("{}#pragma unroll", pad(3)));
         lines.push(format!("{}for (int i = 0; i < Frag::RI; ++i) {{", pad(3)));
-        if uses(&text, "m") {
+        if super::ops::uses(&text, "m") {
             lines.push(format!("{}const int m = f.row(i);", pad(4)));
         }
-        if uses(&text, "row_ok") {
+        if super::ops::uses(&text, "row_ok") {
             lines.push(format!("{}const bool row_ok = f.row_in(i);", pad(4)));
         }
         lines.extend(body);
@@ -752,685 +469,5 @@ impl Gemm {
     /// pair's body; `what` (a store, a partial) reads it.
     fn slot_values(&self, em: &Emitter<'_>, node: NodeId, what: &str) -> Result<Vec<String>, CodegenError> {
         self.regs.get(&node).cloned().ok_or_else(|| em.internal(format!("{what} of an unevaluated node")))
-    }
-
-    /// The local holding the own column of `map` at `slot`.
-    fn col(&mut self, em: &mut Emitter<'_>, map: &ColMap, slot: usize) -> String {
-        let key = (map.offset, map.stride, slot);
-        if let Some(v) = self.cols.get(&key) {
-            return v.clone();
-        }
-        let o = map.offset;
-        let expr = match (map.stride, slot) {
-            (1, 0) if o == 0 => "n".to_string(),
-            (1, s) => format!("n + {} - {o}", s).replace(" + 0 - 0", "").replace(" - 0", ""),
-            _ if o == 0 => "n >> 1".to_string(),
-            _ => format!("(n - {o}) >> 1"),
-        };
-        let name = em.index(if map.stride == 1 { "c" } else { "cp" }, expr);
-        self.cols.insert(key, name.clone());
-        name
-    }
-
-    /// Whether every column of every tile is a column of `map`, so that a
-    /// partial over it needs no column check: the map starts at the
-    /// accumulator's first column and spans its N, a constant multiple of
-    /// BN (two checks per accumulator pair had cost the Llama-3
-    /// out-projection 8% of its cold compile).
-    fn spans_every_tile(&self, map: &ColMap) -> bool {
-        let Some(n) = self.whole_col_tiles else { return false };
-        map.offset == 0 && map.len.as_const().is_some_and(|len| len * map.stride == n)
-    }
-
-    fn slots(map: &ColMap) -> usize {
-        if map.stride == 1 {
-            2
-        } else {
-            1
-        }
-    }
-
-    /// Emits the slot values of register node `id`.
-    fn register(&mut self, em: &mut Emitter<'_>, id: NodeId) -> Result<(), CodegenError> {
-        let node = em.kernel.nodes[id].clone();
-        let map = node.reg.clone().ok_or_else(|| em.internal("not a register node"))?;
-        let name = em.local_for(node.value);
-        let mut vars = Vec::new();
-        if let Op::RopePartner(spec, _) = &node.op {
-            let c0 = self.col(em, &map, 0);
-            let (s, e) = (em.dim_int(&spec.start), em.dim_int(&spec.end));
-            em.stmt(format!("const bool {name}_sw = {c0} >= {s} && {c0} < {e};"), node.value);
-        }
-        for slot in 0..Self::slots(&map) {
-            let expr = self.slot_expr(em, id, &map, slot, &name)?;
-            let var = if Self::slots(&map) == 2 { format!("{name}_{slot}") } else { format!("{name}_p") };
-            em.stmt(format!("const float {var} = {expr};"), node.value);
-            vars.push(var);
-        }
-        self.regs.insert(id, vars);
-        Ok(())
-    }
-
-    /// The value of operand `op` for slot `slot` of a node with map `map`.
-    fn operand(&mut self, em: &mut Emitter<'_>, op: NodeId, map: &ColMap, slot: usize) -> Result<String, CodegenError> {
-        if let Some(vars) = self.regs.get(&op) {
-            return Ok(vars.get(slot).or(vars.first()).cloned().unwrap_or_default());
-        }
-        let half = if slot == 0 { "x" } else { "y" };
-        if let (Op::Load(buf), Space::Tile, 1) = (&em.kernel.nodes[op].op, em.kernel.nodes[op].space, map.stride) {
-            return Ok(format!("{}.{half}", self.pair_load(em, op, *buf, map, "m")));
-        }
-        // A column vector (a gain, a bias) at the pair's own columns: one
-        // 4-byte load for both instead of two bounded 2-byte loads.
-        if let Some((vector, buf)) = column_vector_load(em, op).filter(|_| map.stride == 1) {
-            return Ok(format!("{}.{half}", self.pair_load(em, vector, buf, map, "0")));
-        }
-        if map.stride == 1
-            && self.inline_depth < MAX_INLINE_PAIR_DEPTH
-            && reads_tile_pairs(em, op, &mut self.pair_readers)
-        {
-            self.inline_depth += 1;
-            let vars = self.inline_pair(em, op, map);
-            self.inline_depth -= 1;
-            let vars = vars?;
-            return vars.get(slot).cloned().ok_or_else(|| em.internal("inline pair slots"));
-        }
-        // Both columns of an aligned pair see the same rotary frequency, so
-        // a value that depends on the column only through it (the angle,
-        // its sine and cosine) is computed once per pair: slot 1 reuses
-        // slot 0's evaluation.
-        let aligned_pair = map.stride == 1 && map.offset % 2 == 0;
-        let slot =
-            if slot == 1 && aligned_pair && pair_invariant(em, op, &mut self.pair_invariants) { 0 } else { slot };
-        let c = self.col(em, map, slot);
-        em.eval(op, "m", &c)
-    }
-
-    /// Both slots of an element-wise tile expression that is not a register
-    /// value (a residual stream recomputed from saved tensors, say),
-    /// evaluated together so that each tile load in it is one pair load
-    /// (`pair_load`) instead of two element loads.
-    fn inline_pair(&mut self, em: &mut Emitter<'_>, op: NodeId, map: &ColMap) -> Result<Vec<String>, CodegenError> {
-        let key = (op, map.offset);
-        if let Some(vars) = self.inline_pairs.get(&key) {
-            return Ok(vars.clone());
-        }
-        let node = em.kernel.nodes[op].clone();
-        let vars = match sliced_tile_load(em, op) {
-            Some(TileCols { load, buf, start, step: 1 }) => {
-                let at = ColMap { offset: map.offset - start, ..map.clone() };
-                let pair = self.pair_load(em, load, buf, &at, "m");
-                vec![format!("{pair}.x"), format!("{pair}.y")]
-            }
-            Some(TileCols { load, buf, start, step: 2 }) if start >= 0 => {
-                // Buffer columns `start + 2c` and `start + 2c + 2`: two
-                // elements of the quad at `start - parity + 2c`.
-                let parity = start & 1;
-                let quad = self.quad_load(em, load, buf, map, start - parity);
-                let lane = |slot: i64| ["x", "y", "z", "w"][(parity + 2 * slot) as usize];
-                vec![format!("{quad}.{}", lane(0)), format!("{quad}.{}", lane(1))]
-            }
-            _ => {
-                let name = em.local_for(node.value);
-                let mut vars = Vec::new();
-                for slot in 0..2 {
-                    let expr = self.slot_expr(em, op, map, slot, &name)?;
-                    let var = format!("{name}_{slot}");
-                    em.stmt(format!("const float {var} = {expr};"), node.value);
-                    vars.push(var);
-                }
-                vars
-            }
-        };
-        self.inline_pairs.insert(key, vars.clone());
-        Ok(vars)
-    }
-
-    /// Both elements of a load at the pair's own columns, as one `float2`
-    /// (a single 4- or 8-byte load when aligned): of a tile (`row` = `m`,
-    /// staged through shared memory where it can be) or of a column vector
-    /// (`row` = `0`).
-    fn pair_load(&mut self, em: &mut Emitter<'_>, op: NodeId, buf: usize, map: &ColMap, row: &str) -> String {
-        let key = (op, map.offset);
-        if let Some(v) = self.pairs.get(&key) {
-            return v.clone();
-        }
-        let value = em.kernel.nodes[op].value;
-        let name = em.local_for(value);
-        if row == "m" && self.can_stage(em, buf, map) {
-            if self.staged_load.is_none() {
-                let b = em.buf(buf);
-                let t = super::params::c_type(em.ir.buffers[buf].dtype);
-                self.staged_load = Some((buf, format!("<{t}>(f, t, {b}, {b}_ld, {b}_rows, {b}_cols, smem)")));
-            }
-            let t = super::params::c_type(em.ir.buffers[buf].dtype);
-            let read = if self.subtiled() {
-                subtile::pair_call(em, buf)
-            } else {
-                format!("coda::staged_pair<{t}>(f, i, j, smem)")
-            };
-            em.stmt(format!("const float2 {name} = {read};"), value);
-            self.pairs.insert(key, name.clone());
-            return name;
-        }
-        let c0 = self.col(em, map, 0);
-        let access = em.access(buf, row, &c0, false);
-        let load = match self.col_slot(em, buf, map, row) {
-            Some(slot) => format!("cg::col_pair<Frag>(t, colv, {slot}, {access})"),
-            None if row == "m" && map.stride == 1 => {
-                let at = Access { buf, a: 1, b: -map.offset, width: 2 };
-                match Self::aligned(em, at, None) {
-                    Some(whole) => format!("cg::load2_aligned<{whole}>({access})"),
-                    None => format!("cg::load2({access})"),
-                }
-            }
-            None => format!("cg::load2({access})"),
-        };
-        em.stmt(format!("const float2 {name} = {load};"), value);
-        self.pairs.insert(key, name.clone());
-        name
-    }
-
-    /// The slot of a column vector read at the pair's own columns that is
-    /// staged per tile (see `cg::stage_col_async`), if it is: a 16- or
-    /// 32-bit float vector on the Hopper mainloop, at most
-    /// `MAX_STAGED_COL_VECS` of them, and no more than the configuration's
-    /// shared memory has room for (their slots add to it: three beside the
-    /// ping-pong tiles with 192 accumulators).
-    fn col_slot(&mut self, em: &Emitter<'_>, buf: usize, map: &ColMap, row: &str) -> Option<usize> {
-        let dtype = em.ir.buffers[buf].dtype;
-        let float = dtype.is_half() || dtype == coda_ir::DType::F32;
-        if row != "0" || !self.config.is_sm90() || !float || map.offset != 0 || map.stride != 1 {
-            return None;
-        }
-        if let Some(slot) = self.col_vecs.iter().position(|b| *b == buf) {
-            return Some(slot);
-        }
-        let room = self.config.smem_bytes_with(self.col_vecs.len() + 1) <= crate::config::SM90_MAX_SMEM;
-        (self.col_vecs.len() < MAX_STAGED_COL_VECS && room).then(|| {
-            self.col_vecs.push(buf);
-            self.col_vecs.len() - 1
-        })
-    }
-
-    /// Whether a pair load of `buf` at `map` can read the staged operand:
-    /// a 16-bit buffer at the accumulator's own columns, and no other
-    /// buffer staged already (the scratch holds one tile).
-    fn can_stage(&self, em: &Emitter<'_>, buf: usize, map: &ColMap) -> bool {
-        let half = em.ir.buffers[buf].dtype.is_half();
-        let own = map.offset == 0 && map.stride == 1;
-        // Staged subtiles keep the operand in region 0 and the outputs beside
-        // it, so they need two regions.
-        let room = !self.subtiled() || self.config.stage_regions() >= 2;
-        half && own && room && !self.streaming && self.staged_load.as_ref().is_none_or(|(b, _)| *b == buf)
-    }
-
-    fn slot_expr(
-        &mut self,
-        em: &mut Emitter<'_>,
-        id: NodeId,
-        map: &ColMap,
-        slot: usize,
-        name: &str,
-    ) -> Result<String, CodegenError> {
-        let node = em.kernel.nodes[id].clone();
-        Ok(match &node.op {
-            Op::Acc => format!("f.acc[i][j][{slot}]"),
-            Op::Unary(op, a) => {
-                let a = self.operand(em, *a, map, slot)?;
-                unary_epilogue(*op, &a)
-            }
-            Op::Binary(op, a, b) => {
-                let (a, b) = (self.operand(em, *a, map, slot)?, self.operand(em, *b, map, slot)?);
-                binary(*op, &a, &b)
-            }
-            Op::Select(c, a, b) => {
-                let c = self.operand(em, *c, map, slot)?;
-                let (a, b) = (self.operand(em, *a, map, slot)?, self.operand(em, *b, map, slot)?);
-                format!("({c} != 0.0f ? {a} : {b})")
-            }
-            Op::Cast(to, a) => {
-                let a = self.operand(em, *a, map, slot)?;
-                em.cast(*to, &a, node.value)?
-            }
-            Op::Slice { arg, start, step } => {
-                let arg_map =
-                    em.kernel.nodes[*arg].reg.clone().ok_or_else(|| em.internal("slice of a non-register"))?;
-                let vars = self.regs.get(arg).cloned().unwrap_or_default();
-                let from = match (arg_map.stride, *step) {
-                    (1, 2) => ((arg_map.offset + start.as_const().unwrap_or(0)) & 1) as usize,
-                    (1, _) => slot,
-                    _ => 0,
-                };
-                vars.get(from).cloned().ok_or_else(|| em.internal("slice operand slot"))?
-            }
-            Op::Interleave(e, o) => {
-                let half = ColMap { offset: map.offset, stride: 2, len: map.len.clone() };
-                self.operand(em, if slot == 0 { *e } else { *o }, &half, 0)?
-            }
-            Op::RopePartner(_, a) => {
-                let vars = self.regs.get(a).cloned().unwrap_or_default();
-                let (same, other) = (vars.get(slot).cloned(), vars.get(1 - slot.min(1)).cloned());
-                let (same, other) = same.zip(other).ok_or_else(|| em.internal("rope partner slots"))?;
-                format!("({name}_sw ? {other} : {same})")
-            }
-            _ => return Err(em.internal(format!("register node {id} with a non-local operation"))),
-        })
-    }
-
-    fn store(&mut self, em: &mut Emitter<'_>, store: &crate::kir::Store) -> Result<(), CodegenError> {
-        let (node, buf, accumulate) = (store.node, store.buf, store.accumulate);
-        let map = em.kernel.nodes[node].reg.clone().ok_or_else(|| em.internal("GEMM store of a non-register"))?;
-        let vars = self.slot_values(em, node, "store")?;
-        let value = em.kernel.nodes[node].value;
-        if let Some(perm) = store.col_perm {
-            // Pair layout put back in column order: one element store per slot.
-            let op = if accumulate { "st_acc" } else { "st" };
-            for (slot, v) in vars.iter().enumerate() {
-                let c = self.col(em, &map, slot);
-                let col = format!("cg::pair_source({c}, {})", super::expr::perm_args(&perm));
-                let access = em.access(buf, "m", &col, true);
-                em.stmt(format!("cg::{op}({access}, {v});"), value);
-            }
-            return Ok(());
-        }
-        let c0 = self.col(em, &map, 0);
-        let (access, end) = match store.col_offset {
-            // One part of a concatenation: shifted, and bounded by the
-            // part's end (a column bound, so the helpers stay branch-free).
-            Some(offset) => {
-                let end =
-                    part_end(em, store).ok_or_else(|| em.internal("a stored concatenation part of run-time width"))?;
-                let b = em.buf_w(buf);
-                let c = if offset == 0 { c0 } else { format!("{c0} + {offset}") };
-                (format!("{b}, {b}_ld, m, {c}, {b}_rows, {end}"), Some(end))
-            }
-            None => (em.access(buf, "m", &c0, true), None),
-        };
-        let pair_store = map.stride == 1 && vars.len() == 2 && !accumulate;
-        let aligned = match pair_store {
-            true => {
-                let offset = store.col_offset.unwrap_or(0);
-                Self::aligned(em, Access { buf, a: 1, b: offset - map.offset, width: 2 }, end)
-            }
-            false => None,
-        };
-        let text = match (vars.as_slice(), accumulate) {
-            ([v0, v1], false) => match aligned {
-                Some(whole) => format!("cg::st2_aligned<{whole}>({access}, {v0}, {v1});"),
-                None => format!("cg::st2({access}, {v0}, {v1});"),
-            },
-            ([v0, v1], true) => format!("cg::st2_acc({access}, {v0}, {v1});"),
-            ([v], false) => format!("cg::st({access}, {v});"),
-            ([v], true) => format!("cg::st_acc({access}, {v});"),
-            _ => return Err(em.internal("store slots")),
-        };
-        em.stmt(text, value);
-        Ok(())
-    }
-
-    /// A pair of a store written into the scratch during the loop (the
-    /// staged store when `put_staged`, or the scratch store): slot 1 repeats
-    /// slot 0 for a pair operation's single value, which its map ignores.
-    fn put(
-        &mut self,
-        em: &mut Emitter<'_>,
-        store: &crate::kir::Store,
-        how: Staging,
-        cols: OutCols,
-        region: usize,
-    ) -> Result<(), CodegenError> {
-        let vars = self.slot_values(em, store.node, "store")?;
-        let (Some(v0), Some(v1)) = (vars.first(), vars.last()) else { return Err(em.internal("put store slots")) };
-        let text = if self.subtiled() {
-            subtile::put_call(em, subtile::SubStore { buf: store.buf, how, cols, region }, (v0, v1))
-        } else {
-            put_call(em, store.buf, how, cols, (v0, v1))
-        };
-        em.stmt(text, em.kernel.nodes[store.node].value);
-        Ok(())
-    }
-
-    /// Adds the node's slots to partial `idx`.
-    fn accumulate(&mut self, em: &mut Emitter<'_>, idx: usize, part: &PartialOut) -> Result<(), CodegenError> {
-        let map = em.kernel.nodes[part.node].reg.clone().ok_or_else(|| em.internal("partial of a non-register"))?;
-        let vars = self.slot_values(em, part.node, "partial")?;
-        let len = em.dim_int(&map.len);
-        let name = format!("part{idx}");
-        let index = match part.index {
-            Some(ix) => Some(em.eval(ix, "m", "0")?),
-            None => None,
-        };
-        let every_col = self.spans_every_tile(&map);
-        for (slot, v) in vars.iter().enumerate() {
-            let c = self.col(em, &map, slot);
-            let cond = match every_col {
-                true => "row_ok".to_string(),
-                false => format!("row_ok && {c} >= 0 && {c} < {len}"),
-            };
-            let text = match part.kind {
-                PartialKind::RowSum => format!("if ({cond}) {name}[i] += {v};"),
-                PartialKind::RowSumSq => format!("if ({cond}) {name}[i] += {v} * {v};"),
-                PartialKind::RowMax => format!("if ({cond}) {name}[i] = fmaxf({name}[i], {v});"),
-                PartialKind::RowLse => format!("if ({cond}) coda::lse_add({name}_m[i], {name}_s[i], {v});"),
-                PartialKind::RowPick => {
-                    let ix = index.clone().unwrap_or_else(|| "-1.0f".into());
-                    format!("if ({cond} && (float){c} == {ix}) {name}[i] += {v};")
-                }
-                PartialKind::ColSum => format!("if ({cond}) {name}_j[{slot}] += {v};"),
-            };
-            em.stmt(text, part.value);
-        }
-        Ok(())
-    }
-
-    fn reductions(&mut self, em: &mut Emitter<'_>) -> Result<(), CodegenError> {
-        for (idx, part) in em.kernel.partials.clone().iter().enumerate() {
-            let name = format!("part{idx}");
-            match part.kind {
-                PartialKind::RowLse => {
-                    let (bm, bs) = (em.buf_w(part.bufs[0]), em.buf_w(part.bufs[1]));
-                    em.stmt(format!("coda::row_reduce_lse(f, {name}_m, {name}_s, smem);"), part.value);
-                    em.line(format!("coda::store_row_partial(f, t, {name}_m, {bm});"));
-                    em.line(format!("coda::store_row_partial(f, t, {name}_s, {bs});"));
-                }
-                PartialKind::ColSum => self.col_partial(em, idx, part)?,
-                kind => {
-                    let op = if kind == PartialKind::RowMax { "MaxOp" } else { "SumOp" };
-                    let b = em.buf_w(part.bufs[0]);
-                    em.stmt(format!("coda::row_reduce<coda::{op}>(f, {name}, smem);"), part.value);
-                    em.line(format!("coda::store_row_partial(f, t, {name}, {b});"));
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Column sums over the CTA's rows, stored at `[own column][tile_m]`:
-    /// each tile column by the thread that finished it in the scratch
-    /// (`coda::col_reduce_kept`), all of them at once. (Four threads had
-    /// stored the whole tile's, 64 dependent 64-bit address computations
-    /// each: a fifth of the `w_qkv` dgrad's SASS.) A pair operation's sum
-    /// sits at the pair's first column.
-    fn col_partial(&mut self, em: &mut Emitter<'_>, idx: usize, part: &PartialOut) -> Result<(), CodegenError> {
-        let name = format!("part{idx}");
-        let map = em.kernel.nodes[part.node].reg.clone().ok_or_else(|| em.internal("column partial"))?;
-        let b = em.buf_w(part.bufs[0]);
-        let len = em.dim_int(&map.len);
-        em.stmt(format!("coda::col_reduce_kept<coda::SumOp>(f, {name}, smem);"), part.value);
-        em.open("for (int lc = f.thread_index(); lc < Frag::BN; lc += Frag::kThreads)");
-        if map.stride != 1 {
-            em.line("if (lc % 2 != 0) continue;");
-        }
-        em.line("const int n = t.tile_n0 + lc;");
-        self.cols.clear();
-        let c = self.col(em, &map, 0);
-        let store = format!("{b}[(long long){c} * {b}_ld + t.tile_m_idx] = smem[lc];");
-        match self.spans_every_tile(&map) {
-            true => em.line(store),
-            false => em.line(format!("if ({c} >= 0 && {c} < {len}) {store}")),
-        }
-        em.close();
-        Ok(())
-    }
-}
-
-/// Whether `word` occurs in `text` as an identifier.
-/// The body without `const int` column-index locals nothing reads (a slot's
-/// column is computed on demand and may end up unused, e.g. when its value
-/// is stored through a pair).
-fn drop_unused_indices(body: Vec<String>) -> Vec<String> {
-    body.iter()
-        .filter(|line| {
-            let Some(rest) = line.trim_start().strip_prefix("const int ") else { return true };
-            let name = rest.split(' ').next().unwrap_or_default();
-            // Read somewhere besides its own declaration.
-            let others: String =
-                body.iter().filter(|l| !std::ptr::eq(*l, *line)).cloned().collect::<Vec<_>>().join("\n");
-            uses(&others, name)
-        })
-        .cloned()
-        .collect()
-}
-
-/// Splits the per-pair body into the declarations that depend on the column
-/// only (no row index, row predicate, accumulator, scratch or per-row
-/// local, directly or through another declaration), in order, and the rest.
-fn hoist_column_invariants(body: Vec<String>) -> (Vec<String>, Vec<String>) {
-    let mut row_dependent: BTreeSet<String> = ["i", "m", "row_ok", "f", "smem"].map(String::from).into();
-    let (mut hoisted, mut rest) = (Vec::new(), Vec::new());
-    for line in body {
-        let code = line.split("  //").next().unwrap_or_default();
-        let declared = code
-            .trim_start()
-            .strip_prefix("const ")
-            .and_then(|d| d.split_once(" = "))
-            .and_then(|(lhs, _)| lhs.split_whitespace().nth(1))
-            .map(String::from);
-        let free = identifiers(code.split_once(" = ").map_or(code, |(_, rhs)| rhs));
-        match declared {
-            Some(_) if free.iter().all(|id| !row_dependent.contains(id)) => hoisted.push(line),
-            _ => {
-                row_dependent.extend(declared);
-                rest.push(line);
-            }
-        }
-    }
-    (hoisted, rest)
-}
-
-/// The identifiers `text` reads as variables: not members (`.x`, `p.bias`)
-/// and not qualified names (`cg::load`).
-fn identifiers(text: &str) -> Vec<String> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < bytes.len() {
-        let c = bytes[i];
-        if c.is_ascii_alphabetic() || c == b'_' {
-            let start = i;
-            while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_') {
-                i += 1;
-            }
-            let qualified = start > 0 && matches!(bytes[start - 1], b'.' | b':');
-            let namespace = text[i..].starts_with("::");
-            if !qualified && !namespace {
-                out.push(text[start..i].to_string());
-            }
-        } else if c.is_ascii_digit() {
-            while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'.') {
-                i += 1;
-            }
-        } else {
-            i += 1;
-        }
-    }
-    out
-}
-
-/// Whether node `id` has the same value at columns `2j` and `2j + 1`: it
-/// reads columns only through interleaved rotary frequency tables whose
-/// range starts and ends at even columns (pairs never straddle its ends).
-fn pair_invariant(em: &Emitter<'_>, id: NodeId, memo: &mut HashMap<NodeId, bool>) -> bool {
-    node_flag(em, id, memo, |em, id| {
-        let Some(node) = em.kernel.nodes.get(id) else { return Flag::Is(false) };
-        if node.reg.is_none() && matches!(node.space, Space::Row | Space::Scalar) {
-            return Flag::Is(true);
-        }
-        match &node.op {
-            Op::Rope(spec, coda_ir::RopeTable::Freq) => Flag::Is(
-                spec.style == coda_ir::RopeStyle::Interleaved
-                    && spec.start.as_const().is_some_and(|s| s % 2 == 0)
-                    && spec.end.as_const().is_some_and(|e| e % 2 == 0),
-            ),
-            Op::Unary(..) | Op::Binary(..) | Op::Select(..) | Op::Cast(..) | Op::Broadcast(_) if node.reg.is_none() => {
-                Flag::All
-            }
-            _ => Flag::Is(false),
-        }
-    })
-}
-
-/// Whether `id` is a tile value outside the registers that reads tile
-/// loads through element-wise operations only (or is such a load, or a
-/// constant-offset slice of one): [`Gemm::inline_pair`] evaluates it for
-/// both slots of a pair with pair loads.
-fn reads_tile_pairs(em: &Emitter<'_>, id: NodeId, memo: &mut HashMap<NodeId, bool>) -> bool {
-    node_flag(em, id, memo, |em, id| {
-        let Some(node) = em.kernel.nodes.get(id) else { return Flag::Is(false) };
-        if node.reg.is_some() || node.space != Space::Tile {
-            return Flag::Is(false);
-        }
-        if sliced_tile_load(em, id).is_some() {
-            return Flag::Is(true);
-        }
-        match &node.op {
-            Op::Unary(..) | Op::Binary(..) | Op::Select(..) | Op::Cast(..) => Flag::Any,
-            _ => Flag::Is(false),
-        }
-    })
-}
-
-/// What a node contributes to a property of node DAGs ([`node_flag`]).
-enum Flag {
-    /// The node has it or not, whatever its operands.
-    Is(bool),
-    /// The node has it when one of its operands has it.
-    Any,
-    /// The node has it when all its operands have it.
-    All,
-}
-
-/// A property of `id` defined over its operands by `rule`, with the
-/// answers for every node looked at kept in `memo`. The walk keeps its own
-/// stack (element-wise chains are as long as the program) and asks about
-/// each node once per kernel, not once per reader.
-fn node_flag(
-    em: &Emitter<'_>,
-    id: NodeId,
-    memo: &mut HashMap<NodeId, bool>,
-    rule: impl Fn(&Emitter<'_>, NodeId) -> Flag,
-) -> bool {
-    let operands = |id: NodeId| em.kernel.nodes.get(id).map(|n| n.op.operands()).unwrap_or_default();
-    let mut stack = vec![(id, false)];
-    while let Some((id, operands_done)) = stack.pop() {
-        if memo.contains_key(&id) {
-            continue;
-        }
-        let flag = rule(em, id);
-        if let Flag::Is(answer) = flag {
-            memo.insert(id, answer);
-            continue;
-        }
-        if !operands_done {
-            stack.push((id, true));
-            stack.extend(operands(id).into_iter().filter(|o| !memo.contains_key(o)).map(|o| (o, false)));
-            continue;
-        }
-        let mut answers = operands(id).into_iter().map(|o| memo.get(&o).copied().unwrap_or(false));
-        let answer = match flag {
-            Flag::Any => answers.any(|a| a),
-            _ => answers.all(|a| a),
-        };
-        memo.insert(id, answer);
-    }
-    memo.get(&id).copied().unwrap_or(false)
-}
-
-/// Where a tile value reads a buffer: column `c` of the value is column
-/// `start + step * c` of `buf`, loaded by node `load`.
-#[derive(Debug, Clone, Copy)]
-struct TileCols {
-    load: NodeId,
-    buf: usize,
-    start: i64,
-    step: i64,
-}
-
-/// A tile load, directly or through slices with constant starts, whose
-/// composed step is 1 (a column range) or 2 (the even or odd columns of a
-/// tensor in pair layout).
-fn sliced_tile_load(em: &Emitter<'_>, id: NodeId) -> Option<TileCols> {
-    // The slices from `id` down to the load, outermost first (a loop: a
-    // chain of slices is as long as the program).
-    let mut slices = Vec::new();
-    let mut at = id;
-    let (load, buf) = loop {
-        let node = em.kernel.nodes.get(at)?;
-        if node.reg.is_some() || node.space != Space::Tile {
-            return None;
-        }
-        match &node.op {
-            Op::Load(buf) => break (at, *buf),
-            Op::Slice { arg, start, step } => {
-                slices.push((start.as_const(), *step));
-                at = *arg;
-            }
-            _ => return None,
-        }
-    };
-    let mut cols = TileCols { load, buf, start: 0, step: 1 };
-    for (start, step) in slices.into_iter().rev() {
-        cols = TileCols { start: cols.start + cols.step * start?, step: cols.step * step, ..cols };
-        if !matches!(cols.step, 1 | 2) {
-            return None;
-        }
-    }
-    Some(cols)
-}
-
-pub(crate) fn uses(text: &str, word: &str) -> bool {
-    text.match_indices(word).any(|(i, _)| {
-        let before = text[..i].chars().next_back();
-        let after = text[i + word.len()..].chars().next();
-        let ident = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.');
-        !ident(before) && !after.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_')
-    })
-}
-
-/// The column-vector load under `op`'s broadcasts, and its buffer.
-fn column_vector_load(em: &Emitter<'_>, mut op: NodeId) -> Option<(NodeId, usize)> {
-    while let Op::Broadcast(a) = em.kernel.nodes[op].op {
-        op = a;
-    }
-    match em.kernel.nodes[op].op {
-        Op::Load(buf) if em.kernel.nodes[op].space == Space::Col => Some((op, buf)),
-        _ => None,
-    }
-}
-
-/// A unary function of a GEMM accumulator value: the exponential family
-/// uses the SFU forms of `coda_common.cuh` (`ex2.approx`, `rcp.approx`:
-/// relative error about 1e-6, far inside the 5e-3 tolerance of any output
-/// that depends on a matmul, and 5–10× fewer instructions than `expf` and
-/// an IEEE division, which made SwiGLU the largest epilogue cost on the
-/// H100). Every other function is [`unary_reg`]'s.
-fn unary_epilogue(op: UnaryOp, a: &str) -> String {
-    match op {
-        UnaryOp::Exp => format!("coda::exp_fast({a})"),
-        UnaryOp::Sigmoid => format!("coda::sigmoid({a})"),
-        UnaryOp::Silu => format!("coda::silu({a})"),
-        _ => unary_reg(op, a),
-    }
-}
-
-/// A unary function of a value (no rotary angle special case).
-pub(super) fn unary_reg(op: UnaryOp, a: &str) -> String {
-    match op {
-        UnaryOp::Neg => format!("(-{a})"),
-        UnaryOp::Exp => format!("expf({a})"),
-        UnaryOp::Log => format!("logf({a})"),
-        UnaryOp::Sqrt => format!("sqrtf({a})"),
-        UnaryOp::Rsqrt => format!("cg::rsqrt({a})"),
-        UnaryOp::Tanh => format!("tanhf({a})"),
-        UnaryOp::Sigmoid => format!("cg::sigmoid({a})"),
-        UnaryOp::Relu => format!("cg::relu({a})"),
-        UnaryOp::GeluTanh => format!("cg::gelu_tanh({a})"),
-        UnaryOp::GeluErf => format!("cg::gelu_erf({a})"),
-        UnaryOp::Silu => format!("cg::silu({a})"),
-        UnaryOp::Softplus => format!("cg::softplus({a})"),
-        UnaryOp::Abs => format!("fabsf({a})"),
-        UnaryOp::Sin => format!("sinf({a})"),
-        UnaryOp::Cos => format!("cosf({a})"),
     }
 }

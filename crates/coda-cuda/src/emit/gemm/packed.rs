@@ -13,7 +13,8 @@
 //! streams. On the Llama-3 backward this took the dSwiGLU GEMM from 1.55×
 //! to 1.26× its bare GEMM on an H100.
 
-use super::{part_end, staging, Emitter, Staging};
+use super::staging::{part_end, staging, Staging};
+use super::Emitter;
 use crate::error::CodegenError;
 use crate::kir::{GemmSpec, Store};
 

@@ -18,7 +18,8 @@
 //! Nothing is held in `f.acc` for a second pass, and no quad is streamed
 //! through the scratch.
 
-use super::{staging_map, Emitter, OutCols, Staging};
+use super::staging::{staging_map, OutCols, Staging};
+use super::Emitter;
 
 /// A store written through a region: its buffer, column map, column bound
 /// and region.
@@ -70,13 +71,4 @@ pub(super) fn end_lines(em: &mut Emitter<'_>, stores: &[SubStore]) -> Vec<String
         lines.push(format!("coda::sub_end<{t}, {map}, {}, {sync}>(f, t, j, {out}, smem);", s.region));
     }
     lines
-}
-
-/// Whether `how` keeps a subtile's columns in runs that `coda::SubRuns`
-/// knows: a pair layout whose groups hold whole subtiles.
-pub(super) fn fits(how: Staging, stage_cols: i64) -> bool {
-    match how {
-        Staging::Unpermute(p) => crate::config::groups_hold_subtiles(p.group, stage_cols),
-        Staging::Identity | Staging::Half => true,
-    }
 }

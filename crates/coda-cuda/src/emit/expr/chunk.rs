@@ -17,7 +17,7 @@
 //! the loop's width and bounds are constant multiples of eight, so a chunk
 //! never reaches past the loop's last column.
 
-use super::expr::Emitter;
+use super::Emitter;
 use coda_ir::{RopeSpec, RopeStyle, Value};
 use std::collections::HashMap;
 
@@ -116,7 +116,7 @@ impl Emitter<'_> {
         self.close();
         if let Some(chunk) = self.chunk.take() {
             for (local, at) in chunk.defined.iter().rev() {
-                if !super::gemm::uses(&self.lines_from(at + 1).join("\n"), local) {
+                if !crate::emit::ops::uses(&self.lines_from(at + 1).join("\n"), local) {
                     self.remove_line(*at);
                 }
             }

@@ -10,11 +10,15 @@
 //! their operand at other indices. Values evaluated in an outer scope (for
 //! example per-row values before a column loop) are reused inside it.
 
-use super::chunk::Chunk;
+mod chunk;
+
 use super::names::Namer;
+use super::ops::{binary, double_lit, float_lit, perm_args, unary_reg};
 use super::params::ParamTable;
 use crate::error::CodegenError;
 use crate::kir::{BlockIr, Kernel, NodeId, Op, PartialKind, Space};
+pub(crate) use chunk::chunk_width;
+use chunk::Chunk;
 use coda_diagnostics::SourceFile;
 use coda_ir::{BinaryOp, Block, DType, Dim, ReduceOp, RopeSpec, RopeStyle, RopeTable, UnaryOp, Value};
 use std::collections::HashMap;
@@ -66,7 +70,7 @@ pub(crate) struct Emitter<'a> {
     /// begin (those above are its operands').
     ahead_from: usize,
     /// The element loop of the chunked column loop being written, if any
-    /// (see [`super::chunk`]).
+    /// (see [`chunk`]).
     pub(crate) chunk: Option<Chunk>,
 }
 
@@ -521,7 +525,7 @@ impl<'a> Emitter<'a> {
             }
         }
         let a = self.eval(a, m, k)?;
-        Ok(super::gemm::unary_reg(op, &a))
+        Ok(unary_reg(op, &a))
     }
 
     /// `(x, spec)` when `node` is `x * freq` with `freq` a rotary frequency
@@ -629,8 +633,8 @@ impl<'a> Emitter<'a> {
         let name = self.local_for(value);
         // A whole-row reduction of a CTA-per-row kernel runs in chunks; it
         // streams few tensors: chunked as if one.
-        let chunk_width = extent.as_const().and_then(|w| super::chunk::chunk_width(0, w, tpr, 1));
-        let chunk_width = chunk_width.filter(|_| row && tpr == super::rowk::THREADS && self.chunk.is_none());
+        let chunk_width = extent.as_const().and_then(|w| chunk::chunk_width(0, w, tpr, 1));
+        let chunk_width = chunk_width.filter(|_| row && tpr == crate::kir::CTA_THREADS && self.chunk.is_none());
         let extent = self.dim_int(extent);
         match op {
             ReduceOp::LogSumExp => {
@@ -683,45 +687,6 @@ fn normalize(space: Space, m: &str, k: &str) -> (String, String) {
         Space::Row => (m.into(), "0".into()),
         Space::Col => ("0".into(), k.into()),
         Space::Tile => (m.into(), k.into()),
-    }
-}
-
-/// A C expression for a binary op on two fp32 values.
-pub(crate) fn binary(op: BinaryOp, a: &str, b: &str) -> String {
-    match op {
-        BinaryOp::Add => format!("({a} + {b})"),
-        BinaryOp::Sub => format!("({a} - {b})"),
-        BinaryOp::Mul => format!("({a} * {b})"),
-        BinaryOp::Div => format!("({a} / {b})"),
-        BinaryOp::Min => format!("cg::minimum({a}, {b})"),
-        BinaryOp::Max => format!("cg::maximum({a}, {b})"),
-        BinaryOp::Lt => format!("cg::truth({a} < {b})"),
-        BinaryOp::Le => format!("cg::truth({a} <= {b})"),
-        BinaryOp::Gt => format!("cg::truth({a} > {b})"),
-        BinaryOp::Ge => format!("cg::truth({a} >= {b})"),
-        BinaryOp::Eq => format!("cg::truth({a} == {b})"),
-        BinaryOp::Ne => format!("cg::truth({a} != {b})"),
-    }
-}
-
-/// An fp32 C literal.
-pub(crate) fn float_lit(c: f64) -> String {
-    if c.is_nan() {
-        return "cg::nan_f()".into();
-    }
-    if c.is_infinite() {
-        return if c > 0.0 { "coda::pos_inf()".into() } else { "coda::neg_inf()".into() };
-    }
-    let f = c as f32;
-    if f.is_infinite() {
-        return if f > 0.0 { "coda::pos_inf()".into() } else { "coda::neg_inf()".into() };
-    }
-    let text = format!("{f:?}");
-    let text = if text.contains(['.', 'e']) { format!("{text}f") } else { format!("{text}.0f") };
-    if f < 0.0 {
-        format!("({text})")
-    } else {
-        text
     }
 }
 
@@ -782,33 +747,4 @@ fn float_pair_lit(x: f64) -> String {
 
 fn freq_exponent(spec: &RopeSpec) -> String {
     double_lit(-2.0 * spec.base.log2() / spec.head_dim as f64)
-}
-
-/// A double C literal.
-pub(crate) fn double_lit(c: f64) -> String {
-    let text = format!("{c:?}");
-    if text.contains(['.', 'e']) {
-        text
-    } else {
-        format!("{text}.0")
-    }
-}
-
-/// `start, end, group` of a pair permutation, as C arguments.
-pub(crate) fn perm_args(perm: &coda_ir::PairPerm) -> String {
-    format!("{}, {}, {}", perm.start, perm.end, perm.group)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn literals() {
-        assert_eq!(float_lit(1e-5), "1e-5f");
-        assert_eq!(float_lit(0.5), "0.5f");
-        assert_eq!(float_lit(-100.0), "(-100.0f)");
-        assert_eq!(float_lit(f64::INFINITY), "coda::pos_inf()");
-        assert_eq!(double_lit(500000.0), "500000.0");
-    }
 }
