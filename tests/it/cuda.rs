@@ -59,7 +59,7 @@ fn compile_for(path: &Path, arch: &str) -> (String, Result<coda::Compiled, coda:
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let checked = coda::check(&display_name(path), &text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     assert!(!checked.has_errors(), "{}:\n{}", path.display(), checked.render_diagnostics());
-    let options = coda::CompileOptions { arch: arch.into(), ..Default::default() };
+    let options = coda::CompileOptions::for_arch(arch);
     (text, coda::compile(&checked, &options))
 }
 
@@ -343,10 +343,8 @@ fn tuned_tile_configurations_replace_only_alternatives() {
         (1, TileConfig::Sm90Cfg128x128),
         (2, TileConfig::Cfg64x64), // not an alternative of a Hopper configuration: ignored
     ]);
-    let options = coda::CompileOptions {
-        tiles: std::collections::BTreeMap::from([("llama3_layer".to_string(), tuned)]),
-        ..Default::default()
-    };
+    let mut options = coda::CompileOptions::default();
+    options.codegen.tiles = std::collections::BTreeMap::from([("llama3_layer".to_string(), tuned)]);
     let compiled = coda::compile(&checked, &options).expect("compile");
     let block = &compiled.manifest.blocks[0];
     let configs: Vec<_> = block.kernels.iter().filter(|k| k.kind == "gemm").map(|k| k.config.clone()).collect();
@@ -382,7 +380,8 @@ fn every_tile_configuration_fits_shared_memory() {
         let backward = coda::grad_view(&checked).unwrap_or_else(|e| panic!("{name}: {e}"));
         for view in [&checked, &backward] {
             for config in TileConfig::ALL.into_iter().filter(|c| c.is_sm90()) {
-                let options = coda::CompileOptions { tile_config: Some(config), ..Default::default() };
+                let mut options = coda::CompileOptions::default();
+                options.codegen.tile_config = Some(config);
                 let compiled = coda::compile(view, &options).unwrap_or_else(|e| panic!("{name}: {e}"));
                 for k in compiled.manifest.blocks.iter().flat_map(|b| &b.kernels) {
                     assert!(
@@ -410,7 +409,9 @@ fn known_dimensions_pick_tiles_by_the_tile_count_model() {
     let checked = coda::check("llama3_block.coda", &text).expect("check");
     let at = |m: Option<i64>| {
         let launch = m.map(|m| LaunchHint { dims: [("M".to_string(), m)].into(), multiprocessors: 132 });
-        coda::compile(&checked, &coda::CompileOptions { launch, ..Default::default() }).expect("compile")
+        let mut options = coda::CompileOptions::default();
+        options.codegen.launch = launch;
+        coda::compile(&checked, &options).expect("compile")
     };
     let configs = |c: &coda::Compiled| -> Vec<Option<String>> {
         c.manifest.blocks[0].kernels.iter().filter(|k| k.kind == "gemm").map(|k| k.config.clone()).collect()

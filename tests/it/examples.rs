@@ -78,7 +78,8 @@ fn examples_compile_to_the_kernel_counts_in_their_headers() {
 fn lm_head_norm_is_a_row_prelude_unless_turned_off() {
     let checked = check_example(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/lm_head_ce.coda"));
     let count = |row_preludes: bool, kind: &str| {
-        let options = coda::ExplainOptions { row_preludes, ..Default::default() };
+        let mut options = coda::ExplainOptions::default();
+        options.codegen.row_preludes = row_preludes;
         let json = coda::explain_json_with(&checked, &options);
         json["kernels"].as_array().map_or(0, |ks| ks.iter().filter(|k| k["kind"] == kind).count())
     };

@@ -24,7 +24,8 @@ fn views(file: &str) -> Vec<coda::Checked> {
 }
 
 fn compile(checked: &coda::Checked, tile_config: Option<TileConfig>) -> coda::Compiled {
-    let options = coda::CompileOptions { tile_config, ..Default::default() };
+    let mut options = coda::CompileOptions::default();
+    options.codegen.tile_config = tile_config;
     coda::compile(checked, &options).unwrap_or_else(|e| panic!("{}: {e}", checked.source.name))
 }
 

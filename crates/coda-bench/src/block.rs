@@ -138,11 +138,8 @@ impl Bench<'_> {
         if checked.has_errors() {
             bug!("the bare GEMM of {} does not check (a bug):\n{}", g.shape(), checked.render_diagnostics());
         }
-        let options = coda::CompileOptions {
-            arch: self.device.arch().to_string(),
-            launch: Some(tune::launch_hint(self.device, &bare.dims)),
-            ..Default::default()
-        };
+        let mut options = coda::CompileOptions::for_arch(self.device.arch().to_string());
+        options.codegen.launch = Some(tune::launch_hint(self.device, &bare.dims));
         let compiled = coda::compile(&checked, &options)?;
         let profiles = coda::profile(&checked, &options, &bare.dims)?;
         let (Some(manifest), Some(profile), Some(block)) =

@@ -86,7 +86,8 @@ pub fn with_tuning(
     if tiles.is_empty() {
         return Ok((options.clone(), compiled));
     }
-    let tuned = CompileOptions { tiles, ..options.clone() };
+    let mut tuned = options.clone();
+    tuned.codegen.tiles = tiles;
     let compiled = coda::compile(checked, &tuned)?;
     Ok((tuned, compiled))
 }
@@ -205,7 +206,9 @@ impl Autotune<'_> {
         let name = &block.manifest.block;
         let chosen = winners.iter().map(|(ordinal, (_, config))| (*ordinal, *config)).collect();
         let tiles = BTreeMap::from([(name.clone(), chosen)]);
-        let options = CompileOptions { block: Some(name.clone()), tiles, ..self.options.clone() };
+        let mut options = self.options.clone();
+        options.block = Some(name.clone());
+        options.codegen.tiles = tiles;
         let compiled = coda::compile(self.checked, &options)?;
         let manifest = compiled.manifest.blocks.first().or_bug(|| format!("block `{name}` compiled to nothing"))?;
         let tuned = self.rig(manifest, &compiled, block)?;
@@ -253,7 +256,9 @@ impl Autotune<'_> {
     ) -> Result<Option<(f32, f32)>> {
         let name = &block.manifest.block;
         let tiles = BTreeMap::from([(name.clone(), BTreeMap::from([(ordinal, alternative)]))]);
-        let options = CompileOptions { block: Some(name.clone()), tiles, ..self.options.clone() };
+        let mut options = self.options.clone();
+        options.block = Some(name.clone());
+        options.codegen.tiles = tiles;
         let compiled = coda::compile(self.checked, &options)?;
         let manifest = compiled.manifest.blocks.first().or_bug(|| format!("block `{name}` compiled to nothing"))?;
         let same_list = manifest.kernels.len() == block.manifest.kernels.len();

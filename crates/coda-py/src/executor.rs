@@ -68,7 +68,7 @@ impl Executor {
         let arch = device.arch().to_string();
         let start = Instant::now();
         let (executor, compiled) = py.detach(|| -> PyResult<(BlockExecutor, usize)> {
-            let options = CompileOptions { arch, ..CompileOptions::default() };
+            let options = CompileOptions::for_arch(arch);
             let generated = coda::compile(&program, &options).map_err(|e| PyValueError::new_err(e.to_string()))?;
             let manifest = generated.manifest.blocks.first().ok_or_else(|| internal("no manifest entry"))?;
             let executor = BlockExecutor::new(&device, manifest, &generated.kernels).map_err(runtime)?;

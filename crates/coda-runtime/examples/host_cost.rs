@@ -47,7 +47,7 @@ fn main() -> anyhow::Result<()> {
         }
         Err(e) => return Err(e.into()),
     };
-    let options = coda::CompileOptions { arch: device.arch().to_string(), ..Default::default() };
+    let options = coda::CompileOptions::for_arch(device.arch().to_string());
     let compiled = coda::compile(&checked, &options)?;
     let manifest = &compiled.manifest.blocks[0];
     let executor = BlockExecutor::new(&device, manifest, &compiled.kernels)?;

@@ -2,57 +2,24 @@
 //! no CUDA needed (see `docs/codegen.md`).
 
 use crate::Checked;
-use coda_cuda::config::{LaunchHint, TileConfig};
 use coda_cuda::{CodegenError, CodegenOptions, KernelSource, Manifest};
-use std::collections::BTreeMap;
 
-/// Options of [`compile()`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Options of [`compile()`], one part per stage that takes any.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CompileOptions {
-    /// Target architecture recorded in the manifest, e.g. `sm_90a` or `sm_80`.
-    pub arch: String,
     /// Compile only this block (default: every block).
     pub block: Option<String>,
     /// Which rewrites the reparameterizer applies before partitioning.
     pub rewrite: coda_opt::Options,
-    /// Row kernels fused into the Hopper GEMM after them (see
-    /// [`coda_cuda::CodegenOptions::row_preludes`]).
-    pub row_preludes: bool,
-    /// Tile configurations chosen by measurement (see
-    /// [`coda_cuda::CodegenOptions::tiles`]).
-    pub tiles: BTreeMap<String, BTreeMap<usize, TileConfig>>,
-    /// One configuration for every GEMM that can take it (see
-    /// [`coda_cuda::CodegenOptions::tile_config`]).
-    pub tile_config: Option<TileConfig>,
-    /// The run-time dimensions and GPU, when known (see
-    /// [`coda_cuda::CodegenOptions::launch`]).
-    pub launch: Option<LaunchHint>,
+    /// The code generator's: target architecture, tile configurations, row
+    /// preludes.
+    pub codegen: CodegenOptions,
 }
 
 impl CompileOptions {
-    /// The code generator's options.
-    pub fn codegen(&self) -> CodegenOptions {
-        CodegenOptions {
-            arch: self.arch.clone(),
-            row_preludes: self.row_preludes,
-            tiles: self.tiles.clone(),
-            tile_config: self.tile_config,
-            launch: self.launch.clone(),
-        }
-    }
-}
-
-impl Default for CompileOptions {
-    fn default() -> Self {
-        CompileOptions {
-            arch: "sm_90a".into(),
-            block: None,
-            rewrite: coda_opt::Options::default(),
-            row_preludes: true,
-            tiles: BTreeMap::new(),
-            tile_config: None,
-            launch: None,
-        }
+    /// The default options for target architecture `arch` (`sm_90a`, `sm_80`, …).
+    pub fn for_arch(arch: impl Into<String>) -> Self {
+        CompileOptions { codegen: CodegenOptions { arch: arch.into(), ..CodegenOptions::default() }, ..Self::default() }
     }
 }
 
@@ -97,8 +64,7 @@ pub enum CompileError {
 /// Generates the CUDA kernels of every block of a checked program.
 pub fn compile(checked: &Checked, options: &CompileOptions) -> Result<Compiled, CompileError> {
     let module = rewritten_module(checked, options)?;
-    let codegen = options.codegen();
-    let (kernels, manifest) = coda_cuda::compile_module(&module, &checked.source, &codegen)?;
+    let (kernels, manifest) = coda_cuda::compile_module(&module, &checked.source, &options.codegen)?;
     Ok(Compiled { kernels, manifest })
 }
 

@@ -129,8 +129,7 @@ pub fn profile(
     let module = rewritten_module(checked, options)?;
     let mut blocks = Vec::new();
     for block in &module.blocks {
-        let codegen = options.codegen();
-        let compiled = coda_cuda::compile_block(block, &checked.source, &codegen)?;
+        let compiled = coda_cuda::compile_block(block, &checked.source, &options.codegen)?;
         let kernels = compiled.ir.kernels.iter().map(|k| kernel_profile(&compiled.ir, k, dims)).collect();
         blocks.push(BlockProfile { block: block.name.clone(), kernels });
     }

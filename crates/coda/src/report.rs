@@ -11,27 +11,15 @@ use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
 /// Options of `explain`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ExplainOptions {
     /// Run-time dims for the traffic figures (unbound dims: 8192).
     pub dims: BTreeMap<String, i64>,
     /// Which rewrites to apply.
     pub rewrite: coda_opt::Options,
-    /// Row kernels fused into the Hopper GEMM after them.
-    pub row_preludes: bool,
-    /// One tile configuration for every GEMM that can take it.
-    pub tile_config: Option<coda_cuda::config::TileConfig>,
-}
-
-impl Default for ExplainOptions {
-    fn default() -> Self {
-        ExplainOptions {
-            dims: BTreeMap::new(),
-            rewrite: coda_opt::Options::default(),
-            row_preludes: true,
-            tile_config: None,
-        }
-    }
+    /// The code generator's options (row preludes, a tile configuration
+    /// asked for by name).
+    pub codegen: coda_cuda::CodegenOptions,
 }
 
 /// One kernel of the report.
@@ -86,12 +74,7 @@ pub(crate) fn block_report(block: &Block, source: &SourceFile, options: &Explain
     } else {
         (block.clone(), BTreeMap::new())
     };
-    let codegen = coda_cuda::CodegenOptions {
-        row_preludes: options.row_preludes,
-        tile_config: options.tile_config,
-        ..Default::default()
-    };
-    let kernels = coda_cuda::compile_block(&rewritten, source, &codegen)
+    let kernels = coda_cuda::compile_block(&rewritten, source, &options.codegen)
         .map(|compiled| kernel_reports(&compiled.ir, &compiled.manifest, &dims))
         .map_err(|e| e.to_string());
     BlockReport { rules, dims, kernels, unfused_bytes }

@@ -103,10 +103,13 @@ impl KernelFlags {
         block: Option<String>,
         launch: Option<coda::cuda::config::LaunchHint>,
     ) -> coda::CompileOptions {
-        coda::CompileOptions {
+        coda::CompileOptions { block, rewrite: self.rewrite(), codegen: self.codegen(arch, launch) }
+    }
+
+    /// The code generator's options: these flags, for `arch` and `launch`.
+    fn codegen(&self, arch: String, launch: Option<coda::cuda::config::LaunchHint>) -> coda::cuda::CodegenOptions {
+        coda::cuda::CodegenOptions {
             arch,
-            block,
-            rewrite: self.rewrite(),
             row_preludes: !self.no_row_prelude,
             tiles: Default::default(),
             tile_config: self.tile_config,
@@ -116,12 +119,8 @@ impl KernelFlags {
 
     /// The options of `explain`: these flags.
     pub(crate) fn explain_options(&self) -> coda::ExplainOptions {
-        coda::ExplainOptions {
-            rewrite: self.rewrite(),
-            row_preludes: !self.no_row_prelude,
-            tile_config: self.tile_config,
-            ..Default::default()
-        }
+        let arch = coda::cuda::CodegenOptions::default().arch;
+        coda::ExplainOptions { rewrite: self.rewrite(), codegen: self.codegen(arch, None), ..Default::default() }
     }
 }
 

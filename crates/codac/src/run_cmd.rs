@@ -55,7 +55,7 @@ pub(crate) fn run(args: &RunArgs, color: ColorChoice) -> Result<Outcome> {
     let compiled = coda::compile(&checked, &options)?;
     let (tuned, mut compiled) = coda_bench::tune::with_tuning(&checked, &options, compiled, &device, &store, &dims)?;
     crate::overrides::apply(&mut compiled)?;
-    if tuned.tiles != options.tiles {
+    if tuned.codegen.tiles != options.codegen.tiles {
         let path = store.path().map_or(String::new(), |p| format!(" ({})", p.display()));
         println!("tile configurations tuned by `codac bench --autotune`{path}");
     }
