@@ -122,17 +122,26 @@ pub fn open_device() -> Result<Device> {
     }
 }
 
-/// Benchmarks every block of `compiled` (compiled from `checked` with
-/// `options`) at `dims` on `device`, and each training step of `checked`'s
-/// `grad` declarations whose blocks were benchmarked.
-pub fn benchmark(
-    checked: &Checked,
-    options: &CompileOptions,
-    compiled: &Compiled,
-    device: &Device,
-    dims: &DimBindings,
-    settings: &Settings<'_>,
-) -> Result<Report> {
+/// What to measure: the blocks of `compiled` (compiled from `checked` with
+/// `options`) at `dims` on `device`.
+#[derive(Clone, Copy)]
+pub struct Job<'a> {
+    /// The checked program.
+    pub checked: &'a Checked,
+    /// The options `compiled` was compiled with.
+    pub options: &'a CompileOptions,
+    /// The kernels to measure.
+    pub compiled: &'a Compiled,
+    /// The GPU.
+    pub device: &'a Device,
+    /// The run-time dimensions.
+    pub dims: &'a DimBindings,
+}
+
+/// Benchmarks every block of the job, and each training step of its
+/// program's `grad` declarations whose blocks were benchmarked.
+pub fn benchmark(job: &Job<'_>, settings: &Settings<'_>) -> Result<Report> {
+    let Job { checked, options, compiled, device, dims } = *job;
     let compiler = Compiler::global()?;
     let profiles = coda::profile(checked, options, dims)?;
     warm_up_nvrtc(compiler, device)?;
@@ -174,19 +183,15 @@ pub fn benchmark(
     Ok(report)
 }
 
-/// Tunes every block of `compiled` (compiled from `checked` with `options`,
-/// the rules' configurations) and files the winners in `store` (in memory:
-/// the caller saves it): each kernel's measurements and each block's check
-/// of its winners together.
+/// Tunes every block of the job (compiled with the rules' configurations)
+/// and files the winners in `store` (in memory: the caller saves it): each
+/// kernel's measurements and each block's check of its winners together.
 pub fn autotune(
-    checked: &Checked,
-    options: &CompileOptions,
-    compiled: &Compiled,
-    device: &Device,
-    dims: &DimBindings,
+    job: &Job<'_>,
     settings: &Settings<'_>,
     store: &mut TuningStore,
 ) -> Result<(Vec<TuneReport>, Vec<TuneBlockCheck>)> {
+    let Job { checked, options, compiled, device, dims } = *job;
     let profiles = coda::profile(checked, options, dims)?;
     let tuner = tune::Autotune { device, checked, options, dims, settings };
     let (mut reports, mut checks) = (Vec::new(), Vec::new());

@@ -76,7 +76,9 @@ pub(crate) fn bench(args: &BenchArgs, color: ColorChoice) -> Result<Outcome> {
         Settings { warmup: args.warmup as usize, iters: args.iters as usize, seed: args.seed, progress: &progress };
     let mut store = TuningStore::from_env();
     let (tuned, tuned_blocks) = if args.autotune {
-        let tuned = coda_bench::autotune(&checked, &options, &compiled, &device, &dims, &settings, &mut store)?;
+        let job =
+            coda_bench::Job { checked: &checked, options: &options, compiled: &compiled, device: &device, dims: &dims };
+        let tuned = coda_bench::autotune(&job, &settings, &mut store)?;
         // A store that cannot be written only loses the winners for later runs.
         match store.save() {
             Ok(()) => eprintln!(
@@ -92,7 +94,9 @@ pub(crate) fn bench(args: &BenchArgs, color: ColorChoice) -> Result<Outcome> {
     };
     let (options, mut compiled) = tune::with_tuning(&checked, &options, compiled, &device, &store, &dims)?;
     crate::overrides::apply(&mut compiled)?;
-    let mut report = coda_bench::benchmark(&checked, &options, &compiled, &device, &dims, &settings)?;
+    let job =
+        coda_bench::Job { checked: &checked, options: &options, compiled: &compiled, device: &device, dims: &dims };
+    let mut report = coda_bench::benchmark(&job, &settings)?;
     report.autotune = tuned;
     report.autotune_blocks = tuned_blocks;
     let text = render_text(&report);
