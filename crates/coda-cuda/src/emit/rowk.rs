@@ -52,7 +52,7 @@ pub(crate) fn emit_row(
             em.extend(body);
         }
     } else {
-        if super::ops::uses(&body.join("\n"), "m") {
+        if em.kernel.reads_row_index() {
             em.line("const int m = (int)blockIdx.x;");
         }
         em.extend(body);
@@ -134,8 +134,10 @@ pub(crate) fn emit_prelude(em: &mut Emitter<'_>, ready: BufId, pre: &str) -> Res
     let ready = em.buf_w(ready);
     let params = format!("Params_{}", em.kernel.name);
     let func = format!("row_{}", em.kernel.name);
-    let red =
-        if uses_red(&body) { "    float* const red = nullptr;  // a warp per row: no shared memory\n" } else { "" };
+    let red = match em.block_reductions {
+        true => "    float* const red = nullptr;  // a warp per row: no shared memory\n",
+        false => "",
+    };
     Ok(format!(
         "struct {params} {{\n{fields}}};\n\n\
          // Row m of the row kernel, computed by one warp (its lanes are threadIdx.x % 32).\n\
@@ -352,7 +354,8 @@ fn grid_tail(em: &mut Emitter<'_>, rows: &Dim, g: &GridSpec, tail: &[bool]) -> R
         let (value, f) = grid_op(em, *node, "grid_sum", "grid_max")?;
         let b = em.buf(*buf);
         let name = em.local_for(value);
-        em.stmt(format!("const float {name} = cg::{f}<{THREADS}>({b}, {b}_rows, red);"), value);
+        let red = em.reduction_scratch(THREADS);
+        em.stmt(format!("const float {name} = cg::{f}<{THREADS}>({b}, {b}_rows, {red});"), value);
         em.bind(*node, "0", "0", name);
     }
     for s in em.kernel.stores.clone().iter().filter(|s| tail[s.node]) {
@@ -398,7 +401,7 @@ pub(crate) fn emit_col(em: &mut Emitter<'_>, entry: &str) -> Result<String, Code
         em.stmt(format!("if (threadIdx.x == 0) {text}"), value);
     }
     let body = em.take_lines();
-    if super::ops::uses(&body.join("\n"), "c") {
+    if em.kernel.reads_col_index() {
         em.line("const int c = (int)blockIdx.x;");
     }
     em.extend(body);
@@ -453,15 +456,13 @@ fn store_row(em: &Emitter<'_>, s: &Store) -> &'static str {
 fn wrap(em: &mut Emitter<'_>, entry: &str, threads: u32) -> String {
     let body = em.take_lines().join("\n");
     let params = format!("Params_{}", em.kernel.name);
-    let red =
-        if uses_red(&body) { format!("    __shared__ float red[{}];\n", 2 * threads / 32) } else { String::new() };
+    let red = match em.block_reductions {
+        true => format!("    __shared__ float red[{}];\n", 2 * threads / 32),
+        false => String::new(),
+    };
     format!(
         "struct {params} {{\n{fields}}};\n\nextern \"C\" __global__ void __launch_bounds__({threads})\n\
          {entry}({params} p) {{\n{red}{body}\n}}\n",
         fields = em.params.c_fields("    "),
     )
-}
-
-fn uses_red(body: &str) -> bool {
-    body.contains(", red)") || body.contains("(red,")
 }

@@ -72,6 +72,10 @@ pub(crate) struct Emitter<'a> {
     /// The element loop of the chunked column loop being written, if any
     /// (see [`chunk`]).
     pub(crate) chunk: Option<Chunk>,
+    /// Whether a block-wide reduction of more than a warp has been written:
+    /// it exchanges partial results through the shared array `red`, which
+    /// the kernel then declares.
+    pub(crate) block_reductions: bool,
 }
 
 impl<'a> Emitter<'a> {
@@ -96,6 +100,7 @@ impl<'a> Emitter<'a> {
             coherent: std::collections::BTreeSet::new(),
             k_range: None,
             chunk: None,
+            block_reductions: false,
         }
     }
 
@@ -201,6 +206,18 @@ impl<'a> Emitter<'a> {
 
     fn lookup(&self, key: &Key) -> Option<String> {
         self.scopes.iter().rev().find_map(|s| s.get(key).cloned())
+    }
+
+    /// The shared array a block-wide reduction over `tpr` threads exchanges
+    /// its partial results through: `red` beyond a warp, which the kernel
+    /// must then declare ([`Self::block_reductions`]), else none.
+    pub(crate) fn reduction_scratch(&mut self, tpr: u32) -> &'static str {
+        if tpr > 32 {
+            self.block_reductions = true;
+            "red"
+        } else {
+            "nullptr"
+        }
     }
 
     /// A fresh local named after IR value `value`.
@@ -472,7 +489,7 @@ impl<'a> Emitter<'a> {
 
     fn finish_row(&mut self, kind: PartialKind, bufs: &[usize], m: &str) -> Result<String, CodegenError> {
         let tpr = self.coop;
-        let red = if tpr > 32 { "red" } else { "nullptr" };
+        let red = self.reduction_scratch(tpr);
         let first = *bufs.first().ok_or_else(|| self.internal("partial without a buffer"))?;
         let b = self.buf(first);
         let quad = self.quad_rows && tpr == 1;
@@ -629,7 +646,7 @@ impl<'a> Emitter<'a> {
     ) -> Result<String, CodegenError> {
         let value = self.kernel.nodes[node].value;
         let tpr = self.coop;
-        let red = if tpr > 32 { "red" } else { "nullptr" };
+        let red = self.reduction_scratch(tpr);
         let name = self.local_for(value);
         // A whole-row reduction of a CTA-per-row kernel runs in chunks; it
         // streams few tensors: chunked as if one.

@@ -403,7 +403,8 @@ impl Gemm {
         if super::ops::uses(&text, "m") {
             lines.push(format!("{}const int m = f.row(i);", pad(4)));
         }
-        if super::ops::uses(&text, "row_ok") {
+        // Every partial's contributions are guarded by the row predicate.
+        if !em.kernel.partials.is_empty() {
             lines.push(format!("{}const bool row_ok = f.row_in(i);", pad(4)));
         }
         lines.extend(body);
