@@ -152,7 +152,10 @@ pub(crate) fn inputs_of(
 ) -> Result<BTreeMap<String, HostTensor>> {
     match &input.inputs {
         Some(dir) => npy::read_inputs(block, dims, dir),
-        None => coda::random_inputs(block, dims, input.seed).map_err(|e| interp::located(source, block, &e)),
+        None => {
+            let _line = interp::InputsLine::new(block, dims);
+            coda::random_inputs(block, dims, input.seed).map_err(|e| interp::located(source, block, &e))
+        }
     }
 }
 

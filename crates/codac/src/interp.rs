@@ -288,6 +288,41 @@ impl<'a> ProgressLine<'a> {
     }
 }
 
+/// Random inputs at least this large are announced on a terminal (the
+/// 8B example's 1.7 GB take seconds to draw).
+const ANNOUNCED_INPUT_BYTES: u64 = 256 << 20;
+
+/// A line on a terminal's standard error while large random inputs are
+/// drawn, erased when dropped.
+pub(crate) struct InputsLine {
+    shown: bool,
+}
+
+impl InputsLine {
+    /// Shows the line when standard error is a terminal and the inputs of
+    /// `block` take at least [`ANNOUNCED_INPUT_BYTES`].
+    pub(crate) fn new(block: &Block, dims: &DimBindings) -> InputsLine {
+        let bytes = estimate(block, dims).map_or(0, |e| e.input_bytes);
+        let shown = bytes >= ANNOUNCED_INPUT_BYTES && std::io::stderr().is_terminal();
+        if shown {
+            let mut stderr = std::io::stderr().lock();
+            let _ = write!(stderr, "\r\x1b[Keval {}: drawing {} of random inputs", block.name, describe_bytes(bytes));
+            let _ = stderr.flush();
+        }
+        InputsLine { shown }
+    }
+}
+
+impl Drop for InputsLine {
+    fn drop(&mut self) {
+        if self.shown {
+            let mut stderr = std::io::stderr().lock();
+            let _ = write!(stderr, "\r\x1b[K");
+            let _ = stderr.flush();
+        }
+    }
+}
+
 /// Parses `--max-memory`: bytes, or a number with `K`, `M`, `G` or `T`
 /// (powers of 1024, an optional `iB` or `B` after it).
 pub(crate) fn parse_size(text: &str) -> Result<u64, String> {
