@@ -35,6 +35,29 @@ fn rmsnorm_matches_the_textbook_formula() {
 }
 
 #[test]
+fn shorthands_match_their_textbook_formulas() {
+    let src = "dim M\ndim N = 5\nblock b(x: f32[M, N]) -> (sq: f32[M, N], cl: f32[M, N], lo: f32[M, N], \
+               p: f32[M, N], lp: f32[M, N], pc: f32[M, N]) {\n\
+               sq = square(x)\n cl = clamp(x, -0.5, 0.25)\n lo = clamp(x, min=0.1)\n\
+               p = softmax(x)\n lp = log_softmax(x, axis=-1)\n pc = softmax(x, axis=0)\n}";
+    let (i, o) = run(src, &[("M", 3)], 4);
+    let x = &i["x"];
+    for r in 0..3 {
+        let row_sum: f64 = (0..5).map(|c| x.get(r, c).exp()).sum();
+        for c in 0..5 {
+            let v = x.get(r, c);
+            let col_sum: f64 = (0..3).map(|q| x.get(q, c).exp()).sum();
+            close(o["sq"].get(r, c), v * v, "square");
+            close(o["cl"].get(r, c), v.clamp(-0.5, 0.25), "clamp");
+            close(o["lo"].get(r, c), v.max(0.1), "clamp with min only");
+            close(o["p"].get(r, c), v.exp() / row_sum, "softmax over a row");
+            close(o["lp"].get(r, c), v - row_sum.ln(), "log_softmax");
+            close(o["pc"].get(r, c), v.exp() / col_sum, "softmax over a column");
+        }
+    }
+}
+
+#[test]
 fn layernorm_uses_the_biased_variance() {
     let src = "dim M\ndim N = 6\nblock b(x: f32[M, N], g: f32[N], c: f32[N]) -> (y: f32[M, N]) { y = layernorm(x, g, c, 1e-5) }";
     let (i, o) = run(src, &[("M", 2)], 2);

@@ -35,6 +35,10 @@ pub(crate) const FUNCTIONS: &[&str] = &[
     "sum",
     "mean",
     "logsumexp",
+    "square",
+    "clamp",
+    "softmax",
+    "log_softmax",
     "concat",
     "take",
     "rmsnorm",
@@ -104,6 +108,7 @@ impl Lowerer<'_> {
             "concat" => self.concat(args, span),
             "take" => self.take(args, span),
             "rmsnorm" | "layernorm" | "swiglu" | "geglu" | "rope" | "cross_entropy" => self.sugar(name, args, span),
+            _ if crate::shorthand::SHORTHANDS.contains(&name) => self.shorthand(name, args, span),
             _ if crate::kernel::is_primitive(name) => self.kernel_primitive(callee, args, span),
             _ => {
                 let mut diagnostic = Diagnostic::error("E0207", format!("unknown function `{name}`"))
@@ -163,7 +168,7 @@ impl Lowerer<'_> {
         self.binary(BinaryOp::Div, reduced, n, span, span, span)
     }
 
-    fn axis(&mut self, m: &Matched<'_>, slot: usize) -> Option<Axis> {
+    pub(crate) fn axis(&mut self, m: &Matched<'_>, slot: usize) -> Option<Axis> {
         match m.expr(slot).and_then(literal) {
             Some(0.0) => Some(Axis::Rows),
             Some(v) if v == 1.0 || v == -1.0 => Some(Axis::Cols),

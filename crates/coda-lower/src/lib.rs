@@ -17,6 +17,7 @@ mod grad;
 mod kernel;
 mod missing;
 mod names;
+mod shorthand;
 mod sugar;
 
 use coda_diagnostics::{Diagnostic, SourceFile};

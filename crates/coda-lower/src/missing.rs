@@ -10,14 +10,9 @@
 pub(crate) fn instead_of(name: &str) -> Option<&'static str> {
     Some(match name {
         "pow" | "power" | "float_power" => {
-            "there is no `pow`: for a square write `x * x` (a constant exponent is repeated multiplication), for 0.5 and -0.5 use `sqrt(x)` and `rsqrt(x)`, and for a positive `x`, `exp(p * log(x))` is `x` to the power `p`"
+            "there is no `pow`: write `square(x)` for a square (a constant exponent is repeated multiplication), `sqrt(x)` and `rsqrt(x)` for 0.5 and -0.5, and for a positive `x`, `exp(p * log(x))` is `x` to the power `p`"
         }
-        "square" => "there is no `square`: write `x * x`",
-        "clamp" | "clip" => {
-            "there is no `clamp`: write `min(max(x, lo), hi)`, where `min` and `max` with two arguments are elementwise and take numbers"
-        }
-        "softmax" => "there is no `softmax`: write `exp(x - logsumexp(x, axis=-1))`",
-        "log_softmax" => "there is no `log_softmax`: write `x - logsumexp(x, axis=-1)`",
+        "clip" | "clamp_min" | "clamp_max" => "write `clamp(x, min=lo, max=hi)`; either bound may be left out",
         "topk" | "argmax" | "argsort" | "sort" => {
             "there is no `topk` or `argmax`: `max(x, axis=-1)` is the largest value of each row; select experts or tokens outside codac and pass them in as inputs"
         }
