@@ -3,18 +3,11 @@
 //! (never an IR id), and an evaluation that would need more memory than
 //! allowed is refused before it starts, saying how much and what to change.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-fn codac(args: &[&str]) -> Output {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    Command::new(env!("CARGO_BIN_EXE_codac"))
-        .args(args)
-        .current_dir(root)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run codac: {e}"))
-}
+mod common;
+use common::codac;
 
 /// Writes `text` to a fresh file named `name` and returns its path.
 fn source(name: &str, text: &str) -> PathBuf {

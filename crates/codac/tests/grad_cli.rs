@@ -3,16 +3,9 @@
 //! `grad` declaration.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
-fn codac(args: &[&str]) -> Output {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    Command::new(env!("CARGO_BIN_EXE_codac"))
-        .args(args)
-        .current_dir(root)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run codac: {e}"))
-}
+mod common;
+use common::codac;
 
 fn temp_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("codac-grad-{name}-{}", std::process::id()));
