@@ -64,6 +64,15 @@ def test_a_program_with_errors_raises_codac_error_with_the_located_diagnostic() 
     assert "undefined_name" in message and "<string>:3:" in message
 
 
+def test_an_evaluation_error_at_the_callers_dims_points_at_the_coda_line() -> None:
+    prog = codac.load("dim M\ndim N\nblock b(x: f32[M, N]) -> (y: f32[M, 6]) {\n    y = x[:, 6:12]\n}\n")
+    with pytest.raises(codac.CodacError) as info:
+        prog.block("b")(torch.randn(2, 8))
+    message = str(info.value)
+    assert "E0703" in message and "<string>:4:" in message, message
+    assert "x[:, 6:12]" in message and "%" not in message, message
+
+
 def test_dims_override_the_file_and_unknown_dims_are_errors() -> None:
     prog = codac.load(EXAMPLES / "llama3_block.coda", dims={"D": 128})
     assert "bf16[M, 128]" in repr(prog.block("llama3_layer"))

@@ -189,9 +189,15 @@ impl Program {
             host.insert(p.name.clone(), tensor);
         }
         let options = EvalOptions { round_to_storage: round };
-        let outputs = py
-            .detach(|| coda::eval(block, &dims, &host, &options))
-            .map_err(|e| PyValueError::new_err(format!("codac block '{name}': {e}")))?;
+        let outputs = py.detach(|| coda::eval(block, &dims, &host, &options)).map_err(|e| {
+            // Located like the checker's diagnostics, on the program's source.
+            let rendered = coda::render_to_string(&self.checked.source, &[e.diagnostic(block)]);
+            if e.is_bug() {
+                internal(rendered)
+            } else {
+                CodacError::new_err(format!("codac block '{name}' at these dims:\n{rendered}"))
+            }
+        })?;
         let d = PyDict::new(py);
         for (out_name, t) in outputs {
             let bytes: Vec<u8> = t.data.iter().flat_map(|v| v.to_le_bytes()).collect();
