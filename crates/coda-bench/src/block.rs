@@ -111,7 +111,7 @@ impl Bench<'_> {
         let block_time = Timing::of(&rig.time_block(self.device, self.settings.warmup, self.settings.iters)?);
         let inside = rig.time_in_block(self.device, self.settings.warmup, self.settings.iters)?;
         if inside.len() != kernels.len() {
-            bug!("the block launches {} kernels, its rig times {} (a bug)", inside.len(), kernels.len());
+            bug!("the block launches {} kernels, its rig times {}", inside.len(), kernels.len());
         }
         for (kernel, stats) in kernels.iter_mut().zip(&inside) {
             kernel.in_block = Some(Timing::of(stats));
@@ -136,7 +136,7 @@ impl Bench<'_> {
         let bare = g.bare_gemm();
         let checked = coda::check("bare_gemm.coda", &bare.source)?;
         if checked.has_errors() {
-            bug!("the bare GEMM of {} does not check (a bug):\n{}", g.shape(), checked.render_diagnostics());
+            bug!("the bare GEMM of {} does not check:\n{}", g.shape(), checked.render_diagnostics());
         }
         let mut options = coda::CompileOptions::for_arch(self.device.arch().to_string());
         options.codegen.launch = Some(tune::launch_hint(self.device, &bare.dims));
@@ -145,7 +145,7 @@ impl Bench<'_> {
         let (Some(manifest), Some(profile), Some(block)) =
             (compiled.manifest.blocks.first(), profiles.first(), checked.module.blocks.first())
         else {
-            bug!("the bare GEMM of {} compiled to nothing (a bug)", g.shape());
+            bug!("the bare GEMM of {} compiled to nothing", g.shape());
         };
         let gemm = profile
             .kernels

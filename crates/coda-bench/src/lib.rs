@@ -92,11 +92,10 @@ impl<T, E: std::fmt::Display> OrBug<T> for std::result::Result<T, E> {
 }
 
 /// Returns [`BenchError::Bug`] with a formatted message.
-#[macro_export]
-#[doc(hidden)]
 macro_rules! bug {
     ($($arg:tt)*) => { return Err($crate::BenchError::Bug(format!($($arg)*))) };
 }
+pub(crate) use bug;
 
 /// The measurement settings.
 pub struct Settings<'a> {

@@ -66,7 +66,7 @@ impl Vendor {
         if difference > MAX_DIFFERENCE {
             bug!(
                 "cuBLAS's {} GEMM differs from codac's bare GEMM by {difference:.2e} of its largest value \
-                 (the two do not compute the same product: a bug)",
+                 (the two do not compute the same product)",
                 g.shape()
             );
         }

@@ -21,7 +21,7 @@
 //! per-column vectors beside per-row values finished from partials (a
 //! deferred LayerNorm's consumer, whose registers spill beside 128
 //! accumulators) or `N` is a constant below 256; then `Sm90Cfg128x128`.
-//! Column partials no longer count: they are reduced pair by pair
+//! Column partials do not count: they are reduced pair by pair
 //! (`coda::col_keep`), so they keep `CJ / 4` registers, not `2 × CJ`. A B operand read in pair order stays on the portable
 //! mainloop unless its permuted range and groups are multiples of 64 rows
 //! (what one TMA box of the pair-order view covers).
@@ -38,9 +38,8 @@
 //! never choose the ping-pong `Sm90Cfg128x128pp`: its GEMMs run about 10%
 //! slower, though it won single kernels in autotune trials
 //! (`docs/decisions/ping-pong.md`). The epilogue warpgroup, thread-block
-//! clusters and the full-tile ping-pong tiles of 192 accumulators per thread
-//! lost everywhere and were removed (`docs/decisions/`; the tag
-//! `before-house-cleaning` keeps their code).
+//! clusters and full-tile ping-pong tiles of 192 accumulators per thread
+//! lost everywhere and are not offered (`docs/decisions/`).
 //! `--tile-config` (`CodegenOptions::tile_config`) asks for one
 //! configuration by name for every GEMM that can take it.
 
