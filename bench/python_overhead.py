@@ -6,7 +6,7 @@ time per call (no synchronization inside a round) for: the plain forward
 under ``torch.no_grad()``, the differentiated forward (saving forward and
 autograd bookkeeping), and as a yardstick, one ``torch.nn.functional.linear``.
 
-    python bench/python_overhead.py [--calls 2000] [--rounds 7]
+    python bench/python_overhead.py [--calls 64] [--rounds 101]
 """
 
 from __future__ import annotations
@@ -24,6 +24,12 @@ DIMS = {"D": 128, "F": 256, "HD": 64, "QH": 1, "KVH": 1}
 
 
 def per_call_us(fn, calls: int, rounds: int) -> float:
+    """Median host time per call over ``rounds`` bursts of ``calls`` calls.
+
+    A burst must not fill CUDA's queue of pending launches: then the host
+    waits for the GPU and the time measured is the kernels', not the
+    host's. So bursts are short, and the GPU drains between them, untimed.
+    """
     for _ in range(20):
         fn()
     torch.cuda.synchronize()
@@ -39,9 +45,9 @@ def per_call_us(fn, calls: int, rounds: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--calls", type=int, default=2000)
-    parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--profile", action="store_true", help="print cProfile's top entries for the no_grad call")
+    parser.add_argument("--calls", type=int, default=64, help="calls per timed burst")
+    parser.add_argument("--rounds", type=int, default=101, help="bursts; the median is reported")
+    parser.add_argument("--profile", action="store_true", help="print cProfile's top entries for the no_grad and the differentiated call")
     args = parser.parse_args()
     root = Path(__file__).resolve().parents[1]
     layer = codac.load(root / "examples/llama3_block.coda", dims=DIMS).block("llama3_layer")
@@ -77,7 +83,7 @@ def main() -> None:
         torch.add(a, b, out=c)
 
     # The parts of a no_grad call: argument checks and dims, then the
-    # extension's run (prepare and launch) on ready arguments.
+    # extension's launch (plan filled, kernels enqueued) on ready arguments.
     from codac._cuda import run_cuda
 
     variant = layer.forward
@@ -85,8 +91,8 @@ def main() -> None:
     dims = variant.signature.bind(inputs)
     outputs = [torch.empty(spec.shape(dims), dtype=spec.dtype, device="cuda") for spec in variant.signature.outputs]
     everything = inputs + outputs
-    ready = (dict(dims), [t.data_ptr() for t in everything], [tuple(t.shape) for t in everything],
-             [t.stride() for t in everything])
+    ptrs = [t.data_ptr() for t in everything]
+    layout = executor.layout(dict(dims), ptrs, [list(t.shape) for t in everything], [list(t.stride()) for t in everything])
     stream = torch.cuda.current_stream().cuda_stream
     keep = []
 
@@ -98,12 +104,12 @@ def main() -> None:
     def bind() -> None:
         variant.signature.bind(inputs)
 
-    def native_run() -> None:
-        executor.run(*ready, stream, alloc)
+    def native_launch() -> None:
+        executor.launch(layout, ptrs, stream, alloc)
         keep.clear()
 
     def python_run() -> None:
-        run_cuda(variant, dims, inputs)
+        run_cuda(variant, inputs)
 
     saving = layer.gradient.saving
 
@@ -115,13 +121,15 @@ def main() -> None:
         import cProfile
         import pstats
 
-        profiler = cProfile.Profile()
-        profiler.enable()
-        for _ in range(args.calls):
-            no_grad()
-        profiler.disable()
-        torch.cuda.synchronize()
-        pstats.Stats(profiler).sort_stats("tottime").print_stats(14)
+        for name, fn in [("no_grad", no_grad), ("with grad", with_grad)]:
+            profiler = cProfile.Profile()
+            profiler.enable()
+            for _ in range(args.calls):
+                fn()
+            profiler.disable()
+            torch.cuda.synchronize()
+            print(f"cProfile of the {name} call, {args.calls} calls:")
+            pstats.Stats(profiler).sort_stats("tottime").print_stats(16)
 
     rows = [
         ("codac block, no_grad (4 kernels)", per_call_us(no_grad, args.calls, args.rounds)),
@@ -130,8 +138,8 @@ def main() -> None:
         ("torch.empty(16, device='cuda')", per_call_us(empty, args.calls, args.rounds)),
         ("torch.add(out=) on 16 elements (1 launch)", per_call_us(add, args.calls, args.rounds)),
         ("  part: Signature.bind (checks, dims)", per_call_us(bind, args.calls, args.rounds)),
-        ("  part: run_cuda (allocation, extension)", per_call_us(python_run, args.calls, args.rounds)),
-        ("  part: Executor.run (prepare, 4 launches)", per_call_us(native_run, args.calls, args.rounds)),
+        ("  part: run_cuda (outputs, workspace, launch)", per_call_us(python_run, args.calls, args.rounds)),
+        ("  part: Executor.launch (plan filled, 4 launches)", per_call_us(native_launch, args.calls, args.rounds)),
         ("  part: saving forward without autograd", per_call_us(saving_run, args.calls, args.rounds)),
     ]
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")

@@ -5,11 +5,18 @@ buffers) come from PyTorch's caching allocator on the current stream, the
 kernels run on that stream in the device's primary context, and nothing
 waits for them. Memory freed right after the launch is safe: the caching
 allocator reuses it only for work ordered after it on the same stream.
+
+A training loop calls a block with tensors of the same dtypes, shapes,
+strides and device step after step. The first call with one such layout
+checks it (``Signature.bind`` and the extension's checks) and keeps what
+every later call needs: the output shapes, which inputs must be copied to a
+readable layout, and the extension's launch plan. A later call only reads
+its tensors' addresses.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Hashable
 
 import torch
 
@@ -22,6 +29,9 @@ if TYPE_CHECKING:
 # PyTorch's private accessor of the current stream's raw handle, which
 # Inductor's generated code calls too; the public one costs a Stream object.
 _RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+# Layouts a block keeps; a caller cycling through more starts over.
+_LAYOUTS = 64
 
 
 def _current_stream(index: int) -> int:
@@ -42,38 +52,70 @@ def _readable(shape: torch.Size, stride: tuple[int, ...]) -> bool:
     return len(shape) == 0 or shape[0] <= 1 or stride[0] == 1
 
 
-def run_cuda(variant: "Variant", dims: Mapping[str, int], tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-    device = tensors[0].device
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    executor = variant.executor(index)
-    ptrs, shapes, strides = [], [], []
-    # Tensors copied to a readable layout must live until the kernels have
-    # read them; like the workspace, the caching allocator orders their
-    # reuse after this stream's work, so dropping them after the launch is safe.
-    copies = []
-    for t in tensors:
-        shape, stride = t.shape, t.stride()
-        if not _readable(shape, stride):
-            t = t.contiguous()
-            copies.append(t)
-            stride = t.stride()
-        ptrs.append(t.data_ptr())
-        shapes.append(shape)
-        strides.append(stride)
-    outputs = variant.signature.empty_outputs(dims, device)
-    for t in outputs:
-        ptrs.append(t.data_ptr())
-        shapes.append(t.shape)
-        strides.append(t.stride())
+class _Layout:
+    """What the calls with one layout of tensors share."""
+
+    __slots__ = ("device", "index", "executor", "copies", "outputs", "native")
+
+    def __init__(self, variant: "Variant", tensors: list[torch.Tensor]) -> None:
+        dims = variant.signature.bind(tensors)
+        self.device = tensors[0].device
+        self.index = self.device.index if self.device.index is not None else torch.cuda.current_device()
+        self.executor = variant.executor(self.index)
+        # Inputs the kernels cannot read in place, copied to a contiguous
+        # tensor each call.
+        self.copies = tuple(i for i, t in enumerate(tensors) if not _readable(t.shape, t.stride()))
+        self.outputs = [(tuple(spec.shape(dims)), spec.dtype) for spec in variant.signature.outputs]
+        readable = _copied(tensors, self.copies)
+        outputs = self.empty_outputs()
+        everything = readable + outputs
+        self.native = self.executor.layout(
+            dict(dims),
+            [t.data_ptr() for t in everything],
+            [list(t.shape) for t in everything],
+            [list(t.stride()) for t in everything],
+        )
+
+    def empty_outputs(self) -> list[torch.Tensor]:
+        return [torch.empty(shape, dtype=dtype, device=self.device) for shape, dtype in self.outputs]
+
+
+def _copied(tensors: list[torch.Tensor], copies: tuple[int, ...]) -> list[torch.Tensor]:
+    """``tensors`` with those at ``copies`` made contiguous. The copies must
+    live until the kernels have read them; like the workspace, the caching
+    allocator orders their reuse after this stream's work, so dropping them
+    after the launch is safe."""
+    if not copies:
+        return tensors
+    tensors = list(tensors)
+    for i in copies:
+        tensors[i] = tensors[i].contiguous()
+    return tensors
+
+
+def run_cuda(variant: "Variant", tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    key: Hashable = tuple([(t.dtype, t.shape, t.stride(), t.device) for t in tensors])
+    layouts: dict[Hashable, _Layout] = variant.layouts
+    layout = layouts.get(key)
+    if layout is None:
+        layout = _Layout(variant, tensors)
+        if len(layouts) >= _LAYOUTS:
+            layouts.clear()
+        layouts[key] = layout
+    tensors = _copied(tensors, layout.copies)
+    outputs = layout.empty_outputs()
+    ptrs = [t.data_ptr() for t in tensors]
+    ptrs += [t.data_ptr() for t in outputs]
     workspace: list[torch.Tensor] = []
 
     def alloc(nbytes: int) -> int:
-        region = torch.empty(nbytes, dtype=torch.uint8, device=device)
+        region = torch.empty(nbytes, dtype=torch.uint8, device=layout.device)
         workspace.append(region)
         ptr = region.data_ptr()
         if ptr % _native.WORKSPACE_ALIGN:
             raise RuntimeError(f"codac: PyTorch gave a workspace at {ptr:#x}, not {_native.WORKSPACE_ALIGN}-byte aligned")
         return ptr
 
-    executor.run(dims, ptrs, shapes, strides, _current_stream(index), alloc)
+    layout.executor.launch(layout.native, ptrs, _current_stream(layout.index), alloc)
     return outputs
+

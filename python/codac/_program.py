@@ -117,6 +117,8 @@ class Variant:
         self.variant = variant
         self.signature = Signature(block, program._native.signature(variant, block))
         self._executors: dict[int, Any] = {}
+        # The layouts of CUDA tensors this variant ran with (see ``_cuda``).
+        self.layouts: dict[Any, Any] = {}
         self._lock = threading.Lock()
 
     def executor(self, index: int) -> Any:
@@ -160,10 +162,10 @@ class Variant:
 
     def run(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
         """Runs on the tensors' device; returns fresh outputs."""
-        dims = self.signature.bind(tensors)
         device = tensors[0].device
         if device.type == "cuda":
-            return run_cuda(self, dims, tensors)
+            return run_cuda(self, tensors)
+        dims = self.signature.bind(tensors)
         if device.type == "cpu":
             return run_cpu(self, dims, tensors)
         raise ValueError(f"codac block {self.block!r}: tensors on {device} are not supported (use cuda or cpu)")

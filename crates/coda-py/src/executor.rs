@@ -11,7 +11,7 @@
 
 use crate::errors::{internal, runtime};
 use coda::{Checked, CompileOptions};
-use coda_runtime::exec::BlockExecutor;
+use coda_runtime::exec::{BlockExecutor, Plan};
 use coda_runtime::{DType, Device, Stream, TensorArg};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -99,24 +99,19 @@ impl Executor {
         self.executor.manifest().kernels.iter().map(|k| (k.name.clone(), k.summary.clone())).collect()
     }
 
-    /// Launches the block on `stream` (a raw `CUstream`, PyTorch's current
-    /// stream of this device). `ptrs`, `shapes` and `strides` describe the
-    /// inputs then the outputs, in signature order, as PyTorch does
-    /// (strides in elements). When the block needs host buffers, calls
-    /// `alloc(nbytes)` once for a region of that many bytes, which must
-    /// return its device address, aligned to `WORKSPACE_ALIGN`, and keep
-    /// it alive until the work enqueued on `stream` has run (PyTorch's
-    /// caching allocator does so for memory freed after the launch).
-    #[allow(clippy::too_many_arguments)]
-    fn run(
+    /// Checks a layout of the block's tensors and returns it, ready for
+    /// [`Self::launch`]: `ptrs`, `shapes` and `strides` describe the inputs
+    /// then the outputs, in signature order, as PyTorch does (strides in
+    /// elements), for one call; later calls with tensors of the same
+    /// dtypes, shapes and strides launch with that layout and their own
+    /// addresses, checked no further.
+    fn layout(
         &self,
         dims: BTreeMap<String, i64>,
         ptrs: Vec<u64>,
         shapes: Vec<Vec<usize>>,
         strides: Vec<Vec<isize>>,
-        stream: u64,
-        alloc: Bound<'_, PyAny>,
-    ) -> PyResult<()> {
+    ) -> PyResult<Layout> {
         let n = self.bindings.len();
         if ptrs.len() != n || shapes.len() != n || strides.len() != n {
             return Err(PyValueError::new_err(format!(
@@ -130,6 +125,20 @@ impl Executor {
         for ((b, ptr), (shape, strides)) in self.bindings.iter().zip(ptrs).zip(shapes.into_iter().zip(strides)) {
             args.insert(b.name.clone(), TensorArg::new(b.dtype, shape, strides, ptr).map_err(runtime)?);
         }
+        let (plan, _) = self.executor.plan(&self.device, &dims, &args).map_err(runtime)?;
+        Ok(Layout { dims, args, plan: Mutex::new(plan) })
+    }
+
+    /// Launches the block on `stream` (a raw `CUstream`, PyTorch's current
+    /// stream of this device) with its tensors at `ptrs` (inputs then
+    /// outputs, in signature order), laid out as `layout` says. When the
+    /// block needs host buffers, calls `alloc(nbytes)` once for a region of
+    /// that many bytes, which must return its device address, aligned to
+    /// `WORKSPACE_ALIGN`, and keep it alive until the work enqueued on
+    /// `stream` has run (PyTorch's caching allocator does so for memory
+    /// freed after the launch).
+    fn launch(&self, layout: &Layout, ptrs: Vec<u64>, stream: u64, alloc: Bound<'_, PyAny>) -> PyResult<()> {
+        let plan = layout.plan_for(self, &ptrs)?;
         let mut callback_error = None;
         let mut alloc = |bytes: usize| -> coda_runtime::Result<u64> {
             match alloc.call1((bytes,)).and_then(|ptr| ptr.extract::<u64>()) {
@@ -142,8 +151,9 @@ impl Executor {
         };
         // SAFETY: `alloc` returns the address of a region of the requested
         // size on this device, kept alive by the caller until the stream
-        // has run this work (the method's contract).
-        let prepared = unsafe { self.executor.prepare_with(&self.device, &dims, &args, &mut alloc) };
+        // has run this work, and `ptrs` are the addresses of tensors of the
+        // layout's shapes and strides (the method's contract).
+        let prepared = unsafe { self.executor.prepare_planned(&plan, &ptrs, &mut alloc) };
         if let Some(e) = callback_error {
             return Err(e);
         }
@@ -152,5 +162,44 @@ impl Executor {
         // primary context; the wrapper does not own or destroy it.
         let stream = unsafe { Stream::from_raw_handle(&self.device, stream) };
         self.executor.launch(&prepared, &stream).map_err(runtime)
+    }
+}
+
+/// The dims, dtypes, shapes and strides of one call's tensors, checked, with
+/// the launch plan for them.
+#[pyclass(frozen, module = "codac._native")]
+pub(crate) struct Layout {
+    dims: BTreeMap<String, i64>,
+    /// The first call's tensors, by name.
+    args: BTreeMap<String, TensorArg>,
+    /// The plan for the latest call's alignment of addresses.
+    plan: Mutex<Arc<Plan>>,
+}
+
+impl Layout {
+    /// The plan for tensors at `ptrs`: the last one when the addresses fit
+    /// it, else the executor's plan for their alignment (a tensor that was
+    /// 16-byte aligned and no longer is needs its staging copy).
+    fn plan_for(&self, executor: &Executor, ptrs: &[u64]) -> PyResult<Arc<Plan>> {
+        let mut plan = self.plan.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if plan.fits(ptrs) {
+            return Ok(plan.clone());
+        }
+        if ptrs.len() != executor.bindings.len() {
+            return Err(PyValueError::new_err(format!(
+                "expected {} pointers (inputs then outputs), got {}",
+                executor.bindings.len(),
+                ptrs.len()
+            )));
+        }
+        let mut args = self.args.clone();
+        for (b, &ptr) in executor.bindings.iter().zip(ptrs) {
+            if let Some(arg) = args.get_mut(&b.name) {
+                arg.ptr = ptr;
+            }
+        }
+        let (fresh, _) = executor.executor.plan(&executor.device, &self.dims, &args).map_err(runtime)?;
+        *plan = fresh.clone();
+        Ok(fresh)
     }
 }

@@ -32,6 +32,7 @@ use pyo3::prelude::*;
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<program::Program>()?;
     m.add_class::<executor::Executor>()?;
+    m.add_class::<executor::Layout>()?;
     m.add("CodacError", m.py().get_type::<errors::CodacError>())?;
     m.add_function(wrap_pyfunction!(executor::device_count, m)?)?;
     m.add("WORKSPACE_ALIGN", coda_runtime::exec::WORKSPACE_ALIGN)?;

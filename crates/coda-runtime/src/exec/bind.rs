@@ -2,7 +2,8 @@
 //! placing the buffers the host owns, and filling in the launches of the
 //! block's [`Plan`] for the bindings' shape.
 
-use super::plan::{Binding, Plan, PlanKey};
+pub use super::plan::Plan;
+use super::plan::{Binding, PlanKey};
 use super::BlockExecutor;
 use crate::device::Device;
 use crate::error::{Result, RuntimeError};
@@ -67,11 +68,11 @@ impl BlockExecutor {
         dims: &BTreeMap<String, i64>,
         bindings: &BTreeMap<String, TensorArg>,
     ) -> Result<Prepared> {
-        let (plan, addresses) = self.bind(device, dims, bindings)?;
+        let (plan, addresses) = self.plan(device, dims, bindings)?;
         let mut owned = Vec::new();
         let mut base = 0;
-        if plan.workspace_bytes > 0 {
-            let mut region = DeviceBuffer::alloc(device, plan.workspace_bytes)?;
+        if plan.workspace_bytes() > 0 {
+            let mut region = DeviceBuffer::alloc(device, plan.workspace_bytes())?;
             // A grid reduction's ticket counter must be 0 before the first
             // launch; each launch leaves it 0 again.
             if !plan.counters.is_empty() {
@@ -104,24 +105,45 @@ impl BlockExecutor {
         bindings: &BTreeMap<String, TensorArg>,
         alloc: &mut dyn FnMut(usize) -> Result<u64>,
     ) -> Result<Prepared> {
-        let (plan, addresses) = self.bind(device, dims, bindings)?;
+        let (plan, addresses) = self.plan(device, dims, bindings)?;
+        // SAFETY: the caller's contract for `alloc` is this method's.
+        unsafe { self.prepare_planned(&plan, &addresses, alloc) }
+    }
+
+    /// [`Self::prepare_with`] for a plan the caller keeps from an earlier
+    /// [`Self::plan`], with the bindings at new `addresses` (manifest
+    /// order), which must [fit](Plan::fits) it: a caller that binds tensors
+    /// of one shape call after call checks them once.
+    ///
+    /// # Safety
+    /// As for [`Self::prepare_with`]; and each address must point to its
+    /// binding's tensor, of the shape and strides the plan was made for.
+    pub unsafe fn prepare_planned(
+        &self,
+        plan: &Plan,
+        addresses: &[u64],
+        alloc: &mut dyn FnMut(usize) -> Result<u64>,
+    ) -> Result<Prepared> {
+        if !plan.fits(addresses) {
+            return Err(invalid("the tensors' addresses do not fit the plan's alignment".into()));
+        }
         let mut base = 0;
         let mut zero_first = Vec::new();
-        if plan.workspace_bytes > 0 {
-            base = alloc(plan.workspace_bytes)?;
+        if plan.workspace_bytes() > 0 {
+            base = alloc(plan.workspace_bytes())?;
             if base % WORKSPACE_ALIGN as u64 != 0 {
                 return Err(invalid(format!("workspace at {base:#x} is not {WORKSPACE_ALIGN}-byte aligned")));
             }
             zero_first = plan.counters.iter().map(|&(offset, bytes)| (base + offset as u64, bytes)).collect();
         }
-        let launches = plan.fill(&addresses, base)?;
+        let launches = plan.fill(addresses, base)?;
         Ok(Prepared { launches, zero_first, _owned: Vec::new() })
     }
 
     /// Checks the dims and every binding, and returns the plan for their
     /// shape (built on first use, then cached) with each binding's address
     /// in manifest order.
-    fn bind(
+    pub fn plan(
         &self,
         device: &Device,
         dims: &BTreeMap<String, i64>,
@@ -142,12 +164,12 @@ impl BlockExecutor {
             key.bindings.push(Binding::of(b, t)?);
             addresses.push(t.ptr);
         }
-        let plan = self.plan(&key, dims, device.info().multiprocessors)?;
+        let plan = self.cached_plan(&key, dims, device.info().multiprocessors)?;
         Ok((plan, addresses))
     }
 
     /// The cached plan for `key`, built on first use.
-    fn plan(&self, key: &PlanKey, dims: &BTreeMap<String, i64>, sms: u32) -> Result<Arc<Plan>> {
+    fn cached_plan(&self, key: &PlanKey, dims: &BTreeMap<String, i64>, sms: u32) -> Result<Arc<Plan>> {
         let mut plans = self.plans.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if let Some(plan) = plans.get(key) {
             return Ok(plan.clone());

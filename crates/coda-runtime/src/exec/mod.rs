@@ -34,7 +34,7 @@ use crate::nvrtc::CompileOptions;
 use coda_manifest::manifest::{BlockManifest, KernelSpec};
 use coda_manifest::KernelSource;
 
-pub use bind::{Prepared, WORKSPACE_ALIGN};
+pub use bind::{Plan, Prepared, WORKSPACE_ALIGN};
 pub use launch::KernelTiming;
 
 /// How one kernel was compiled.

@@ -87,10 +87,13 @@ struct LaunchPlan {
 
 /// A block's launches for one [`PlanKey`] (see the module docs).
 #[derive(Debug)]
-pub(super) struct Plan {
+pub struct Plan {
+    /// Per binding, in manifest order: its element size and whether the
+    /// plan was built for a 16-byte aligned address.
+    alignment: Vec<(u64, bool)>,
     places: Vec<Place>,
     /// Bytes of the workspace region (0: none needed).
-    pub(super) workspace_bytes: usize,
+    workspace_bytes: usize,
     /// Grid-reduction counters in the workspace: (offset, bytes).
     pub(super) counters: Vec<(usize, usize)>,
     launches: Vec<LaunchPlan>,
@@ -177,7 +180,25 @@ impl Plan {
             }
             launches.push(plan_launch(kernel, &loaded.spec, &index, &layouts, dims, sms)?);
         }
-        Ok(Plan { places, workspace_bytes, counters, launches, encoded: Mutex::new(HashMap::new()) })
+        let alignment = key.bindings.iter().map(|b| (b.dtype.size_bytes() as u64, b.aligned)).collect();
+        Ok(Plan { alignment, places, workspace_bytes, counters, launches, encoded: Mutex::new(HashMap::new()) })
+    }
+
+    /// Whether bindings at `addresses` (manifest order) can use this plan:
+    /// each address is non-null, aligned to its element, and 16-byte
+    /// aligned exactly where the plan's were (alignment decides whether a
+    /// GEMM reads an input in place or through its staging copy).
+    pub fn fits(&self, addresses: &[u64]) -> bool {
+        addresses.len() == self.alignment.len()
+            && addresses
+                .iter()
+                .zip(&self.alignment)
+                .all(|(&a, &(elem, aligned))| a != 0 && a % elem == 0 && (a % 16 == 0) == aligned)
+    }
+
+    /// Bytes of the workspace region a run with this plan needs (0: none).
+    pub fn workspace_bytes(&self) -> usize {
+        self.workspace_bytes
     }
 
     /// The launches with the bindings at `addresses` (manifest order) and
