@@ -125,12 +125,12 @@ def _save(ctx: Any, key: str, tensors: Sequence[torch.Tensor], everything: Seque
     ctx.shapes = [o.shape for o in everything[: gradient.n_outputs]]
     ctx.device = tensors[0].device
     ctx.save_for_backward(*_keep(gradient, tensors, everything))
-    ctx.mark_non_differentiable(*everything[gradient.n_outputs :])
 
 
 def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
     key, tensors = inputs
     _save(ctx, key, tensors, output)
+    ctx.mark_non_differentiable(*output[_gradient(_block(key)).n_outputs :])
 
 
 def _backward(ctx: Any, grads: list[Optional[torch.Tensor]]) -> tuple[None, list[Optional[torch.Tensor]]]:
@@ -148,9 +148,12 @@ class _Eager(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, key: str, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:  # type: ignore[override]
-        everything = _gradient(_block(key)).saving.run(list(tensors))
+        gradient = _gradient(_block(key))
+        everything = gradient.saving.run(list(tensors))
         _save(ctx, key, tensors, everything)
-        return tuple(everything)
+        # The saved tensors stay intermediates of the call, not outputs:
+        # autograd's bookkeeping per output costs host time.
+        return tuple(everything[: gradient.n_outputs])
 
     @staticmethod
     def backward(ctx: Any, *grads: Optional[torch.Tensor]) -> tuple[Optional[torch.Tensor], ...]:  # type: ignore[override]
@@ -186,5 +189,5 @@ def call(fn: "BlockFunction", tensors: list[torch.Tensor]) -> list[torch.Tensor]
             return list(torch.ops.codac.saving(fn.key, tensors)[: _gradient(fn).n_outputs])
         return list(torch.ops.codac.forward(fn.key, tensors))
     if grad:
-        return list(_Eager.apply(fn.key, *tensors)[: _gradient(fn).n_outputs])
+        return list(_Eager.apply(fn.key, *tensors))
     return fn.forward.run(tensors)
