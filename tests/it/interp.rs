@@ -72,6 +72,25 @@ fn layernorm_uses_the_biased_variance() {
 }
 
 #[test]
+fn norms_without_gain_or_bias_normalize_alone() {
+    let src = "dim M\ndim N = 6\nblock b(x: f32[M, N], g: f32[N]) -> (l: f32[M, N], lg: f32[M, N], r: f32[M, N]) {\n\
+               l = layernorm(x)\n lg = layernorm(x, g, eps=1e-3)\n r = rmsnorm(x, eps=1e-5)\n}";
+    let (i, o) = run(src, &[("M", 3)], 5);
+    let (x, g) = (&i["x"], &i["g"]);
+    for r in 0..3 {
+        let mu: f64 = (0..6).map(|c| x.get(r, c)).sum::<f64>() / 6.0;
+        let var: f64 = (0..6).map(|c| (x.get(r, c) - mu).powi(2)).sum::<f64>() / 6.0;
+        let ms: f64 = (0..6).map(|c| x.get(r, c).powi(2)).sum::<f64>() / 6.0;
+        for c in 0..6 {
+            let v = x.get(r, c);
+            close(o["l"].get(r, c), (v - mu) / (var + 1e-5).sqrt(), "layernorm without gain and bias");
+            close(o["lg"].get(r, c), (v - mu) / (var + 1e-3).sqrt() * g.get(0, c), "layernorm without bias");
+            close(o["r"].get(r, c), v / (ms + 1e-5).sqrt(), "rmsnorm without gain");
+        }
+    }
+}
+
+#[test]
 fn gelu_forms_match_reference_values() {
     let src = "dim M\nblock b(x: f32[M]) -> (e: f32[M], t: f32[M]) { e = gelu(x) t = gelu_tanh(x) }";
     let checked = coda::check("gelu.coda", src).unwrap_or_else(|e| panic!("{e}"));

@@ -125,12 +125,7 @@ fn missing_arguments(function: &str, call_span: Span, formals: &[Formal], missin
         ),
         [] => (format!("`{function}` needs more arguments"), "missing arguments".to_string()),
     };
-    let mut help = format!("the signature is {}", signature(function, formals));
-    let affine = missing.iter().any(|name| matches!(*name, "g" | "b"));
-    if affine && matches!(function, "layernorm" | "rmsnorm") {
-        let call = if function == "layernorm" { "layernorm(x, 1.0, 0.0)" } else { "rmsnorm(x, 1.0)" };
-        help.push_str(&format!("; the gain and bias may be numbers, so a norm without learned parameters is `{call}`"));
-    }
+    let help = format!("the signature is {}", signature(function, formals));
     Diagnostic::error("E0208", title).with_primary(call_span, label).with_help(help)
 }
 

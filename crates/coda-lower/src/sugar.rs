@@ -4,6 +4,7 @@
 //! - `rmsnorm(x, g, eps=1e-6)   = x · rsqrt(sum(x·x, axis=-1)/N + eps) · g`
 //! - `layernorm(x, g, b, eps=1e-5) = (x − μ) · rsqrt(σ² + eps) · g + b`, with
 //!   `μ = sum(x)/N` and the biased variance `σ² = sum((x − μ)²)/N`
+//! - a norm's gain `g` and bias `b` may be left out: no product, no sum
 //! - `swiglu(z) = silu(z[:, :F]) · z[:, F:]` for `z: [M, 2F]`; `swiglu(gate, up) = silu(gate) · up`
 //! - `geglu` likewise with the erf form of `gelu`
 //! - `rope(x, pos, head_dim=, base=10000, cols=a:b, style=half|interleaved)
@@ -66,29 +67,70 @@ impl Lowerer<'_> {
     }
 
     fn rmsnorm(&mut self, args: &[Arg], span: Span) -> Option<Value> {
-        const FORMALS: [Formal; 3] = [req("x"), req("g"), opt("eps")];
+        const FORMALS: [Formal; 3] = [req("x"), opt("g"), opt("eps")];
         let m = match_args("rmsnorm", span, args, &FORMALS, self.diagnostics)?;
+        self.warn_gain_like_eps("rmsnorm", &m, 1, 2);
         let x = self.tensor_arg(&m, 0);
-        let g = self.tensor_arg(&m, 1);
+        let g = self.optional_tensor_arg(&m, 1);
         let eps = self.number_arg(&m, 2, 1e-6, "eps")?;
         let (x, g) = (x?, g?);
         let normalized = self.normalize(x, eps, span)?;
-        self.binary(BinaryOp::Mul, normalized, g, span, m.spans[1], span)
+        self.affine(normalized, g.map(|g| (g, m.spans[1])), None, span)
     }
 
     fn layernorm(&mut self, args: &[Arg], span: Span) -> Option<Value> {
-        const FORMALS: [Formal; 4] = [req("x"), req("g"), req("b"), opt("eps")];
+        const FORMALS: [Formal; 4] = [req("x"), opt("g"), opt("b"), opt("eps")];
         let m = match_args("layernorm", span, args, &FORMALS, self.diagnostics)?;
+        self.warn_gain_like_eps("layernorm", &m, 1, 3);
         let x = self.tensor_arg(&m, 0);
-        let g = self.tensor_arg(&m, 1);
-        let b = self.tensor_arg(&m, 2);
+        let g = self.optional_tensor_arg(&m, 1);
+        let b = self.optional_tensor_arg(&m, 2);
         let eps = self.number_arg(&m, 3, 1e-5, "eps")?;
         let (x, g, b) = (x?, g?, b?);
         let mean = self.reduce("mean", x, Axis::Cols, span)?;
         let centered = self.binary(BinaryOp::Sub, x, mean, span, span, span)?;
         let normalized = self.normalize(centered, eps, span)?;
-        let scaled = self.binary(BinaryOp::Mul, normalized, g, span, m.spans[1], span)?;
-        self.binary(BinaryOp::Add, scaled, b, span, m.spans[2], span)
+        self.affine(normalized, g.map(|g| (g, m.spans[1])), b.map(|b| (b, m.spans[2])), span)
+    }
+
+    /// `Some(tensor)` for a given argument, `Some(None)` for one left out,
+    /// `None` after an error.
+    fn optional_tensor_arg(&mut self, m: &Matched<'_>, slot: usize) -> Option<Option<Value>> {
+        if !m.given(slot) {
+            return Some(None);
+        }
+        self.tensor_arg(m, slot).map(Some)
+    }
+
+    /// `x · g + b`, each part only when given: a norm without learned
+    /// parameters (OLMo's LayerNorm) lowers to the normalization alone.
+    fn affine(&mut self, x: Value, g: Option<(Value, Span)>, b: Option<(Value, Span)>, span: Span) -> Option<Value> {
+        let scaled = match g {
+            Some((g, g_span)) => self.binary(BinaryOp::Mul, x, g, span, g_span, span)?,
+            None => x,
+        };
+        match b {
+            Some((b, b_span)) => self.binary(BinaryOp::Add, scaled, b, span, b_span, span),
+            None => Some(scaled),
+        }
+    }
+
+    /// W0005: a norm's gain given as a tiny number literal is almost always
+    /// an `eps` in the gain's position (`rmsnorm(x, 1e-6)`), which scales
+    /// the output by it instead.
+    fn warn_gain_like_eps(&mut self, function: &str, m: &Matched<'_>, gain: usize, eps: usize) {
+        let Some(value) = m.given(gain).then(|| m.expr(gain).and_then(literal)).flatten() else { return };
+        if value == 0.0 || value.abs() >= 1e-2 {
+            return;
+        }
+        let position = if eps == 2 { "third" } else { "fourth" };
+        self.diagnostics.push(
+            Diagnostic::warning("W0005", format!("the gain of `{function}` is {value:e}"))
+                .with_primary(m.spans[gain], "this is the gain `g`, which scales every output")
+                .with_help(format!(
+                    "`eps` is the {position} argument; write `{function}(x, eps={value:e})` to normalize without a gain"
+                )),
+        );
     }
 
     /// `act(gate) · up`, from two tensors or from the two halves of one.
