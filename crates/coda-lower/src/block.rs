@@ -222,10 +222,19 @@ impl Lowerer<'_> {
                 if self.check_fresh(name) {
                     return;
                 }
-                if let Some(v) = lowered {
-                    self.block.set_name(v, &name.name);
-                    self.env
-                        .insert(name.name.clone(), Binding { value: v, span: name.span, is_param: false, used: false });
+                match lowered {
+                    Some(v) => {
+                        self.block.set_name(v, &name.name);
+                        self.env.insert(
+                            name.name.clone(),
+                            Binding { value: v, span: name.span, is_param: false, used: false },
+                        );
+                    }
+                    // The value's error is reported; the binding's uses
+                    // would only repeat it as unknown names.
+                    None => {
+                        self.poisoned.insert(name.name.clone());
+                    }
                 }
             }
             ast::Stmt::Assign { name, value, accumulate, span } => {
@@ -301,6 +310,11 @@ impl Lowerer<'_> {
                 ))
             };
             self.diagnostics.push(diagnostic);
+            // Its later uses read what the author meant to bind: reporting
+            // them as unknown names would only repeat this error.
+            if !is_let {
+                self.poisoned.insert(name.name.clone());
+            }
             return;
         };
         if let Some(previous) = self.outputs[index].assigned {

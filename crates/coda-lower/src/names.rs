@@ -2,10 +2,13 @@
 
 /// The candidate closest to `name` by edit distance, if close enough to be a likely typo.
 pub(crate) fn suggest<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> Option<&'a str> {
-    let limit = (name.chars().count() / 3).max(1);
+    let length = name.chars().count();
+    let limit = (length / 3).max(1);
+    // An edit must keep part of the name: `h` is no typo of `D`. Case
+    // alone (`d` for `D`) always counts as a typo.
     candidates
-        .map(|c| (edit_distance(name, c), c))
-        .filter(|(d, _)| *d <= limit)
+        .map(|c| (if c.eq_ignore_ascii_case(name) { 0 } else { edit_distance(name, c) }, c))
+        .filter(|(d, _)| *d <= limit && *d < length)
         .min_by_key(|(d, c)| (*d, *c))
         .map(|(_, c)| c)
 }
