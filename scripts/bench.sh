@@ -6,21 +6,26 @@
 #   1. codac bench on the Llama-3 8B non-attention block
 #      (examples/llama3_block.coda) and the 1B one
 #      (bench/llama3_1b_block.coda) at M=$BENCH_M (default 8192): every
-#      kernel, the whole block, the bare GEMMs, compile latency;
-#      and, unless BENCH_NO_GRAD=1, the 8B training step (codac bench
-#      --grad: saving forward plus backward, against their bare GEMMs);
-#   2. bench/compare.py: the same shapes as cuBLAS GEMMs, eager PyTorch and
-#      torch.compile, with the ratios to codac from step 1.
+#      kernel, the whole block, the bare GEMMs, compile latency (unless
+#      BENCH_NO_FORWARD=1); and the training step of each (codac bench
+#      --grad: saving forward plus backward, against their bare GEMMs;
+#      unless BENCH_NO_GRAD=1);
+#   2. bench/compare.py: the same shapes and steps as cuBLAS GEMMs, eager
+#      PyTorch and torch.compile, with the ratios to codac from step 1.
 #
-# Writes under $OUT (default /tmp/codac-bench): codac-8b.json, codac-1b.json
-# codac-8b-grad.json (the `codac bench --json` documents), codac-8b.txt, codac-1b.txt, codac-8b-grad.txt (their
-# tables and progress), compare.json, compare.txt, bench.log; prints the
-# codac tables and then the comparison table last. Kernel cache:
-# $CODAC_CACHE_DIR, default a fresh directory under $OUT's parent temp dir.
+# Writes under $OUT (default /tmp/codac-bench): codac-8b.json,
+# codac-1b.json, codac-8b-grad.json, codac-1b-grad.json (the `codac bench
+# --json` documents), codac-*.txt (their tables and progress), compare.json,
+# compare.txt, bench.log; prints the codac tables and then the comparison
+# table last. Kernel cache: $CODAC_CACHE_DIR, default a fresh directory
+# under $OUT's parent temp dir.
 # Environment: BENCH_M, BENCH_ITERS (default 200), BENCH_CASES (compare.py
-# --cases), BENCH_NO_COMPILE=1 (skip torch.compile), BENCH_CODAC_TIMEOUT and
-# BENCH_COMPARE_TIMEOUT (seconds per codac run, 240, and for compare.py, 300),
-# BENCH_COMMIT (the commit the binary was built from, printed in the log).
+# --cases; default every case whose codac side runs: the forward cases
+# unless BENCH_NO_FORWARD=1, step and step_1b unless BENCH_NO_GRAD=1),
+# BENCH_NO_COMPILE=1 (skip torch.compile), BENCH_CODAC_TIMEOUT and
+# BENCH_COMPARE_TIMEOUT (seconds per codac run, 240, and for compare.py,
+# 480), BENCH_COMMIT (the commit the binary was built from, printed in the
+# log).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -54,6 +59,7 @@ if [ ! -x "$BIN" ]; then
 fi
 
 failures=0
+made=()  # the codac bench documents this run wrote
 # codac_bench NAME FILE [FLAGS...]
 codac_bench() {
     local name=$1 file=$2 t0
@@ -63,25 +69,35 @@ codac_bench() {
     if timeout "${BENCH_CODAC_TIMEOUT:-240}" "$BIN" bench "$file" --dims "M=$M" --iters "$ITERS" --json --color never "$@" \
         >"$OUT/codac-$name.json" 2>"$OUT/codac-$name.txt"; then
         echo "   ok ($(( $(date +%s) - t0 )) s)" | tee -a "$LOG"
+        made+=("$name")
     else
         failures=$((failures + 1))
         echo "   FAILED ($(( $(date +%s) - t0 )) s):" | tee -a "$LOG"
         tail -5 "$OUT/codac-$name.txt" | tee -a "$LOG"
     fi
 }
-codac_bench 8b examples/llama3_block.coda
-codac_bench 1b bench/llama3_1b_block.coda
-[ "${BENCH_NO_GRAD:-0}" = 1 ] || codac_bench 8b-grad examples/llama3_block.coda --grad
+cases=()
+if [ "${BENCH_NO_FORWARD:-0}" != 1 ]; then
+    codac_bench 8b examples/llama3_block.coda
+    codac_bench 1b bench/llama3_1b_block.coda
+    cases+=(out_proj gate_up down qkv block block_1b)
+fi
+if [ "${BENCH_NO_GRAD:-0}" != 1 ]; then
+    codac_bench 8b-grad examples/llama3_block.coda --grad
+    codac_bench 1b-grad bench/llama3_1b_block.coda --grad
+    cases+=(step step_1b)
+fi
 
 compare_args=(--m "$M" --iters "$ITERS" --json "$OUT/compare.json")
-for name in 8b 1b; do
+for name in "${made[@]}"; do
     [ -s "$OUT/codac-$name.json" ] && compare_args+=(--codac "$OUT/codac-$name.json")
 done
-[ -n "${BENCH_CASES:-}" ] && compare_args+=(--cases "$BENCH_CASES")
+cases_list=$(IFS=,; echo "${cases[*]}")
+compare_args+=(--cases "${BENCH_CASES:-$cases_list}")
 [ "${BENCH_NO_COMPILE:-0}" = 1 ] && compare_args+=(--no-compile)
 echo "== python3 bench/compare.py ${compare_args[*]}" | tee -a "$LOG"
 t0=$(date +%s)
-if ! PYTHONUNBUFFERED=1 timeout "${BENCH_COMPARE_TIMEOUT:-300}" python3 bench/compare.py "${compare_args[@]}" >"$OUT/compare.txt" 2>&1; then
+if ! PYTHONUNBUFFERED=1 timeout "${BENCH_COMPARE_TIMEOUT:-480}" python3 bench/compare.py "${compare_args[@]}" >"$OUT/compare.txt" 2>&1; then
     failures=$((failures + 1))
     echo "   compare.py FAILED:" | tee -a "$LOG"
     tail -15 "$OUT/compare.txt" | tee -a "$LOG"
@@ -89,11 +105,11 @@ else
     echo "   ok ($(( $(date +%s) - t0 )) s)" | tee -a "$LOG"
 fi
 
-for name in 8b 1b 8b-grad; do
+for name in "${made[@]}"; do
     echo
     grep -v -E '^(compiling|timing) ' "$OUT/codac-$name.txt" 2>/dev/null | tee -a "$LOG"
 done
 echo
-grep -A20 '^times in ms' "$OUT/compare.txt" | tee -a "$LOG"
+grep -A24 '^times in ms' "$OUT/compare.txt" | tee -a "$LOG"
 echo "$failures failure(s); files in $OUT"
 [ "$failures" -eq 0 ]
