@@ -464,7 +464,10 @@ def main():
         res["codac"] = codac_for(name, p, args.m, kernels, blocks, steps)
         res["codac_ms"] = res["codac"] and res["codac"]["ms"]
         res["reference"] = REFERENCE.get(case_name)
-        print(f"{case_name}: {len(sets)} copies of {one / 1e6:.1f} MB, {time.time() - t0:.1f} s", flush=True)
+        timed = ", ".join(f"{k[:-3]} {res[k]:.3f} ms" for k in ("cublas_ms", "eager_ms", "compile_ms") if k in res)
+        build = f", compile build {res['compile_build_s']:.0f} s" if "compile_build_s" in res else ""
+        print(f"{case_name}: {len(sets)} copies of {one / 1e6:.1f} MB, {time.time() - t0:.1f} s{build}; {timed}",
+              flush=True)
         del sets, compiled
         if not dry:
             torch.cuda.empty_cache()
