@@ -94,6 +94,7 @@ impl Chooser<'_> {
                     _ => {}
                 }
             }
+            regs += self.plan.joined.values().filter(|joined| joined.kernel == k).count();
             heavy |= regs > config::HEAVY_NODES;
             let shape = &self.block.ty(*matmul).shape;
             let wide = self.wide_epilogue(k);

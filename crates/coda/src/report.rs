@@ -34,6 +34,9 @@ pub(crate) struct KernelReport {
     pub(crate) outputs: Vec<String>,
     pub(crate) bytes_moved: u64,
     pub(crate) why: Vec<String>,
+    /// For GEMM kernels: why the epilogue stores values that read no
+    /// accumulator.
+    pub(crate) joined: Vec<String>,
 }
 
 /// The report of one block.
@@ -116,6 +119,7 @@ fn kernel_reports(
                 outputs: visible(&writes),
                 bytes_moved: traffic::kernel_bytes(ir, kernel, dims),
                 why: kernel.why.clone(),
+                joined: kernel.joined.clone(),
             }
         })
         .collect()
@@ -178,6 +182,9 @@ pub(crate) fn report_text(r: &BlockReport) -> String {
         }
         for why in &k.why {
             out.push_str(&wrapped(&format!("//      not in an epilogue: {why}")));
+        }
+        for why in &k.joined {
+            out.push_str(&wrapped(&format!("//      in the epilogue: {why}")));
         }
     }
     let (fused, unfused) = (r.fused_bytes(), r.unfused_bytes);
@@ -243,6 +250,7 @@ pub(crate) fn report_json(block: &str, r: &BlockReport) -> (Value, Vec<Value>) {
                 "outputs": k.outputs,
                 "bytes_moved": k.bytes_moved,
                 "why_not_epilogue": k.why,
+                "in_epilogue": k.joined,
             })
         })
         .collect();

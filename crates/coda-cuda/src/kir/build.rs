@@ -11,8 +11,8 @@
 //! ([`BlockIr::name_kernels`]).
 
 use super::{
-    BlockIr, BufId, Buffer, GemmSpec, GridSpec, Kernel, KernelKind, Layout, Node, NodeId, Op, Operand, PartialKind,
-    PartialOut, Role, Space, Store,
+    BlockIr, BufId, Buffer, ColMap, GemmSpec, GridSpec, Kernel, KernelKind, Layout, Node, NodeId, Op, Operand,
+    PartialKind, PartialOut, Role, Space, Store,
 };
 use crate::config::TileConfig;
 use crate::error::CodegenError;
@@ -82,6 +82,9 @@ struct Ctx {
     k: usize,
     nodes: Vec<Node>,
     memo: HashMap<Value, NodeId>,
+    /// The register nodes of inline values this GEMM's epilogue stores
+    /// ([`Builder::joined_node`]).
+    joined: HashMap<Value, NodeId>,
 }
 
 /// [`Builder::mats_of`].
@@ -265,7 +268,7 @@ impl Builder<'_> {
     }
 
     fn build_kernel(&mut self, k: usize) -> Result<Kernel, CodegenError> {
-        let mut ctx = Ctx { k, nodes: Vec::new(), memo: HashMap::new() };
+        let mut ctx = Ctx { k, nodes: Vec::new(), memo: HashMap::new(), joined: HashMap::new() };
         let mut stores = Vec::new();
         let targets: Vec<(Value, DType)> = self.mats_of.get(&k).into_iter().flatten().copied().collect();
         for (v, dtype) in targets {
@@ -291,7 +294,8 @@ impl Builder<'_> {
             spec.config = self.tiles.refined(k, spec.config, &spec.n, &epilogue);
         }
         let why = self.why_not_epilogue(k);
-        Ok(Kernel { name: String::new(), kind, nodes: ctx.nodes, stores, partials, why })
+        let joined = self.why_joined(k);
+        Ok(Kernel { name: String::new(), kind, nodes: ctx.nodes, stores, partials, why, joined })
     }
 
     /// The stores of `v` into `buf`: one, or for a concatenation of
@@ -319,8 +323,54 @@ impl Builder<'_> {
             }
             return Ok(stores);
         }
-        let node = self.node_of(ctx, v)?;
+        let node = match self.plan.joined.get(&v) {
+            Some(joined) if joined.kernel == ctx.k => self.joined_node(ctx, v)?,
+            _ => self.node_of(ctx, v)?,
+        };
         Ok(vec![Store { node, buf, accumulate, col_perm, col_offset: None }])
+    }
+
+    /// The register node that GEMM `ctx.k` stores the inline value `v`
+    /// from ([`crate::plan::join`]): `v`'s element-wise operation, held at
+    /// the accumulator's own columns (`v` has the accumulator's shape), on
+    /// its operands' nodes evaluated there. Only the store reads it; other
+    /// nodes of the kernel that read `v` evaluate it inline, as they would
+    /// any inline value.
+    fn joined_node(&mut self, ctx: &mut Ctx, v: Value) -> Result<NodeId, CodegenError> {
+        if let Some(id) = ctx.joined.get(&v) {
+            return Ok(*id);
+        }
+        let len = self.block.ty(v).shape.cols.clone();
+        let op = self.op_of(ctx, v)?;
+        ctx.nodes.push(Node { op, space: Space::Tile, reg: Some(ColMap { offset: 0, stride: 1, len }), value: v });
+        let id = ctx.nodes.len() - 1;
+        ctx.joined.insert(v, id);
+        Ok(id)
+    }
+
+    /// Why GEMM `k`'s epilogue stores values that read no accumulator (one
+    /// line per value).
+    fn why_joined(&self, k: usize) -> Vec<String> {
+        let names = |values: &[Value]| -> Vec<String> {
+            let name = |x: Value| match self.block.inst(x) {
+                Inst::Param(i) => self.block.params.get(*i).map_or_else(|| self.value_name(x), |p| p.name.clone()),
+                _ => format!("tmp.{}", self.stored_name(x, self.carry_dtype(x))),
+            };
+            values.iter().map(|x| name(*x)).collect()
+        };
+        self.plan
+            .joined
+            .iter()
+            .filter(|(_, joined)| joined.kernel == k)
+            .map(|(v, joined)| {
+                format!(
+                    "`{}`: it reads no accumulator, but is element-wise over this GEMM's output tile and reads {}, \
+                     which this epilogue loads at the same coordinates; stored here instead of by a row kernel",
+                    self.value_name(*v),
+                    names(&joined.shared).join(", ")
+                )
+            })
+            .collect()
     }
 
     /// The node a store of the concatenation part `v` into `buf` writes:
@@ -346,18 +396,20 @@ impl Builder<'_> {
                 continue;
             }
             let Some(reason) = self.plan.why_not_epilogue[index].as_ref().map(ToString::to_string) else { continue };
-            let v = Value::from_index(index);
-            let what = match self.block.names.get(index).cloned().flatten() {
-                Some(name) => format!("`{name}`"),
-                None => {
-                    coda_ir::print::print_value(self.block, v).split_whitespace().next().unwrap_or("value").to_string()
-                }
-            };
+            let what = self.what(Value::from_index(index));
             if !why.iter().any(|w| w.ends_with(reason.as_str())) {
                 why.push(format!("{what}: {reason}"));
             }
         }
         why
+    }
+
+    /// `` `name` `` of a named value, else its operation (`add`).
+    fn what(&self, v: Value) -> String {
+        match self.block.names.get(v.index()).cloned().flatten() {
+            Some(name) => format!("`{name}`"),
+            None => coda_ir::print::print_value(self.block, v).split_whitespace().next().unwrap_or("value").to_string(),
+        }
     }
 
     fn partials_of(&mut self, ctx: &mut Ctx) -> Result<Vec<PartialOut>, CodegenError> {
@@ -517,6 +569,7 @@ impl Builder<'_> {
                     nodes: Vec::new(),
                     stores: Vec::new(),
                     partials: Vec::new(),
+                    joined: Vec::new(),
                 })
             })
             .collect()
@@ -539,6 +592,7 @@ impl Builder<'_> {
                 nodes: Vec::new(),
                 stores: Vec::new(),
                 partials: Vec::new(),
+                joined: Vec::new(),
             })
             .collect()
     }

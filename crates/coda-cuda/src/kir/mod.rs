@@ -432,6 +432,9 @@ pub struct Kernel {
     pub partials: Vec<PartialOut>,
     /// For kernels other than GEMMs: why their work found no GEMM epilogue.
     pub why: Vec<String>,
+    /// For GEMM kernels: why their epilogue stores values that read no
+    /// accumulator (`plan::join`).
+    pub joined: Vec<String>,
 }
 
 impl Kernel {

@@ -25,7 +25,10 @@
 //!   the last such kernel when everything it reads is ready by then. When a value
 //!   moves to a row kernel, epilogue values only it needs move along (they
 //!   are recomputed from the accumulator there, so a `swiglu` on
-//!   `[gate | up]` halves materializes the accumulator once).
+//!   `[gate | up]` halves materializes the accumulator once);
+//! * an inline element-wise value that a later kernel needs stored is
+//!   stored by a GEMM epilogue over its shape that already loads a tensor
+//!   it reads, rather than by a row kernel ([`join`]).
 //!
 //! A value read by a later kernel is materialized by its home kernel (fp32,
 //! or the 16-bit operand type for a matmul operand); [`crate::kir::build`]
@@ -33,6 +36,7 @@
 
 pub(crate) mod cse;
 mod grid;
+pub(crate) mod join;
 mod recompute;
 pub(crate) mod refusal;
 mod rules;
@@ -147,10 +151,31 @@ pub(crate) struct Plan {
     /// Why a value could not live in an epilogue (for `explain` and the
     /// rules of `kernel` blocks).
     pub(crate) why_not_epilogue: Vec<Option<refusal::Refusal>>,
+    /// Inline values stored by a GEMM epilogue that does not compute them
+    /// from its accumulator ([`join`]).
+    pub(crate) joined: BTreeMap<Value, join::Joined>,
 }
 
 /// Partitions a verified block.
+///
+/// A value's home is chosen when the walk reaches it, but which tensors a
+/// kernel loads is known only once the walk has passed everything it
+/// computes, which may come after a later GEMM asks for an operand that an
+/// earlier GEMM's epilogue could store ([`join`]). So when the walk met
+/// such a choice, it runs again, knowing what each kernel loaded the first
+/// time.
 pub(crate) fn partition(block: &Block) -> Plan {
+    let first = walk(block, None);
+    if !first.join_choices {
+        return first.plan;
+    }
+    let foresight = first.foresight();
+    walk(block, Some(foresight)).plan
+}
+
+/// One walk of the partitioner; inline values join GEMM epilogues only
+/// with the [`join::Foresight`] of an earlier walk.
+fn walk(block: &Block, foresight: Option<join::Foresight>) -> rules::Planner<'_> {
     let canon = cse::number_values(block);
     let live = cse::live_values(block, &canon);
     let n = block.insts.len();
@@ -164,11 +189,15 @@ pub(crate) fn partition(block: &Block) -> Plan {
             mats: BTreeMap::new(),
             output_kernels: Vec::new(),
             why_not_epilogue: vec![None; n],
+            joined: BTreeMap::new(),
         },
         ready: vec![0; n],
         row_partial_dep: vec![false; n],
         uses_in_kernel: vec![0; n],
         closures: vec![Vec::new(); n],
+        reads: Vec::new(),
+        foresight,
+        join_choices: false,
     };
     for (value, inst) in block.insts.iter() {
         if planner.plan.canon[value.index()] != value || !live[value.index()] {
@@ -177,7 +206,7 @@ pub(crate) fn partition(block: &Block) -> Plan {
         planner.place(value, inst);
     }
     planner.place_outputs();
-    planner.plan
+    planner
 }
 
 /// Whether an instruction only rearranges or combines values elementwise

@@ -6,6 +6,7 @@ use super::refusal::Refusal;
 use super::{is_inlinable, recompute, Home, KernelPlan, OperandPlan, Plan};
 use crate::kir::{ColMap, PartialKind};
 use coda_ir::{Axis, BinaryOp, Block, BlockKind, DType, Inst, ReduceOp, RopeStyle, Value};
+use std::collections::{BTreeMap, BTreeSet};
 
 /// The partitioner's state.
 pub(super) struct Planner<'a> {
@@ -20,6 +21,15 @@ pub(super) struct Planner<'a> {
     /// For inline values: what a kernel recomputes or loads to evaluate
     /// them ([`recompute`]); empty in explicit kernels, which have one GEMM.
     pub(super) closures: Vec<Vec<Value>>,
+    /// For each kernel: the stored tiles its work loads, each with the
+    /// values that read it ([`Planner::note_reads`]).
+    pub(super) reads: Vec<BTreeMap<Value, BTreeSet<Value>>>,
+    /// What a first walk says about the kernels ([`super::partition`]);
+    /// inline values join GEMM epilogues only in a walk that has it.
+    pub(super) foresight: Option<super::join::Foresight>,
+    /// Whether [`Planner::join_epilogue`] met a GEMM whose output tile is
+    /// the shape of the value it placed.
+    pub(super) join_choices: bool,
 }
 
 impl Planner<'_> {
@@ -55,6 +65,7 @@ impl Planner<'_> {
 
     pub(super) fn push_kernel(&mut self, kernel: KernelPlan) -> usize {
         self.plan.kernels.push(kernel);
+        self.reads.push(BTreeMap::new());
         self.plan.kernels.len() - 1
     }
 
@@ -71,6 +82,11 @@ impl Planner<'_> {
             Inst::MatMul { .. } => self.place_matmul(v, inst),
             _ => self.choose(v, inst),
         };
+        if let (Some(k), false) = (home.kernel(), matches!(inst, Inst::MatMul { .. })) {
+            for o in self.operands(v) {
+                self.note_reads(k, v, o);
+            }
+        }
         self.plan.homes[v.index()] = home;
     }
 
@@ -349,8 +365,9 @@ impl Planner<'_> {
         }
     }
 
-    /// Asks the home kernel of `v` to store it as `dtype`; inline values,
-    /// inputs and partials get a row kernel to do it. Returns the kernel.
+    /// Asks the home kernel of `v` to store it as `dtype`; inline values
+    /// join a GEMM epilogue ([`Self::join_epilogue`]), or, like inputs and
+    /// partials, get a row kernel to do it. Returns the kernel.
     pub(super) fn request_mat(&mut self, v: Value, dtype: DType) -> usize {
         let v = self.c(v);
         if let Some(k) = self.plan.mats.get(&(v, dtype)) {
@@ -362,8 +379,9 @@ impl Planner<'_> {
                 k
             }
             Home::Row(k) | Home::Col(k) | Home::Grid(k) => k,
-            _ => self.row_kernel_for(v),
+            _ => self.join_epilogue(v).unwrap_or_else(|| self.row_kernel_for(v)),
         };
+        self.note_reads(k, v, v);
         self.plan.mats.insert((v, dtype), k);
         k
     }
@@ -508,7 +526,7 @@ impl Planner<'_> {
             let v = self.c(output.value);
             let k = match self.home(v).clone() {
                 Home::Acc(k) | Home::Row(k) | Home::Col(k) | Home::Grid(k) => k,
-                _ => self.row_kernel_for(v),
+                _ => self.join_epilogue(v).unwrap_or_else(|| self.row_kernel_for(v)),
             };
             self.plan.output_kernels.push(k);
         }
