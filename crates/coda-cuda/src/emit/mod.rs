@@ -10,6 +10,7 @@
 //! an `extern "C"` entry instantiating a mainloop for GEMM kernels, a
 //! `Params_<k>` struct plus an `extern "C"` entry for the others.
 
+mod code;
 mod expr;
 mod gemm;
 mod names;

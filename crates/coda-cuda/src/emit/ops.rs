@@ -93,16 +93,6 @@ pub(crate) fn perm_args(perm: &coda_ir::PairPerm) -> String {
     format!("{}, {}, {}", perm.start, perm.end, perm.group)
 }
 
-/// Whether `word` occurs in `text` as an identifier.
-pub(crate) fn uses(text: &str, word: &str) -> bool {
-    text.match_indices(word).any(|(i, _)| {
-        let before = text[..i].chars().next_back();
-        let after = text[i + word.len()..].chars().next();
-        let ident = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.');
-        !ident(before) && !after.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_')
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,6 +11,7 @@
 //! tail (see [`crate::kir::GridSpec`]). A column-reduction kernel runs one CTA
 //! per column: threads stride over rows, then reduce in a fixed order.
 
+use super::code::Code;
 use super::expr::chunk_width;
 use super::expr::Emitter;
 use crate::error::CodegenError;
@@ -79,16 +80,16 @@ pub(crate) fn emit_row_columns(em: &mut Emitter<'_>, entry: &str) -> Result<Stri
     let narrow: Vec<&Store> = stores.iter().filter(|s| is_narrow(em, s)).collect();
     for s in narrow {
         let v = em.eval(s.node, "0", "0")?;
-        let text = store_call(em, s, "0", "0", &v);
-        em.stmt(format!("if (k == 0) {text}"), em.kernel.nodes[s.node].value);
+        let store = store_call(em, s, "0", "0", &v);
+        em.stmt(Code::of(format!("if (k == 0) {store}"), [&store]).reading(&["k"]), em.kernel.nodes[s.node].value);
     }
     for (w, same_width) in column_stores_by_width(em, &stores) {
         let we = em.dim_int(&w);
         em.open(format!("if (k < {we})"));
         for s in same_width {
             let v = em.eval(s.node, "0", "k")?;
-            let text = store_call(em, s, "0", "k", &v);
-            em.stmt(text, em.kernel.nodes[s.node].value);
+            let store = store_call(em, s, "0", "k", &v);
+            em.stmt(store, em.kernel.nodes[s.node].value);
         }
         em.close();
     }
@@ -172,8 +173,8 @@ fn row_body(
     for s in narrow {
         let v = em.eval(s.node, "m", "0")?;
         let m = if em.kernel.nodes[s.node].space == Space::Scalar { "0" } else { "m" };
-        let text = store_call(em, s, m, "0", &v);
-        em.stmt(format!("{guard}{text}"), em.kernel.nodes[s.node].value);
+        let store = store_call(em, s, m, "0", &v);
+        em.stmt(Code::of(format!("{guard}{store}"), [&store]), em.kernel.nodes[s.node].value);
     }
     for (w, same_width) in column_stores_by_width(em, &stores) {
         for piece in loop_pieces(em, &w) {
@@ -192,8 +193,8 @@ fn row_body(
                 em.open(format!("for (int k = {start}cg::lane<{tpr}>(); k < {end}; k += {tpr})"));
                 for s in &same_width {
                     let v = em.eval(s.node, "m", "k")?;
-                    let text = store_call(em, s, store_row(em, s), "k", &v);
-                    em.stmt(text, em.kernel.nodes[s.node].value);
+                    let store = store_call(em, s, store_row(em, s), "k", &v);
+                    em.stmt(store, em.kernel.nodes[s.node].value);
                 }
                 em.close();
             }
@@ -219,12 +220,17 @@ fn chunked_store_loop(
     let chunks = em.open_chunks("k", bounds, (THREADS, width), &arrays);
     for (s, array) in stores.iter().zip(&arrays) {
         let v = em.eval(s.node, "m", "k")?;
-        em.stmt(format!("{array}[{}] = {v};", chunks.elem), em.kernel.nodes[s.node].value);
+        let elem = &chunks.elem;
+        em.stmt(
+            Code::of(format!("{array}[{elem}] = {v};"), [&v]).reading(&[array, elem]),
+            em.kernel.nodes[s.node].value,
+        );
     }
     em.close_chunk_elements();
     for (s, array) in stores.iter().zip(&arrays) {
-        let text = store_with(em, s, (store_row(em, s), &chunks.start), array, ("st_chunk", "st_chunk_acc"));
-        em.stmt(text, em.kernel.nodes[s.node].value);
+        let at = (store_row(em, s), chunks.start.as_str());
+        let store = store_with(em, s, at, &Code::local(array), ("st_chunk", "st_chunk_acc"));
+        em.stmt(store, em.kernel.nodes[s.node].value);
     }
     em.close();
     Ok(())
@@ -322,7 +328,10 @@ fn grid_row_values(em: &mut Emitter<'_>, g: &GridSpec, tpr: u32) -> Result<(), C
         let x = em.eval(arg, "m", "0")?;
         let base = j as u32 * g.rows_per_cta;
         let lane = if tpr > 1 { format!("if (cg::lane<{tpr}>() == 0) ") } else { String::new() };
-        em.stmt(format!("{lane}gred[{base}{slot}] = {x};"), em.kernel.nodes[*node].value);
+        em.stmt(
+            Code::of(format!("{lane}gred[{base}{slot}] = {x};"), [&x]).reading(&["gred"]),
+            em.kernel.nodes[*node].value,
+        );
     }
     Ok(())
 }
@@ -343,8 +352,9 @@ fn grid_tail(em: &mut Emitter<'_>, rows: &Dim, g: &GridSpec, tail: &[bool]) -> R
     em.open("if (threadIdx.x == 0)");
     for (j, (node, buf)) in g.parts.iter().enumerate() {
         let (value, f) = grid_op(em, *node, "cta_sum", "cta_max")?;
-        let access = em.access(*buf, "(int)blockIdx.x", "0", true);
-        em.stmt(format!("cg::st({access}, cg::{f}(gred + {}, {n}));", j as u32 * r), value);
+        let access = em.access(*buf, &Code::lit("(int)blockIdx.x"), &Code::lit("0"), true);
+        let text = format!("cg::st({access}, cg::{f}(gred + {}, {n}));", j as u32 * r);
+        em.stmt(Code::of(text, [&access, &Code::index(&n)]).reading(&["gred"]), value);
     }
     em.close();
     let counter = em.buf_w(g.counter);
@@ -355,13 +365,14 @@ fn grid_tail(em: &mut Emitter<'_>, rows: &Dim, g: &GridSpec, tail: &[bool]) -> R
         let b = em.buf(*buf);
         let name = em.local_for(value);
         let red = em.reduction_scratch(THREADS);
-        em.stmt(format!("const float {name} = cg::{f}<{THREADS}>({b}, {b}_rows, {red});"), value);
-        em.bind(*node, "0", "0", name);
+        let red = Code::lit(format!("cg::{f}<{THREADS}>({b}, {b}_rows, {red})")).reading(&[red]);
+        em.define("float", &name, red, Some(value));
+        em.bind(*node, "0", "0", Code::local(name));
     }
     for s in em.kernel.stores.clone().iter().filter(|s| tail[s.node]) {
         let v = em.eval(s.node, "0", "0")?;
-        let text = store_call(em, s, "0", "0", &v);
-        em.stmt(format!("if (threadIdx.x == 0) {text}"), em.kernel.nodes[s.node].value);
+        let store = store_call(em, s, "0", "0", &v);
+        em.stmt(Code::of(format!("if (threadIdx.x == 0) {store}"), [&store]), em.kernel.nodes[s.node].value);
     }
     em.coop = 1;
     em.line(format!("if (threadIdx.x == 0) *{counter} = 0;  // ready for the next launch"));
@@ -397,8 +408,8 @@ pub(crate) fn emit_col(em: &mut Emitter<'_>, entry: &str) -> Result<String, Code
         let node = &em.kernel.nodes[s.node];
         let (value, k) = (node.value, if node.space == Space::Scalar { "0" } else { "c" });
         let v = em.eval(s.node, "0", "c")?;
-        let text = store_call(em, &s, "0", k, &v);
-        em.stmt(format!("if (threadIdx.x == 0) {text}"), value);
+        let store = store_call(em, &s, "0", k, &v);
+        em.stmt(Code::of(format!("if (threadIdx.x == 0) {store}"), [&store]), value);
     }
     let body = em.take_lines();
     if em.kernel.reads_col_index() {
@@ -425,21 +436,21 @@ fn is_narrow(em: &Emitter<'_>, s: &Store) -> bool {
     matches!(em.kernel.nodes[s.node].space, Space::Scalar | Space::Row)
 }
 
-fn store_call(em: &mut Emitter<'_>, s: &Store, m: &str, k: &str, v: &str) -> String {
+fn store_call(em: &mut Emitter<'_>, s: &Store, m: &str, k: &str, v: &Code) -> Code {
     store_with(em, s, (m, k), v, ("st", "st_acc"))
 }
 
 /// The call of helper `plain` (or `acc` for an accumulating store) storing
 /// `v` for store `s` at row `m`, column `k` (shifted by the store's column
 /// offset).
-fn store_with(em: &mut Emitter<'_>, s: &Store, (m, k): (&str, &str), v: &str, (plain, acc): (&str, &str)) -> String {
+fn store_with(em: &mut Emitter<'_>, s: &Store, (m, k): (&str, &str), v: &Code, (plain, acc): (&str, &str)) -> Code {
     let k = match s.col_offset {
-        Some(offset) => format!("{k} + {offset}"),
-        None => k.to_string(),
+        Some(offset) => Code::of(format!("{k} + {offset}"), [&Code::index(k)]),
+        None => Code::index(k),
     };
-    let access = em.access(s.buf, m, &k, true);
+    let access = em.access(s.buf, &Code::index(m), &k, true);
     let f = if s.accumulate { acc } else { plain };
-    format!("cg::{f}({access}, {v});")
+    Code::of(format!("cg::{f}({access}, {v});"), [&access, v])
 }
 
 /// The row index of a column store in a row kernel: `0` for a per-column

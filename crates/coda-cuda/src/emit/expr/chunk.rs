@@ -17,7 +17,7 @@
 //! the loop's width and bounds are constant multiples of eight, so a chunk
 //! never reaches past the loop's last column.
 
-use super::Emitter;
+use super::{Code, Emitter, Line};
 use coda_ir::{RopeSpec, RopeStyle, Value};
 use std::collections::HashMap;
 
@@ -38,9 +38,9 @@ pub(crate) struct Chunk {
     /// belongs to and its element index there: the loop's own column
     /// (`k` → `kv`, `e`) and rotary partner columns (`kp` → `kpv`, `e`).
     cols: Vec<(String, String, String)>,
-    /// Lines written before the element loop (already indented): chunk
-    /// loads and partner chunk starts.
-    hoisted: Vec<String>,
+    /// Lines written before the element loop: chunk loads and partner
+    /// chunk starts.
+    hoisted: Vec<Line>,
     /// The chunk arrays loaded so far, by buffer, row and chunk start.
     loaded: HashMap<(usize, String, String), String>,
     /// Indentation of the hoisted lines.
@@ -104,7 +104,7 @@ impl Emitter<'_> {
         self.line("#pragma unroll");
         self.open(format!("for (int {elem} = 0; {elem} < {width}; ++{elem})"));
         let defined = vec![(col.to_string(), self.mark())];
-        self.line(format!("const int {col} = {start} + {elem};"));
+        self.define("int", col, Code::lit(format!("{start} + {elem}")).reading(&[&start, &elem]), None);
         self.chunk = Some(Chunk { defined, ..chunk });
         ChunkLoop { start, elem }
     }
@@ -116,7 +116,7 @@ impl Emitter<'_> {
         self.close();
         if let Some(chunk) = self.chunk.take() {
             for (local, at) in chunk.defined.iter().rev() {
-                if !crate::emit::ops::uses(&self.lines_from(at + 1).join("\n"), local) {
+                if !self.lines_from(at + 1).iter().any(|line| line.reads(local)) {
                     self.remove_line(*at);
                 }
             }
@@ -127,30 +127,31 @@ impl Emitter<'_> {
     /// In a chunked loop, a load of buffer `id` at row `m` and column `k`
     /// as an element of a hoisted chunk load, when `k` is one of the
     /// loop's column locals.
-    pub(crate) fn chunk_load(&mut self, id: usize, m: &str, k: &str, value: Value) -> Option<String> {
+    pub(crate) fn chunk_load(&mut self, id: usize, m: &str, k: &str, value: Value) -> Option<Code> {
         if self.coherent.contains(&id) {
             return None;
         }
         let (start, elem) = self.chunk_col(k)?;
         let key = (id, m.to_string(), start.clone());
+        let element = |name: &str| Code::lit(format!("{name}[{elem}]")).reading(&[name, &elem]);
         if let Some(name) = self.chunk.as_ref().and_then(|c| c.loaded.get(&key)).cloned() {
-            return Some(format!("{name}[{elem}]"));
+            return Some(element(&name));
         }
         let name = self.local_for(value) + "_c";
-        let access = self.access(id, m, &start, false);
+        let access = self.access(id, &Code::index(m), &Code::local(&start), false);
         let width = self.chunk.as_ref()?.width;
         let text = format!("float {name}[{width}]; cg::load_chunk({name}, {access});  // {}", self.loc(value));
         let chunk = self.chunk.as_mut()?;
-        chunk.hoisted.push(format!("{}{text}", "    ".repeat(chunk.indent)));
+        chunk.hoisted.push(Line::of(chunk.indent, Code::of(text, [&access])));
         chunk.loaded.insert(key, name.clone());
-        Some(format!("{name}[{elem}]"))
+        Some(element(&name))
     }
 
     /// In a chunked loop, the rotary partner column of column local `k`
     /// as `kpv + e`, with the partner chunk's start `kpv` hoisted, when
     /// every chunk's partner is a chunk ("rotate half" with constant range
     /// bounds and half heads that are multiples of the chunk width).
-    pub(crate) fn chunk_partner(&mut self, spec: &RopeSpec, k: &str, args: &str) -> Option<String> {
+    pub(crate) fn chunk_partner(&mut self, spec: &RopeSpec, k: &str, args: &str) -> Option<Code> {
         let width = self.chunk.as_ref()?.width;
         let aligned = |d: &coda_ir::Dim| d.as_const().is_some_and(|c| c % width == 0);
         let fits = spec.style == RopeStyle::Half
@@ -165,12 +166,14 @@ impl Emitter<'_> {
         let partner = self.locals.fresh("kp");
         let at = self.mark();
         let chunk = self.chunk.as_mut()?;
-        let pad = "    ".repeat(chunk.indent);
-        chunk.hoisted.push(format!("{pad}const int {partner_start} = cg::rope_partner({start}, {args});"));
+        let text = format!("const int {partner_start} = cg::rope_partner({start}, {args});");
+        let code = Code::lit(text).reading(&[&start]);
+        chunk.hoisted.push(Line { defines: Some(partner_start.clone()), index: true, ..Line::of(chunk.indent, code) });
         chunk.cols.push((partner.clone(), partner_start.clone(), elem.clone()));
         chunk.defined.push((partner.clone(), at));
-        self.line(format!("const int {partner} = {partner_start} + {elem};"));
-        Some(partner)
+        let init = Code::lit(format!("{partner_start} + {elem}")).reading(&[&partner_start, &elem]);
+        self.define("int", &partner, init, None);
+        Some(Code::local(partner))
     }
 
     /// In a chunked loop, records that local `idx` is column local `k`
@@ -182,9 +185,8 @@ impl Emitter<'_> {
             return;
         }
         let Some((start, elem)) = self.chunk_col(k) else { return };
-        let definition = self.mark().checked_sub(1).filter(|&at| {
-            self.lines_from(at).first().is_some_and(|l| l.trim_start().starts_with(&format!("const int {idx} =")))
-        });
+        let definition = (self.mark().checked_sub(1))
+            .filter(|&at| self.lines_from(at).first().is_some_and(|l| l.defines.as_deref() == Some(idx)));
         let shifted = match offset {
             0.. => format!("{start} + {offset}"),
             _ => format!("{start} - {}", -offset),

@@ -12,6 +12,7 @@
 
 mod chunk;
 
+use super::code::{Code, Line};
 use super::names::Namer;
 use super::ops::{binary, double_lit, float_lit, perm_args, unary_reg};
 use super::params::ParamTable;
@@ -35,9 +36,9 @@ pub(crate) struct Emitter<'a> {
     pub(crate) params: ParamTable,
     pub(crate) fields: Namer,
     pub(crate) locals: Namer,
-    lines: Vec<String>,
+    lines: Vec<Line>,
     indent: usize,
-    scopes: Vec<HashMap<Key, String>>,
+    scopes: Vec<HashMap<Key, Code>>,
     /// Threads per row that may run a cooperative (block-wide) reduction
     /// at the current point; 1 where only sequential code is allowed.
     pub(crate) coop: u32,
@@ -65,7 +66,7 @@ pub(crate) struct Emitter<'a> {
     /// broadcast, a rotary partner: each evaluation writes its own index
     /// statements), evaluated ahead of the parent that reads them by
     /// [`Self::eval_operands_first`], in the order the parent reads them.
-    ahead: Vec<(Key, String)>,
+    ahead: Vec<(Key, Code)>,
     /// Where the values in [`Self::ahead`] for the node being evaluated
     /// begin (those above are its operands').
     ahead_from: usize,
@@ -113,15 +114,31 @@ impl<'a> Emitter<'a> {
         self.source.location(self.block.insts.span(value))
     }
 
-    pub(crate) fn line(&mut self, text: impl AsRef<str>) {
-        let pad = "    ".repeat(self.indent);
-        self.lines.push(format!("{pad}{}", text.as_ref()));
+    /// A line of text that reads no variable the emitter decides anything
+    /// about (braces, pragmas, loop headers, declarations of arrays).
+    pub(crate) fn line(&mut self, text: impl Into<String>) {
+        self.lines.push(Line::plain(self.indent, text));
+    }
+
+    /// A line of code.
+    pub(crate) fn line_of(&mut self, code: Code) {
+        self.lines.push(Line::of(self.indent, code));
     }
 
     /// A statement computing IR value `value`, with its source location.
-    pub(crate) fn stmt(&mut self, text: impl AsRef<str>, value: Value) {
+    pub(crate) fn stmt(&mut self, code: Code, value: Value) {
         let loc = self.loc(value);
-        self.line(format!("{}  // {loc}", text.as_ref()));
+        let text = format!("{code}  // {loc}");
+        self.line_of(Code { text, reads: code.reads });
+    }
+
+    /// `const TYPE NAME = INIT;`, with the source location of IR value `at`
+    /// (an `int` constant is an index).
+    pub(crate) fn define(&mut self, ty: &str, name: &str, init: Code, at: Option<Value>) {
+        let loc = at.map(|value| format!("  // {}", self.loc(value))).unwrap_or_default();
+        let code = Code { text: format!("const {ty} {name} = {init};{loc}"), reads: init.reads };
+        let defines = Some(name.to_string());
+        self.lines.push(Line { defines, index: ty == "int", ..Line::of(self.indent, code) });
     }
 
     /// Opens `header {` and a memo scope.
@@ -154,7 +171,7 @@ impl<'a> Emitter<'a> {
 
     /// Appends lines written earlier (already indented).
     pub(crate) fn extend(&mut self, lines: Vec<String>) {
-        self.lines.extend(lines);
+        self.lines.extend(lines.into_iter().map(|text| Line::plain(0, text)));
     }
 
     /// The current indentation level.
@@ -168,7 +185,7 @@ impl<'a> Emitter<'a> {
     }
 
     /// The lines written from a position from [`Self::mark`] on.
-    pub(crate) fn lines_from(&self, at: usize) -> &[String] {
+    pub(crate) fn lines_from(&self, at: usize) -> &[Line] {
         &self.lines[at.min(self.lines.len())..]
     }
 
@@ -179,19 +196,25 @@ impl<'a> Emitter<'a> {
         }
     }
 
-    /// Inserts `lines` (already indented) at a position from [`Self::mark`].
-    pub(crate) fn insert_lines(&mut self, at: usize, lines: Vec<String>) {
+    /// Inserts `lines` at a position from [`Self::mark`].
+    pub(crate) fn insert_lines(&mut self, at: usize, lines: Vec<Line>) {
         let tail = self.lines.split_off(at.min(self.lines.len()));
         self.lines.extend(lines);
         self.lines.extend(tail);
     }
 
+    /// The lines written so far, as text.
     pub(crate) fn take_lines(&mut self) -> Vec<String> {
+        self.take_body().iter().map(Line::render).collect()
+    }
+
+    /// The lines written so far.
+    pub(crate) fn take_body(&mut self) -> Vec<Line> {
         std::mem::take(&mut self.lines)
     }
 
     /// Records that `node` at `(m, k)` is held by the expression `var`.
-    pub(crate) fn bind(&mut self, node: NodeId, m: &str, k: &str, var: String) {
+    pub(crate) fn bind(&mut self, node: NodeId, m: &str, k: &str, var: Code) {
         let key = self.key(node, m, k);
         if let Some(scope) = self.scopes.last_mut() {
             scope.insert(key, var);
@@ -204,7 +227,7 @@ impl<'a> Emitter<'a> {
         (node, m, k)
     }
 
-    fn lookup(&self, key: &Key) -> Option<String> {
+    fn lookup(&self, key: &Key) -> Option<Code> {
         self.scopes.iter().rev().find_map(|s| s.get(key).cloned())
     }
 
@@ -228,13 +251,13 @@ impl<'a> Emitter<'a> {
     }
 
     /// `const int NAME = expr;`, or `expr` itself when it is a name or number.
-    pub(crate) fn index(&mut self, base: &str, expr: String) -> String {
+    pub(crate) fn index(&mut self, base: &str, expr: Code) -> Code {
         if expr.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
             return expr;
         }
         let name = self.locals.fresh(base);
-        self.line(format!("const int {name} = {expr};"));
-        name
+        self.define("int", &name, expr, None);
+        Code::local(name)
     }
 
     /// A run-time dim as a `long long` C expression.
@@ -288,13 +311,14 @@ impl<'a> Emitter<'a> {
     }
 
     /// The arguments `p.b, p.b_ld` and `p.b_rows, p.b_cols` around `(m, k)`.
-    pub(crate) fn access(&mut self, id: usize, m: &str, k: &str, write: bool) -> String {
+    pub(crate) fn access(&mut self, id: usize, m: &Code, k: &Code, write: bool) -> Code {
         let b = if write { self.buf_w(id) } else { self.buf(id) };
-        format!("{b}, {b}_ld, {m}, {k}, {b}_rows, {b}_cols")
+        Code::of(format!("{b}, {b}_ld, {m}, {k}, {b}_rows, {b}_cols"), [m, k])
     }
 
-    /// Evaluates `node` at `(m, k)`; returns a C expression (a local or a literal).
-    pub(crate) fn eval(&mut self, node: NodeId, m: &str, k: &str) -> Result<String, CodegenError> {
+    /// Evaluates `node` at `(m, k)`, two indices ([`Code::index`]); returns
+    /// a C expression (a local, a literal, an element of a chunk).
+    pub(crate) fn eval(&mut self, node: NodeId, m: &str, k: &str) -> Result<Code, CodegenError> {
         let key = self.key(node, m, k);
         if let Some(var) = self.lookup(&key) {
             return Ok(var);
@@ -310,7 +334,7 @@ impl<'a> Emitter<'a> {
 
     /// [`Self::eval_body`] of a node whose operands' unbound values are in
     /// [`Self::ahead`] from `mark` on; leaves `ahead` as it was before them.
-    fn eval_from(&mut self, node: NodeId, m: &str, k: &str, mark: usize) -> Result<String, CodegenError> {
+    fn eval_from(&mut self, node: NodeId, m: &str, k: &str, mark: usize) -> Result<Code, CodegenError> {
         let outer = std::mem::replace(&mut self.ahead_from, mark);
         let value = self.eval_body(node, m, k);
         self.ahead.truncate(mark);
@@ -320,24 +344,25 @@ impl<'a> Emitter<'a> {
 
     /// [`Self::eval`] of a node whose same-position operands
     /// ([`Self::same_position_operands`]) are evaluated already.
-    fn eval_body(&mut self, node: NodeId, m: &str, k: &str) -> Result<String, CodegenError> {
+    fn eval_body(&mut self, node: NodeId, m: &str, k: &str) -> Result<Code, CodegenError> {
         let key = self.key(node, m, k);
         let n = self.kernel.nodes.get(node).cloned().ok_or_else(|| self.internal("node out of range"))?;
         if n.reg.is_some() {
             return Err(self.internal("register node evaluated outside the epilogue loop"));
         }
         let (m, k) = (key.1.clone(), key.2.clone());
+        let (mi, ki) = (Code::index(&m), Code::index(&k));
         let expr = match &n.op {
-            Op::Const(c) => return Ok(float_lit(*c)),
-            Op::Dim(d) => return Ok(format!("(float){}", self.dim_ll(d))),
+            Op::Const(c) => return Ok(Code::lit(float_lit(*c))),
+            Op::Dim(d) => return Ok(Code::lit(format!("(float){}", self.dim_ll(d)))),
             Op::Broadcast(a) => return self.eval(*a, &m, &k),
             Op::Transpose(a) => return self.eval(*a, &k, &m),
             Op::Slice { arg, start, step } => {
                 let idx = if start.as_const() == Some(0) && *step == 1 {
-                    k.clone()
+                    ki
                 } else {
                     let s = self.dim_int(start);
-                    let idx = self.index("kc", format!("{s} + {k} * {step}"));
+                    let idx = self.index("kc", Code::of(format!("{s} + {k} * {step}"), [&ki]));
                     if let (Some(offset), 1) = (start.as_const(), *step) {
                         self.chunk_shift(&idx, &k, offset);
                     }
@@ -349,13 +374,13 @@ impl<'a> Emitter<'a> {
                 let args = self.rope_args(spec);
                 let idx = match self.chunk_partner(spec, &k, &args) {
                     Some(idx) => idx,
-                    None => self.index("kp", format!("cg::rope_partner({k}, {args})")),
+                    None => self.index("kp", Code::of(format!("cg::rope_partner({k}, {args})"), [&ki])),
                 };
-                self.rope_partners.insert(idx.clone(), (k.clone(), spec.clone()));
+                self.rope_partners.insert(idx.text.clone(), (k.clone(), spec.clone()));
                 return self.eval(*a, &m, &idx);
             }
             Op::Unpermute(perm, a) => {
-                let idx = self.index("kq", format!("cg::pair_position({k}, {})", perm_args(perm)));
+                let idx = self.index("kq", Code::of(format!("cg::pair_position({k}, {})", perm_args(perm)), [&ki]));
                 return self.eval(*a, &m, &idx);
             }
             Op::Load(id) => {
@@ -364,46 +389,47 @@ impl<'a> Emitter<'a> {
                     return Ok(element);
                 }
                 let f = if self.coherent.contains(id) { "load_cg" } else { "load" };
-                format!("cg::{f}({})", self.access(*id, &m, &k, false))
+                let access = self.access(*id, &mi, &ki, false);
+                Code::of(format!("cg::{f}({access})"), [&access])
             }
-            Op::Rope(spec, table) => self.rope_table(spec, *table, &k),
-            Op::FinishRow(kind, bufs) => self.finish_row(*kind, bufs, &m)?,
+            Op::Rope(spec, table) => self.rope_table(spec, *table, &ki),
+            Op::FinishRow(kind, bufs) => self.finish_row(*kind, bufs, &mi)?,
             Op::FinishCol(id) => {
                 let b = self.buf(*id);
-                format!("cg::finish_sum<1>({b}, {b}_ld, {k}, {b}_cols, nullptr)")
+                Code::of(format!("cg::finish_sum<1>({b}, {b}_ld, {k}, {b}_cols, nullptr)"), [&ki])
             }
             Op::Unary(op, a) => self.unary(*op, *a, &m, &k)?,
             Op::Binary(op, a, b) => {
                 let (a, b) = (self.eval(*a, &m, &k)?, self.eval(*b, &m, &k)?);
-                binary(*op, &a, &b)
+                Code::of(binary(*op, &a, &b), [&a, &b])
             }
             Op::Select(c, a, b) => {
                 let (c, a, b) = (self.eval(*c, &m, &k)?, self.eval(*a, &m, &k)?, self.eval(*b, &m, &k)?);
-                format!("({c} != 0.0f ? {a} : {b})")
+                Code::of(format!("({c} != 0.0f ? {a} : {b})"), [&c, &a, &b])
             }
             Op::Cast(to, a) => {
                 let a = self.eval(*a, &m, &k)?;
-                self.cast(*to, &a, n.value)?
+                Code::of(self.cast(*to, &a, n.value)?, [&a])
             }
             Op::Concat(parts) => self.concat(parts, &m, &k)?,
             Op::Interleave(e, o) => {
-                let h = self.index("kh", format!("{k} >> 1"));
+                let h = self.index("kh", Code::of(format!("{k} >> 1"), [&ki]));
                 let (e, o) = (self.eval(*e, &m, &h)?, self.eval(*o, &m, &h)?);
-                format!("(({k} & 1) ? {o} : {e})")
+                Code::of(format!("(({k} & 1) ? {o} : {e})"), [&ki, &o, &e])
             }
             Op::Take { arg, index, width } => {
                 let iv = self.eval(*index, &m, "0")?;
                 let w = self.dim_int(width);
-                let t = self.index("kt", format!("cg::take_index({iv}, {w})"));
+                let t = self.index("kt", Code::of(format!("cg::take_index({iv}, {w})"), [&iv]));
                 let v = self.eval(*arg, &m, &t)?;
-                format!("({t} >= 0 ? {v} : 0.0f)")
+                Code::of(format!("({t} >= 0 ? {v} : 0.0f)"), [&t, &v])
             }
             Op::Scatter { arg, index, width } => {
                 let iv = self.eval(*index, &m, "0")?;
                 let w = self.dim_int(width);
-                let t = self.index("kt", format!("cg::take_index({iv}, {w})"));
+                let t = self.index("kt", Code::of(format!("cg::take_index({iv}, {w})"), [&iv]));
                 let a = self.eval(*arg, &m, "0")?;
-                format!("({k} == {t} ? {a} : 0.0f)")
+                Code::of(format!("({k} == {t} ? {a} : 0.0f)"), [&ki, &t, &a])
             }
             Op::RowReduce { op, arg, width } => return self.reduce(node, *op, *arg, width, &m, true),
             Op::ColReduce { op, arg, height } => return self.reduce(node, *op, *arg, height, &k, false),
@@ -413,9 +439,9 @@ impl<'a> Emitter<'a> {
             Op::GridReduce { .. } => return Err(self.internal("grid reduction outside the grid tail")),
         };
         let name = self.local_for(n.value);
-        self.stmt(format!("const float {name} = {expr};"), n.value);
-        self.bind(node, &m, &k, name.clone());
-        Ok(name)
+        self.define("float", &name, expr, Some(n.value));
+        self.bind(node, &m, &k, Code::local(&name));
+        Ok(Code::local(name))
     }
 
     /// Evaluates, without recursion, the operands that [`Self::eval`] of
@@ -479,21 +505,23 @@ impl<'a> Emitter<'a> {
         format!("{start}, {end}, {}, {inter}", spec.head_dim)
     }
 
-    fn rope_table(&mut self, spec: &RopeSpec, table: RopeTable, k: &str) -> String {
+    fn rope_table(&mut self, spec: &RopeSpec, table: RopeTable, k: &Code) -> Code {
         let args = self.rope_args(spec);
-        match table {
+        let text = match table {
             RopeTable::Freq => format!("cg::rope_freq({k}, {args}, {})", freq_exponent(spec)),
             RopeTable::Sign => format!("cg::rope_sign({k}, {args})"),
-        }
+        };
+        Code::of(text, [k])
     }
 
-    fn finish_row(&mut self, kind: PartialKind, bufs: &[usize], m: &str) -> Result<String, CodegenError> {
+    fn finish_row(&mut self, kind: PartialKind, bufs: &[usize], m: &Code) -> Result<Code, CodegenError> {
         let tpr = self.coop;
         let red = self.reduction_scratch(tpr);
         let first = *bufs.first().ok_or_else(|| self.internal("partial without a buffer"))?;
         let b = self.buf(first);
         let quad = self.quad_rows && tpr == 1;
-        Ok(match kind {
+        let reads = [m.clone(), scratch_code(red)];
+        let text = match kind {
             PartialKind::RowSum | PartialKind::RowSumSq | PartialKind::RowPick | PartialKind::ColSum if quad => {
                 format!("cg::finish_sum_quad({b}, {b}_ld, {m}, {b}_cols)")
             }
@@ -507,10 +535,11 @@ impl<'a> Emitter<'a> {
                 let s = self.buf(second);
                 format!("cg::finish_lse<{tpr}>({b}, {s}, {b}_ld, {m}, {b}_cols, {red})")
             }
-        })
+        };
+        Ok(Code::of(text, &reads))
     }
 
-    fn unary(&mut self, op: UnaryOp, a: NodeId, m: &str, k: &str) -> Result<String, CodegenError> {
+    fn unary(&mut self, op: UnaryOp, a: NodeId, m: &str, k: &str) -> Result<Code, CodegenError> {
         if matches!(op, UnaryOp::Sin | UnaryOp::Cos) {
             if let Some((x, spec)) = self.rope_angle(a) {
                 let xv = self.eval(x, m, k)?;
@@ -521,7 +550,7 @@ impl<'a> Emitter<'a> {
                 };
                 let k = k.as_str();
                 let args = self.rope_args(&spec);
-                let lookup = self.rope_freq_lookup(&spec, k, &args);
+                let lookup = Code::of(self.rope_freq_lookup(&spec, k, &args), [&Code::index(k)]);
                 // One local per column for the sine and the cosine (and
                 // hoisted out of the row loop of a GEMM epilogue).
                 let key = (a, "rope_freq".to_string(), k.to_string());
@@ -530,19 +559,19 @@ impl<'a> Emitter<'a> {
                     None => {
                         let local = self.locals.fresh("freq");
                         let value = self.kernel.nodes[a].value;
-                        self.stmt(format!("const float2 {local} = {lookup};"), value);
+                        self.define("float2", &local, lookup, Some(value));
                         if let Some(scope) = self.scopes.last_mut() {
-                            scope.insert(key, local.clone());
+                            scope.insert(key, Code::local(&local));
                         }
-                        local
+                        Code::local(local)
                     }
                 };
                 let f = if op == UnaryOp::Sin { "sin_angle" } else { "cos_angle" };
-                return Ok(format!("cg::{f}({xv}, {freq})"));
+                return Ok(Code::of(format!("cg::{f}({xv}, {freq})"), [&xv, &freq]));
             }
         }
         let a = self.eval(a, m, k)?;
-        Ok(unary_reg(op, &a))
+        Ok(Code::of(unary_reg(op, &a), [&a]))
     }
 
     /// `(x, spec)` when `node` is `x * freq` with `freq` a rotary frequency
@@ -590,14 +619,15 @@ impl<'a> Emitter<'a> {
         (0..parts.len()).find(|&i| starts[i] <= lo && starts.get(i + 1).is_none_or(|&next| hi <= next))
     }
 
-    fn concat(&mut self, parts: &[(NodeId, Dim)], m: &str, k: &str) -> Result<String, CodegenError> {
+    fn concat(&mut self, parts: &[(NodeId, Dim)], m: &str, k: &str) -> Result<Code, CodegenError> {
+        let ki = Code::index(k);
         if let Some(part) = self.part_covering_k(parts, k) {
             let (node, offset) = &parts[part];
             let off = self.dim_int(offset);
             let idx = if off == "0" || self.is_constant(*node) {
-                k.to_string()
+                ki
             } else {
-                let idx = self.index("kq", format!("{k} - {off}"));
+                let idx = self.index("kq", Code::of(format!("{k} - {off}"), [&ki]));
                 if let Some(offset) = offset.as_const() {
                     self.chunk_shift(&idx, k, -offset);
                 }
@@ -610,16 +640,17 @@ impl<'a> Emitter<'a> {
             let off = self.dim_int(offset);
             // A constant part (the zero padding of a gradient) needs no index.
             let idx = if off == "0" || self.is_constant(*part) {
-                k.to_string()
+                ki.clone()
             } else {
-                self.index("kq", format!("{k} - {off}"))
+                self.index("kq", Code::of(format!("{k} - {off}"), [&ki]))
             };
             values.push((self.eval(*part, m, &idx)?, off));
         }
-        let mut expr = values.last().map(|(v, _)| v.clone()).unwrap_or_else(|| "0.0f".into());
+        let mut expr = values.last().map(|(v, _)| v.clone()).unwrap_or_else(|| Code::lit("0.0f"));
         for i in (0..values.len().saturating_sub(1)).rev() {
             let next_off = &values[i + 1].1;
-            expr = format!("({k} < {next_off} ? {} : {expr})", values[i].0);
+            let text = format!("({k} < {next_off} ? {} : {expr})", values[i].0);
+            expr = Code::of(text, [&ki, &values[i].0, &expr]);
         }
         Ok(expr)
     }
@@ -643,7 +674,7 @@ impl<'a> Emitter<'a> {
         extent: &Dim,
         at: &str,
         row: bool,
-    ) -> Result<String, CodegenError> {
+    ) -> Result<Code, CodegenError> {
         let value = self.kernel.nodes[node].value;
         let tpr = self.coop;
         let red = self.reduction_scratch(tpr);
@@ -653,13 +684,12 @@ impl<'a> Emitter<'a> {
         let chunk_width = extent.as_const().and_then(|w| chunk::chunk_width(0, w, tpr, 1));
         let chunk_width = chunk_width.filter(|_| row && tpr == crate::kir::CTA_THREADS && self.chunk.is_none());
         let extent = self.dim_int(extent);
-        match op {
-            ReduceOp::LogSumExp => {
-                self.stmt(format!("float {name}_m = coda::neg_inf(), {name}_s = 0.0f, {name}_bad = 0.0f;"), value)
-            }
-            ReduceOp::Sum => self.stmt(format!("float {name}_acc = 0.0f;"), value),
-            ReduceOp::Max => self.stmt(format!("float {name}_acc = coda::neg_inf();"), value),
-        }
+        let start = match op {
+            ReduceOp::LogSumExp => format!("float {name}_m = coda::neg_inf(), {name}_s = 0.0f, {name}_bad = 0.0f;"),
+            ReduceOp::Sum => format!("float {name}_acc = 0.0f;"),
+            ReduceOp::Max => format!("float {name}_acc = coda::neg_inf();"),
+        };
+        self.stmt(Code::lit(start), value);
         let i = self.locals.fresh(if row { "kk" } else { "mm" });
         // A reduction inside a chunked loop's elements runs plain.
         let outer_chunk = self.chunk.take();
@@ -671,29 +701,45 @@ impl<'a> Emitter<'a> {
         let saved = std::mem::replace(&mut self.coop, 1);
         let x = if row { self.eval(arg, at, &i)? } else { self.eval(arg, &i, at)? };
         self.coop = saved;
-        match op {
-            ReduceOp::Sum => self.line(format!("{name}_acc += {x};")),
-            ReduceOp::Max => self.line(format!("{name}_acc = cg::maximum({name}_acc, {x});")),
-            ReduceOp::LogSumExp => self.line(format!("cg::lse_push({name}_m, {name}_s, {name}_bad, {x});")),
-        }
+        let (acc, m, s, bad) = (format!("{name}_acc"), format!("{name}_m"), format!("{name}_s"), format!("{name}_bad"));
+        let step = match op {
+            ReduceOp::Sum => Code::of(format!("{acc} += {x};"), [&x]).reading(&[&acc]),
+            ReduceOp::Max => Code::of(format!("{acc} = cg::maximum({acc}, {x});"), [&x]).reading(&[&acc]),
+            ReduceOp::LogSumExp => {
+                Code::of(format!("cg::lse_push({m}, {s}, {bad}, {x});"), [&x]).reading(&[&m, &s, &bad])
+            }
+        };
+        self.line_of(step);
         if chunk_width.is_some() {
             self.close_chunk_elements();
         }
         self.close();
         self.chunk = outer_chunk;
+        let red_code = scratch_code(red);
         let finish = match op {
-            ReduceOp::Sum => format!("const float {name} = cg::block_sum<{tpr}>({name}_acc, {red});"),
-            ReduceOp::Max => format!("const float {name} = cg::block_max<{tpr}>({name}_acc, {red});"),
+            ReduceOp::Sum => Code::of(format!("cg::block_sum<{tpr}>({acc}, {red})"), [&red_code]).reading(&[&acc]),
+            ReduceOp::Max => Code::of(format!("cg::block_max<{tpr}>({acc}, {red})"), [&red_code]).reading(&[&acc]),
             ReduceOp::LogSumExp => {
-                self.line(format!("{name}_bad = cg::block_sum<{tpr}>({name}_bad != 0.0f ? 1.0f : 0.0f, {red});"));
-                self.line(format!("cg::block_lse<{tpr}>({name}_m, {name}_s, {red});"));
-                format!("const float {name} = cg::lse_finish({name}_m, {name}_s, {name}_bad);")
+                let text = format!("{bad} = cg::block_sum<{tpr}>({bad} != 0.0f ? 1.0f : 0.0f, {red});");
+                self.line_of(Code::of(text, [&red_code]).reading(&[&bad]));
+                let text = format!("cg::block_lse<{tpr}>({m}, {s}, {red});");
+                self.line_of(Code::of(text, [&red_code]).reading(&[&m, &s]));
+                Code::lit(format!("cg::lse_finish({m}, {s}, {bad})")).reading(&[&m, &s, &bad])
             }
         };
-        self.stmt(finish, value);
+        self.define("float", &name, finish, Some(value));
         let (m, k) = if row { (at.to_string(), "0".to_string()) } else { ("0".to_string(), at.to_string()) };
-        self.bind(node, &m, &k, name.clone());
-        Ok(name)
+        self.bind(node, &m, &k, Code::local(&name));
+        Ok(Code::local(name))
+    }
+}
+
+/// The shared array of a block-wide reduction
+/// ([`Emitter::reduction_scratch`]) as code: `red`, or a null pointer.
+fn scratch_code(red: &str) -> Code {
+    match red {
+        "red" => Code::local(red),
+        _ => Code::lit(red),
     }
 }
 

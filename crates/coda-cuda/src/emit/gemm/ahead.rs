@@ -6,6 +6,7 @@
 //! "Aligned epilogue operands").
 
 use super::{ColMap, Emitter, Gemm, NodeId};
+use crate::emit::code::Code;
 
 /// An access of the pair loop: `width` elements of buffer `buf` from column
 /// `a * n + b` of row `m` (`Gemm::aligned`).
@@ -76,8 +77,9 @@ impl Gemm {
         }
         let calls = |em: &mut Emitter<'_>, j: &str| -> Vec<String> {
             let mut lines = vec![format!("if ({j} < Frag::CJ) {{"), format!("    const int n = f.col({j});")];
+            let row = Code::lit("f.row(i)").reading(&["f", "i"]);
             for (s, (buf, k, aligned)) in list.iter().enumerate() {
-                let access = em.access(*buf, "f.row(i)", k, false);
+                let access = em.access(*buf, &row, &Code::lit(k).reading(&["n"]), false);
                 lines.push(format!(
                     "    for (int i = 0; i < Frag::RI; ++i) {};",
                     if streaming {
@@ -113,23 +115,16 @@ impl Gemm {
 
     /// Buffer columns `base + 2c .. base + 2c + 4` of a tile load, where `c`
     /// is the pair's first column in `map`, as one `float4`.
-    pub(super) fn quad_load(
-        &mut self,
-        em: &mut Emitter<'_>,
-        op: NodeId,
-        buf: usize,
-        map: &ColMap,
-        base: i64,
-    ) -> String {
+    pub(super) fn quad_load(&mut self, em: &mut Emitter<'_>, op: NodeId, buf: usize, map: &ColMap, base: i64) -> Code {
         let key = (op, map.offset, base);
         if let Some(v) = self.quads.get(&key) {
-            return v.clone();
+            return Code::local(v);
         }
         let value = em.kernel.nodes[op].value;
         let name = em.local_for(value);
         let c0 = self.col(em, map, 0);
         let k = if base == 0 { format!("2 * {c0}") } else { format!("{base} + 2 * {c0}") };
-        let access = em.access(buf, "m", &k, false);
+        let access = em.access(buf, &Code::local("m"), &Code::of(k, [&c0]), false);
         let o = map.offset;
         let in_n = if o == 0 { "2 * n".to_string() } else { format!("2 * (n - {o})") };
         let in_n = if base == 0 { in_n } else { format!("{base} + {in_n}") };
@@ -139,16 +134,18 @@ impl Gemm {
         self.streaming = self.may_stream && self.staged_load.is_none();
         let s = position_or_push(&mut self.ahead, (buf, in_n, aligned.is_some()));
         let load = if self.streaming {
-            format!("cg::stream_quad<Frag, kStreamSlots>(f, smem, {s}, j % kStreamSlots, i, {})", em.buf(buf))
+            let b = em.buf(buf);
+            let text = format!("cg::stream_quad<Frag, kStreamSlots>(f, smem, {s}, j % kStreamSlots, i, {b})");
+            Code::lit(text).reading(&["f", "smem", "j", "i"])
         } else {
             match aligned {
-                Some(whole) => format!("cg::load4_aligned<{whole}>({access})"),
-                None => format!("cg::load4({access})"),
+                Some(whole) => Code::of(format!("cg::load4_aligned<{whole}>({access})"), [&access]),
+                None => Code::of(format!("cg::load4({access})"), [&access]),
             }
         };
-        em.stmt(format!("const float4 {name} = {load};"), value);
+        em.define("float4", &name, load, Some(value));
         self.quads.insert(key, name.clone());
-        name
+        Code::local(name)
     }
 }
 

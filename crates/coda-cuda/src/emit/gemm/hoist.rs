@@ -1,46 +1,33 @@
-//! Text passes over the pair loop's body: unused column-index locals are
-//! dropped, and declarations that depend on the column only are hoisted
-//! out of the row loop.
+//! Which lines of the pair loop's body stay in it: index locals nothing
+//! reads are dropped, and definitions that depend on the column only move
+//! out of the row loop. Both decisions read the facts each line recorded
+//! when it was written (`code::Line`).
 
-use super::super::ops::uses;
+use crate::emit::code::Line;
 use std::collections::BTreeSet;
 
-/// The body without `const int` column-index locals nothing reads (a slot's
-/// column is computed on demand and may end up unused, e.g. when its value
-/// is stored through a pair).
-pub(super) fn drop_unused_indices(body: Vec<String>) -> Vec<String> {
-    body.iter()
-        .filter(|line| {
-            let Some(rest) = line.trim_start().strip_prefix("const int ") else { return true };
-            let name = rest.split(' ').next().unwrap_or_default();
-            // Read somewhere besides its own declaration.
-            let others: String =
-                body.iter().filter(|l| !std::ptr::eq(*l, *line)).cloned().collect::<Vec<_>>().join("\n");
-            uses(&others, name)
-        })
-        .cloned()
+/// The body without the index locals (`const int`) no line reads: a
+/// slot's column is defined when an operand asks for it, and the value
+/// evaluated there may not depend on it (a per-row value) or be stored
+/// through a pair.
+pub(super) fn without_unread_indices(body: Vec<Line>) -> Vec<Line> {
+    let read: BTreeSet<String> = body.iter().flat_map(|line| line.reads.iter().cloned()).collect();
+    body.into_iter()
+        .filter(|line| !line.index || line.defines.as_ref().is_some_and(|name| read.contains(name)))
         .collect()
 }
 
-/// Splits the per-pair body into the declarations that depend on the column
+/// Splits the per-pair body into the definitions that depend on the column
 /// only (no row index, row predicate, accumulator, scratch or per-row
-/// local, directly or through another declaration), in order, and the rest.
-pub(super) fn hoist_column_invariants(body: Vec<String>) -> (Vec<String>, Vec<String>) {
+/// local, directly or through another definition), in order, and the rest.
+pub(super) fn column_invariants(body: Vec<Line>) -> (Vec<Line>, Vec<Line>) {
     let mut row_dependent: BTreeSet<String> = ["i", "m", "row_ok", "f", "smem"].map(String::from).into();
     let (mut hoisted, mut rest) = (Vec::new(), Vec::new());
     for line in body {
-        let code = line.split("  //").next().unwrap_or_default();
-        let declared = code
-            .trim_start()
-            .strip_prefix("const ")
-            .and_then(|d| d.split_once(" = "))
-            .and_then(|(lhs, _)| lhs.split_whitespace().nth(1))
-            .map(String::from);
-        let free = identifiers(code.split_once(" = ").map_or(code, |(_, rhs)| rhs));
-        match declared {
-            Some(_) if free.iter().all(|id| !row_dependent.contains(id)) => hoisted.push(line),
+        match &line.defines {
+            Some(_) if line.reads.is_disjoint(&row_dependent) => hoisted.push(line),
             _ => {
-                row_dependent.extend(declared);
+                row_dependent.extend(line.defines.clone());
                 rest.push(line);
             }
         }
@@ -48,31 +35,50 @@ pub(super) fn hoist_column_invariants(body: Vec<String>) -> (Vec<String>, Vec<St
     (hoisted, rest)
 }
 
-/// The identifiers `text` reads as variables: not members (`.x`, `p.bias`)
-/// and not qualified names (`cg::load`).
-fn identifiers(text: &str) -> Vec<String> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < bytes.len() {
-        let c = bytes[i];
-        if c.is_ascii_alphabetic() || c == b'_' {
-            let start = i;
-            while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_') {
-                i += 1;
-            }
-            let qualified = start > 0 && matches!(bytes[start - 1], b'.' | b':');
-            let namespace = text[i..].starts_with("::");
-            if !qualified && !namespace {
-                out.push(text[start..i].to_string());
-            }
-        } else if c.is_ascii_digit() {
-            while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'.') {
-                i += 1;
-            }
-        } else {
-            i += 1;
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A line of the pair loop's body defining `name` (an index when
+    /// `index`), or none, reading `reads`.
+    fn line(name: Option<&str>, index: bool, reads: &[&str]) -> Line {
+        Line {
+            indent: 4,
+            text: name.unwrap_or("store").to_string(),
+            defines: name.map(String::from),
+            index,
+            reads: reads.iter().map(|r| r.to_string()).collect(),
         }
     }
-    out
+
+    fn names(lines: &[Line]) -> Vec<&str> {
+        lines.iter().map(|l| l.text.as_str()).collect()
+    }
+
+    #[test]
+    fn column_only_definitions_leave_the_row_loop() {
+        let body = vec![
+            line(Some("c"), true, &["n"]),
+            line(Some("x"), false, &["m", "c"]),
+            line(Some("g"), false, &["c"]),
+            line(Some("y"), false, &["x", "g"]),
+            line(Some("a"), false, &["f", "i", "j"]),
+            line(None, false, &["y", "m", "c"]),
+        ];
+        let (hoisted, rest) = column_invariants(body);
+        assert_eq!(names(&hoisted), ["c", "g"]);
+        assert_eq!(names(&rest), ["x", "y", "a", "store"]);
+    }
+
+    #[test]
+    fn only_unread_index_locals_are_dropped() {
+        let body = vec![
+            line(Some("c"), true, &["n"]),
+            line(Some("c1"), true, &["n"]),
+            line(Some("kc"), true, &["c"]),
+            line(Some("v"), false, &["m"]),
+        ];
+        // `c` stays: the unread `kc` reads it.
+        assert_eq!(names(&without_unread_indices(body)), ["c", "v"]);
+    }
 }

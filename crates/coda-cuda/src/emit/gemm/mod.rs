@@ -61,6 +61,7 @@ mod subtile;
 
 use staging::{put_finish_call, staged_call, staging_map, OutCols, Staging};
 
+use super::code::{Code, Line};
 use super::expr::Emitter;
 use crate::error::CodegenError;
 use crate::kir::{ColMap, GemmSpec, NodeId, PartialKind, Space};
@@ -134,7 +135,7 @@ pub(crate) fn emit(
             let s = em.kernel.stores[twin].clone();
             let (b, t, map) = (em.buf_w(s.buf), super::params::c_type(em.ir.buffers[s.buf].dtype), staging_map(how));
             let call = format!("coda::store_staged_again<{t}, {map}>(f, t, {b}, {b}_ld, {b}_cols, smem);");
-            em.stmt(call, em.kernel.nodes[s.node].value);
+            em.stmt(Code::lit(call).reading(&["f", "t", "smem"]), em.kernel.nodes[s.node].value);
         }
     }
     g.reductions(em)?;
@@ -167,9 +168,9 @@ pub(crate) fn emit(
 
 struct Gemm {
     /// Slot values of register nodes in the current `(i, j)` body.
-    regs: HashMap<NodeId, Vec<String>>,
+    regs: HashMap<NodeId, Vec<Code>>,
     /// Own-column index locals in the current body, by (offset, stride, slot).
-    cols: HashMap<(i64, i64, usize), String>,
+    cols: HashMap<(i64, i64, usize), Code>,
     /// Per-row values: node and array name.
     rows: Vec<(NodeId, String)>,
     /// Pair loads in the current body, by (node, map offset).
@@ -189,7 +190,7 @@ struct Gemm {
     may_stream: bool,
     /// Element-wise tile expressions evaluated for both slots at once in
     /// the current body, by (node, map offset).
-    inline_pairs: HashMap<(NodeId, i64), Vec<String>>,
+    inline_pairs: HashMap<(NodeId, i64), Vec<Code>>,
     /// How many [`Gemm::inline_pair`] evaluations are under way, one inside
     /// the other (at most [`MAX_INLINE_PAIR_DEPTH`]).
     inline_depth: usize,
@@ -271,7 +272,7 @@ impl Gemm {
         em.quad_rows = true;
         for (id, array) in self.rows.clone() {
             let v = em.eval(id, "m", "0")?;
-            em.line(format!("{array}[i] = {v};"));
+            em.line_of(Code::of(format!("{array}[i] = {v};"), [&v]).reading(&[&array, "i"]));
         }
         em.quad_rows = false;
         // Per-row values later kernels read: one thread per row, in the
@@ -279,11 +280,11 @@ impl Gemm {
         for store in em.kernel.stores.clone().iter().filter(|s| em.kernel.nodes[s.node].reg.is_none()) {
             let array = self.rows.iter().find(|(id, _)| *id == store.node).map(|(_, a)| a.clone());
             let array = array.ok_or_else(|| em.internal("GEMM store of a value that is not per row"))?;
-            let access = em.access(store.buf, "m", "0", true);
+            let access = em.access(store.buf, &Code::local("m"), &Code::lit("0"), true);
             let f = if store.accumulate { "st_acc" } else { "st" };
             let text =
                 format!("if (f.row_in(i) && f.row_writer() && t.tile_n_idx == 0) cg::{f}({access}, {array}[i]);");
-            em.stmt(text, em.kernel.nodes[store.node].value);
+            em.stmt(Code::of(text, [&access]).reading(&["f", "t", "i", &array]), em.kernel.nodes[store.node].value);
         }
         em.close();
         Ok(())
@@ -317,7 +318,7 @@ impl Gemm {
         self.streaming = false;
         self.inline_pairs.clear();
         for (id, array) in self.rows.clone() {
-            em.bind(id, "m", "0", format!("{array}[i]"));
+            em.bind(id, "m", "0", Code::lit(format!("{array}[i]")).reading(&[&array, "i"]));
         }
         for id in &live {
             self.register(em, *id)?;
@@ -346,7 +347,7 @@ impl Gemm {
                 self.put(em, &store, how, OutCols::Buffer.of(em, &store), self.staged_region())?;
             } else {
                 for (slot, v) in vars.iter().enumerate() {
-                    em.line(format!("f.acc[i][j][{slot}] = {v};"));
+                    em.line_of(Code::of(format!("f.acc[i][j][{slot}] = {v};"), [v]).reading(&["f", "i", "j"]));
                 }
             }
         }
@@ -357,9 +358,10 @@ impl Gemm {
             packed::pack_line(em, slot, &store, &vars)?;
         }
         em.pop_scope();
-        let body = hoist::drop_unused_indices(em.take_lines());
-        let text = body.join("\n");
-        let (hoisted, body) = hoist::hoist_column_invariants(body);
+        let body = hoist::without_unread_indices(em.take_body());
+        let reads = |name: &str| body.iter().any(|line| line.reads(name));
+        let (reads_n, reads_m) = (reads("n"), reads("m"));
+        let (hoisted, body) = hoist::column_invariants(body);
         // Columns outside, rows inside: what depends on the column only (a
         // gain, a rotary frequency, a column index) is evaluated once per
         // column pair, not once per row of the thread. Every row still
@@ -386,10 +388,11 @@ impl Gemm {
             lines.extend(subtile::begin_lines(em, operand).into_iter().map(|l| format!("{}{l}", pad(3))));
         }
         lines.extend(ahead.into_iter().map(|l| format!("{}{l}", pad(3))));
-        if super::ops::uses(&text, "n") {
+        if reads_n {
             lines.push(format!("{}const int n = f.col(j);", pad(3)));
         }
-        lines.extend(hoisted.into_iter().map(|l| l.replacen(&pad(1), "", 1)));
+        lines
+            .extend(hoisted.iter().map(|line| Line { indent: line.indent.saturating_sub(1), ..line.clone() }.render()));
         // Column sums of this pair over the thread's rows, kept after them.
         let col_sums: Vec<usize> = (em.kernel.partials.iter().enumerate())
             .filter(|(_, p)| p.kind == PartialKind::ColSum)
@@ -400,14 +403,14 @@ impl Gemm {
         }
         lines.push(format!("{}#pragma unroll", pad(3)));
         lines.push(format!("{}for (int i = 0; i < Frag::RI; ++i) {{", pad(3)));
-        if super::ops::uses(&text, "m") {
+        if reads_m {
             lines.push(format!("{}const int m = f.row(i);", pad(4)));
         }
         // Every partial's contributions are guarded by the row predicate.
         if !em.kernel.partials.is_empty() {
             lines.push(format!("{}const bool row_ok = f.row_in(i);", pad(4)));
         }
-        lines.extend(body);
+        lines.extend(body.iter().map(Line::render));
         lines.push(format!("{}}}", pad(3)));
         for idx in &col_sums {
             lines.push(format!("{}coda::col_keep<coda::SumOp>(f, j, part{idx}_j, part{idx});", pad(3)));
@@ -468,7 +471,7 @@ impl Gemm {
 
     /// The slot values of register node `node`, evaluated earlier in the
     /// pair's body; `what` (a store, a partial) reads it.
-    fn slot_values(&self, em: &Emitter<'_>, node: NodeId, what: &str) -> Result<Vec<String>, CodegenError> {
+    fn slot_values(&self, em: &Emitter<'_>, node: NodeId, what: &str) -> Result<Vec<Code>, CodegenError> {
         self.regs.get(&node).cloned().ok_or_else(|| em.internal(format!("{what} of an unevaluated node")))
     }
 }

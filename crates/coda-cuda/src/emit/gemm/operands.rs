@@ -6,13 +6,14 @@
 use super::ahead::Access;
 use super::facts::{column_vector_load, pair_invariant, reads_tile_pairs, sliced_tile_load, TileCols};
 use super::{subtile, Emitter, Gemm, MAX_INLINE_PAIR_DEPTH, MAX_STAGED_COL_VECS};
+use crate::emit::code::Code;
 use crate::emit::ops::{binary, unary_epilogue};
 use crate::error::CodegenError;
 use crate::kir::{ColMap, NodeId, Op, Space};
 
 impl Gemm {
     /// The local holding the own column of `map` at `slot`.
-    pub(super) fn col(&mut self, em: &mut Emitter<'_>, map: &ColMap, slot: usize) -> String {
+    pub(super) fn col(&mut self, em: &mut Emitter<'_>, map: &ColMap, slot: usize) -> Code {
         let key = (map.offset, map.stride, slot);
         if let Some(v) = self.cols.get(&key) {
             return v.clone();
@@ -24,7 +25,7 @@ impl Gemm {
             _ if o == 0 => "n >> 1".to_string(),
             _ => format!("(n - {o}) >> 1"),
         };
-        let name = em.index(if map.stride == 1 { "c" } else { "cp" }, expr);
+        let name = em.index(if map.stride == 1 { "c" } else { "cp" }, Code::lit(expr).reading(&["n"]));
         self.cols.insert(key, name.clone());
         name
     }
@@ -56,13 +57,14 @@ impl Gemm {
         if let Op::RopePartner(spec, _) = &node.op {
             let c0 = self.col(em, &map, 0);
             let (s, e) = (em.dim_int(&spec.start), em.dim_int(&spec.end));
-            em.stmt(format!("const bool {name}_sw = {c0} >= {s} && {c0} < {e};"), node.value);
+            let init = Code::of(format!("{c0} >= {s} && {c0} < {e}"), [&c0]);
+            em.define("bool", &format!("{name}_sw"), init, Some(node.value));
         }
         for slot in 0..Self::slots(&map) {
             let expr = self.slot_expr(em, id, &map, slot, &name)?;
             let var = if Self::slots(&map) == 2 { format!("{name}_{slot}") } else { format!("{name}_p") };
-            em.stmt(format!("const float {var} = {expr};"), node.value);
-            vars.push(var);
+            em.define("float", &var, expr, Some(node.value));
+            vars.push(Code::local(var));
         }
         self.regs.insert(id, vars);
         Ok(())
@@ -75,18 +77,20 @@ impl Gemm {
         op: NodeId,
         map: &ColMap,
         slot: usize,
-    ) -> Result<String, CodegenError> {
+    ) -> Result<Code, CodegenError> {
         if let Some(vars) = self.regs.get(&op) {
             return Ok(vars.get(slot).or(vars.first()).cloned().unwrap_or_default());
         }
         let half = if slot == 0 { "x" } else { "y" };
         if let (Op::Load(buf), Space::Tile, 1) = (&em.kernel.nodes[op].op, em.kernel.nodes[op].space, map.stride) {
-            return Ok(format!("{}.{half}", self.pair_load(em, op, *buf, map, "m")));
+            let pair = self.pair_load(em, op, *buf, map, "m");
+            return Ok(Code::of(format!("{pair}.{half}"), [&pair]));
         }
         // A column vector (a gain, a bias) at the pair's own columns: one
         // 4-byte load for both instead of two bounded 2-byte loads.
         if let Some((vector, buf)) = column_vector_load(em, op).filter(|_| map.stride == 1) {
-            return Ok(format!("{}.{half}", self.pair_load(em, vector, buf, map, "0")));
+            let pair = self.pair_load(em, vector, buf, map, "0");
+            return Ok(Code::of(format!("{pair}.{half}"), [&pair]));
         }
         if map.stride == 1
             && self.inline_depth < MAX_INLINE_PAIR_DEPTH
@@ -118,7 +122,7 @@ impl Gemm {
         em: &mut Emitter<'_>,
         op: NodeId,
         map: &ColMap,
-    ) -> Result<Vec<String>, CodegenError> {
+    ) -> Result<Vec<Code>, CodegenError> {
         let key = (op, map.offset);
         if let Some(vars) = self.inline_pairs.get(&key) {
             return Ok(vars.clone());
@@ -128,7 +132,7 @@ impl Gemm {
             Some(TileCols { load, buf, start, step: 1 }) => {
                 let at = ColMap { offset: map.offset - start, ..map.clone() };
                 let pair = self.pair_load(em, load, buf, &at, "m");
-                vec![format!("{pair}.x"), format!("{pair}.y")]
+                vec![Code::of(format!("{pair}.x"), [&pair]), Code::of(format!("{pair}.y"), [&pair])]
             }
             Some(TileCols { load, buf, start, step: 2 }) if start >= 0 => {
                 // Buffer columns `start + 2c` and `start + 2c + 2`: two
@@ -136,7 +140,7 @@ impl Gemm {
                 let parity = start & 1;
                 let quad = self.quad_load(em, load, buf, map, start - parity);
                 let lane = |slot: i64| ["x", "y", "z", "w"][(parity + 2 * slot) as usize];
-                vec![format!("{quad}.{}", lane(0)), format!("{quad}.{}", lane(1))]
+                vec![Code::of(format!("{quad}.{}", lane(0)), [&quad]), Code::of(format!("{quad}.{}", lane(1)), [&quad])]
             }
             _ => {
                 let name = em.local_for(node.value);
@@ -144,8 +148,8 @@ impl Gemm {
                 for slot in 0..2 {
                     let expr = self.slot_expr(em, op, map, slot, &name)?;
                     let var = format!("{name}_{slot}");
-                    em.stmt(format!("const float {var} = {expr};"), node.value);
-                    vars.push(var);
+                    em.define("float", &var, expr, Some(node.value));
+                    vars.push(Code::local(var));
                 }
                 vars
             }
@@ -158,17 +162,10 @@ impl Gemm {
     /// (a single 4- or 8-byte load when aligned): of a tile (`row` = `m`,
     /// staged through shared memory where it can be) or of a column vector
     /// (`row` = `0`).
-    pub(super) fn pair_load(
-        &mut self,
-        em: &mut Emitter<'_>,
-        op: NodeId,
-        buf: usize,
-        map: &ColMap,
-        row: &str,
-    ) -> String {
+    pub(super) fn pair_load(&mut self, em: &mut Emitter<'_>, op: NodeId, buf: usize, map: &ColMap, row: &str) -> Code {
         let key = (op, map.offset);
         if let Some(v) = self.pairs.get(&key) {
-            return v.clone();
+            return Code::local(v);
         }
         let value = em.kernel.nodes[op].value;
         let name = em.local_for(value);
@@ -182,28 +179,30 @@ impl Gemm {
             let read = if self.subtiled() {
                 subtile::pair_call(em, buf)
             } else {
-                format!("coda::staged_pair<{t}>(f, i, j, smem)")
+                Code::lit(format!("coda::staged_pair<{t}>(f, i, j, smem)")).reading(&["f", "i", "j", "smem"])
             };
-            em.stmt(format!("const float2 {name} = {read};"), value);
+            em.define("float2", &name, read, Some(value));
             self.pairs.insert(key, name.clone());
-            return name;
+            return Code::local(name);
         }
         let c0 = self.col(em, map, 0);
-        let access = em.access(buf, row, &c0, false);
+        let access = em.access(buf, &Code::index(row), &c0, false);
         let load = match self.col_slot(em, buf, map, row) {
-            Some(slot) => format!("cg::col_pair<Frag>(t, colv, {slot}, {access})"),
+            Some(slot) => {
+                Code::of(format!("cg::col_pair<Frag>(t, colv, {slot}, {access})"), [&access]).reading(&["t", "colv"])
+            }
             None if row == "m" && map.stride == 1 => {
                 let at = Access { buf, a: 1, b: -map.offset, width: 2 };
                 match Self::aligned(em, at, None) {
-                    Some(whole) => format!("cg::load2_aligned<{whole}>({access})"),
-                    None => format!("cg::load2({access})"),
+                    Some(whole) => Code::of(format!("cg::load2_aligned<{whole}>({access})"), [&access]),
+                    None => Code::of(format!("cg::load2({access})"), [&access]),
                 }
             }
-            None => format!("cg::load2({access})"),
+            None => Code::of(format!("cg::load2({access})"), [&access]),
         };
-        em.stmt(format!("const float2 {name} = {load};"), value);
+        em.define("float2", &name, load, Some(value));
         self.pairs.insert(key, name.clone());
-        name
+        Code::local(name)
     }
 
     /// The slot of a column vector read at the pair's own columns that is
@@ -247,26 +246,26 @@ impl Gemm {
         map: &ColMap,
         slot: usize,
         name: &str,
-    ) -> Result<String, CodegenError> {
+    ) -> Result<Code, CodegenError> {
         let node = em.kernel.nodes[id].clone();
         Ok(match &node.op {
-            Op::Acc => format!("f.acc[i][j][{slot}]"),
+            Op::Acc => Code::lit(format!("f.acc[i][j][{slot}]")).reading(&["f", "i", "j"]),
             Op::Unary(op, a) => {
                 let a = self.operand(em, *a, map, slot)?;
-                unary_epilogue(*op, &a)
+                Code::of(unary_epilogue(*op, &a), [&a])
             }
             Op::Binary(op, a, b) => {
                 let (a, b) = (self.operand(em, *a, map, slot)?, self.operand(em, *b, map, slot)?);
-                binary(*op, &a, &b)
+                Code::of(binary(*op, &a, &b), [&a, &b])
             }
             Op::Select(c, a, b) => {
                 let c = self.operand(em, *c, map, slot)?;
                 let (a, b) = (self.operand(em, *a, map, slot)?, self.operand(em, *b, map, slot)?);
-                format!("({c} != 0.0f ? {a} : {b})")
+                Code::of(format!("({c} != 0.0f ? {a} : {b})"), [&c, &a, &b])
             }
             Op::Cast(to, a) => {
                 let a = self.operand(em, *a, map, slot)?;
-                em.cast(*to, &a, node.value)?
+                Code::of(em.cast(*to, &a, node.value)?, [&a])
             }
             Op::Slice { arg, start, step } => {
                 let arg_map =
@@ -287,7 +286,8 @@ impl Gemm {
                 let vars = self.regs.get(a).cloned().unwrap_or_default();
                 let (same, other) = (vars.get(slot).cloned(), vars.get(1 - slot.min(1)).cloned());
                 let (same, other) = same.zip(other).ok_or_else(|| em.internal("rope partner slots"))?;
-                format!("({name}_sw ? {other} : {same})")
+                let switch = format!("{name}_sw");
+                Code::of(format!("({switch} ? {other} : {same})"), [&other, &same]).reading(&[&switch])
             }
             _ => return Err(em.internal(format!("register node {id} with a non-local operation"))),
         })

@@ -6,6 +6,7 @@
 use super::ahead::Access;
 use super::staging::{part_end, put_call, OutCols, Staging};
 use super::{subtile, Emitter, Gemm};
+use crate::emit::code::Code;
 use crate::emit::ops::perm_args;
 use crate::error::CodegenError;
 use crate::kir::{PartialKind, PartialOut, Store};
@@ -21,9 +22,9 @@ impl Gemm {
             let op = if accumulate { "st_acc" } else { "st" };
             for (slot, v) in vars.iter().enumerate() {
                 let c = self.col(em, &map, slot);
-                let col = format!("cg::pair_source({c}, {})", perm_args(&perm));
-                let access = em.access(buf, "m", &col, true);
-                em.stmt(format!("cg::{op}({access}, {v});"), value);
+                let col = Code::of(format!("cg::pair_source({c}, {})", perm_args(&perm)), [&c]);
+                let access = em.access(buf, &Code::local("m"), &col, true);
+                em.stmt(Code::of(format!("cg::{op}({access}, {v});"), [&access, v]), value);
             }
             return Ok(());
         }
@@ -35,10 +36,10 @@ impl Gemm {
                 let end =
                     part_end(em, store).ok_or_else(|| em.internal("a stored concatenation part of run-time width"))?;
                 let b = em.buf_w(buf);
-                let c = if offset == 0 { c0 } else { format!("{c0} + {offset}") };
-                (format!("{b}, {b}_ld, m, {c}, {b}_rows, {end}"), Some(end))
+                let c = if offset == 0 { c0.text.clone() } else { format!("{c0} + {offset}") };
+                (Code::of(format!("{b}, {b}_ld, m, {c}, {b}_rows, {end}"), [&c0]).reading(&["m"]), Some(end))
             }
-            None => (em.access(buf, "m", &c0, true), None),
+            None => (em.access(buf, &Code::local("m"), &c0, true), None),
         };
         let pair_store = map.stride == 1 && vars.len() == 2 && !accumulate;
         let aligned = match pair_store {
@@ -58,7 +59,7 @@ impl Gemm {
             ([v], true) => format!("cg::st_acc({access}, {v});"),
             _ => return Err(em.internal("store slots")),
         };
-        em.stmt(text, value);
+        em.stmt(Code::of(text, std::iter::once(&access).chain(&vars)), value);
         Ok(())
     }
 
@@ -75,12 +76,12 @@ impl Gemm {
     ) -> Result<(), CodegenError> {
         let vars = self.slot_values(em, store.node, "store")?;
         let (Some(v0), Some(v1)) = (vars.first(), vars.last()) else { return Err(em.internal("put store slots")) };
-        let text = if self.subtiled() {
+        let code = if self.subtiled() {
             subtile::put_call(em, subtile::SubStore { buf: store.buf, how, cols, region }, (v0, v1))
         } else {
             put_call(em, store.buf, how, cols, (v0, v1))
         };
-        em.stmt(text, em.kernel.nodes[store.node].value);
+        em.stmt(code, em.kernel.nodes[store.node].value);
         Ok(())
     }
 
@@ -95,21 +96,21 @@ impl Gemm {
             match part.kind {
                 PartialKind::ColSum => {
                     // Kept column sums (`coda::col_keep`): one pair per 8 column pairs.
-                    em.stmt(format!("float {name}[(Frag::CJ + 7) / 8][2];"), part.value);
+                    em.stmt(Code::lit(format!("float {name}[(Frag::CJ + 7) / 8][2];")), part.value);
                     em.line("#pragma unroll");
                     em.line(format!(
                         "for (int q = 0; q < (Frag::CJ + 7) / 8; ++q) {name}[q][0] = {name}[q][1] = 0.0f;"
                     ));
                 }
                 PartialKind::RowLse => {
-                    em.stmt(format!("float {name}_m[Frag::RI], {name}_s[Frag::RI];"), part.value);
+                    em.stmt(Code::lit(format!("float {name}_m[Frag::RI], {name}_s[Frag::RI];")), part.value);
                     em.line("#pragma unroll");
                     em.line(format!(
                         "for (int i = 0; i < Frag::RI; ++i) {{ {name}_m[i] = coda::neg_inf(); {name}_s[i] = 0.0f; }}"
                     ));
                 }
                 _ => {
-                    em.stmt(format!("float {name}[Frag::RI];"), part.value);
+                    em.stmt(Code::lit(format!("float {name}[Frag::RI];")), part.value);
                     em.line("#pragma unroll");
                     em.line(format!("for (int i = 0; i < Frag::RI; ++i) {name}[i] = {init};"));
                 }
@@ -134,24 +135,29 @@ impl Gemm {
             None => None,
         };
         let every_col = self.spans_every_tile(&map);
+        let (lse_max, lse_sum, col_sums) = (format!("{name}_m"), format!("{name}_s"), format!("{name}_j"));
         for (slot, v) in vars.iter().enumerate() {
             let c = self.col(em, &map, slot);
             let cond = match every_col {
-                true => "row_ok".to_string(),
-                false => format!("row_ok && {c} >= 0 && {c} < {len}"),
+                true => Code::local("row_ok"),
+                false => Code::of(format!("row_ok && {c} >= 0 && {c} < {len}"), [&c]).reading(&["row_ok"]),
             };
-            let text = match part.kind {
-                PartialKind::RowSum => format!("if ({cond}) {name}[i] += {v};"),
-                PartialKind::RowSumSq => format!("if ({cond}) {name}[i] += {v} * {v};"),
-                PartialKind::RowMax => format!("if ({cond}) {name}[i] = fmaxf({name}[i], {v});"),
-                PartialKind::RowLse => format!("if ({cond}) coda::lse_add({name}_m[i], {name}_s[i], {v});"),
-                PartialKind::RowPick => {
-                    let ix = index.clone().unwrap_or_else(|| "-1.0f".into());
-                    format!("if ({cond} && (float){c} == {ix}) {name}[i] += {v};")
+            let (text, reads): (String, &[&str]) = match part.kind {
+                PartialKind::RowSum => (format!("if ({cond}) {name}[i] += {v};"), &[&name, "i"]),
+                PartialKind::RowSumSq => (format!("if ({cond}) {name}[i] += {v} * {v};"), &[&name, "i"]),
+                PartialKind::RowMax => (format!("if ({cond}) {name}[i] = fmaxf({name}[i], {v});"), &[&name, "i"]),
+                PartialKind::RowLse => {
+                    (format!("if ({cond}) coda::lse_add({lse_max}[i], {lse_sum}[i], {v});"), &[&lse_max, &lse_sum, "i"])
                 }
-                PartialKind::ColSum => format!("if ({cond}) {name}_j[{slot}] += {v};"),
+                PartialKind::RowPick => {
+                    let ix = index.clone().unwrap_or_else(|| Code::lit("-1.0f"));
+                    let text = format!("if ({cond} && (float){c} == {ix}) {name}[i] += {v};");
+                    em.stmt(Code::of(text, [&cond, &c, &ix, v]).reading(&[&name, "i"]), part.value);
+                    continue;
+                }
+                PartialKind::ColSum => (format!("if ({cond}) {col_sums}[{slot}] += {v};"), &[&col_sums]),
             };
-            em.stmt(text, part.value);
+            em.stmt(Code::of(text, [&cond, v]).reading(reads), part.value);
         }
         Ok(())
     }
@@ -162,7 +168,11 @@ impl Gemm {
             match part.kind {
                 PartialKind::RowLse => {
                     let (bm, bs) = (em.buf_w(part.bufs[0]), em.buf_w(part.bufs[1]));
-                    em.stmt(format!("coda::row_reduce_lse(f, {name}_m, {name}_s, smem);"), part.value);
+                    let text = format!("coda::row_reduce_lse(f, {name}_m, {name}_s, smem);");
+                    em.stmt(
+                        Code::lit(text).reading(&["f", "smem", &format!("{name}_m"), &format!("{name}_s")]),
+                        part.value,
+                    );
                     em.line(format!("coda::store_row_partial(f, t, {name}_m, {bm});"));
                     em.line(format!("coda::store_row_partial(f, t, {name}_s, {bs});"));
                 }
@@ -170,7 +180,8 @@ impl Gemm {
                 kind => {
                     let op = if kind == PartialKind::RowMax { "MaxOp" } else { "SumOp" };
                     let b = em.buf_w(part.bufs[0]);
-                    em.stmt(format!("coda::row_reduce<coda::{op}>(f, {name}, smem);"), part.value);
+                    let text = format!("coda::row_reduce<coda::{op}>(f, {name}, smem);");
+                    em.stmt(Code::lit(text).reading(&["f", "smem", &name]), part.value);
                     em.line(format!("coda::store_row_partial(f, t, {name}, {b});"));
                 }
             }
@@ -194,7 +205,8 @@ impl Gemm {
         let map = em.kernel.nodes[part.node].reg.clone().ok_or_else(|| em.internal("column partial"))?;
         let b = em.buf_w(part.bufs[0]);
         let len = em.dim_int(&map.len);
-        em.stmt(format!("coda::col_reduce_kept<coda::SumOp>(f, {name}, smem);"), part.value);
+        let text = format!("coda::col_reduce_kept<coda::SumOp>(f, {name}, smem);");
+        em.stmt(Code::lit(text).reading(&["f", "smem", &name]), part.value);
         em.open("for (int lc = f.thread_index(); lc < Frag::BN; lc += Frag::kThreads)");
         if map.stride != 1 {
             em.line("if (lc % 2 != 0) continue;");
@@ -203,10 +215,11 @@ impl Gemm {
         self.cols.clear();
         let c = self.col(em, &map, 0);
         let store = format!("{b}[(long long){c} * {b}_ld + t.tile_m_idx] = smem[lc];");
-        match self.spans_every_tile(&map) {
-            true => em.line(store),
-            false => em.line(format!("if ({c} >= 0 && {c} < {len}) {store}")),
-        }
+        let store = match self.spans_every_tile(&map) {
+            true => store,
+            false => format!("if ({c} >= 0 && {c} < {len}) {store}"),
+        };
+        em.line_of(Code::of(store, [&c]).reading(&["t", "smem", "lc"]));
         em.close();
         Ok(())
     }

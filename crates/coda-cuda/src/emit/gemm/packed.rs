@@ -15,6 +15,7 @@
 
 use super::staging::{part_end, staging, Staging};
 use super::Emitter;
+use crate::emit::code::Code;
 use crate::error::CodegenError;
 use crate::kir::{GemmSpec, Store};
 
@@ -39,10 +40,11 @@ pub(super) fn stores(em: &Emitter<'_>, spec: &GemmSpec) -> Vec<usize> {
 
 /// The pair loop's last statement for a packed store: its values, rounded,
 /// into the pair's accumulator register `slot`.
-pub(super) fn pack_line(em: &mut Emitter<'_>, slot: usize, store: &Store, vars: &[String]) -> Result<(), CodegenError> {
+pub(super) fn pack_line(em: &mut Emitter<'_>, slot: usize, store: &Store, vars: &[Code]) -> Result<(), CodegenError> {
     let [v0, v1] = vars else { return Err(em.internal("a packed store of one slot")) };
     let t = super::super::params::c_type(em.ir.buffers[store.buf].dtype);
-    em.stmt(format!("f.acc[i][j][{slot}] = coda::pack_acc<{t}>({v0}, {v1});"), em.kernel.nodes[store.node].value);
+    let text = format!("f.acc[i][j][{slot}] = coda::pack_acc<{t}>({v0}, {v1});");
+    em.stmt(Code::of(text, [v0, v1]).reading(&["f", "i", "j"]), em.kernel.nodes[store.node].value);
     Ok(())
 }
 

@@ -5,6 +5,7 @@
 
 use super::super::params::c_type;
 use super::Emitter;
+use crate::emit::code::Code;
 use crate::kir::{GemmSpec, Store};
 
 /// How a staged store maps accumulator columns to output columns.
@@ -158,31 +159,34 @@ pub(super) fn put_call(
     buf: usize,
     how: Staging,
     cols: OutCols,
-    (v0, v1): (&str, &str),
-) -> String {
+    (v0, v1): (&Code, &Code),
+) -> Code {
     let (b, t, map) = (em.buf_w(buf), c_type(em.ir.buffers[buf].dtype), staging_map(how));
     let cols = cols.expr(&b);
-    format!("coda::staged_put<{t}, {map}>(f, t, i, j, {b}, {b}_ld, {cols}, smem, {v0}, {v1});")
+    let text = format!("coda::staged_put<{t}, {map}>(f, t, i, j, {b}, {b}_ld, {cols}, smem, {v0}, {v1});");
+    Code::of(text, [v0, v1]).reading(&["f", "t", "i", "j", "smem"])
 }
 
 /// The store of a tile that `put_call` filled, after the loop (same `cols`).
-pub(super) fn put_finish_call(em: &mut Emitter<'_>, buf: usize, how: Staging, cols: OutCols) -> String {
+pub(super) fn put_finish_call(em: &mut Emitter<'_>, buf: usize, how: Staging, cols: OutCols) -> Code {
     let (b, t, map) = (em.buf_w(buf), c_type(em.ir.buffers[buf].dtype), staging_map(how));
     let cols = cols.expr(&b);
-    format!("coda::staged_put_finish<{t}, {map}>(f, t, {b}, {b}_ld, {cols}, smem);")
+    let text = format!("coda::staged_put_finish<{t}, {map}>(f, t, {b}, {b}_ld, {cols}, smem);");
+    Code::lit(text).reading(&["f", "t", "smem"])
 }
 
 /// The call that writes the staged store from `f.acc` after the loop.
-pub(super) fn staged_call(em: &mut Emitter<'_>, buf: usize, how: Staging) -> String {
+pub(super) fn staged_call(em: &mut Emitter<'_>, buf: usize, how: Staging) -> Code {
     let (b, t) = (em.buf_w(buf), c_type(em.ir.buffers[buf].dtype));
-    match how {
+    let text = match how {
         // The helper checks the buffer's alignment itself (uniformly for the
         // CTA) and falls back to bounded element stores.
         Staging::Identity => format!("coda::store_tile_staged(f, t, f.acc, {b}, {b}_ld, smem);"),
         _ => {
             format!("coda::store_tile_staged_map<{t}, {}>(f, t, f.acc, {b}, {b}_ld, {b}_cols, smem);", staging_map(how))
         }
-    }
+    };
+    Code::lit(text).reading(&["f", "t", "smem"])
 }
 
 /// Whether `how` keeps a subtile's columns in runs that `coda::SubRuns`

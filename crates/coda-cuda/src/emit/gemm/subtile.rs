@@ -20,6 +20,7 @@
 
 use super::staging::{staging_map, OutCols, Staging};
 use super::Emitter;
+use crate::emit::code::Code;
 
 /// A store written through a region: its buffer, column map, column bound
 /// and region.
@@ -39,15 +40,17 @@ fn parts(em: &mut Emitter<'_>, s: SubStore) -> (String, String, String) {
 }
 
 /// One pair of `s` into its region (`coda::sub_put`).
-pub(super) fn put_call(em: &mut Emitter<'_>, s: SubStore, (v0, v1): (&str, &str)) -> String {
+pub(super) fn put_call(em: &mut Emitter<'_>, s: SubStore, (v0, v1): (&Code, &Code)) -> Code {
     let (t, map, out) = parts(em, s);
-    format!("coda::sub_put<{t}, {map}, {}>(f, t, i, j, {out}, smem, {v0}, {v1});", s.region)
+    let text = format!("coda::sub_put<{t}, {map}, {}>(f, t, i, j, {out}, smem, {v0}, {v1});", s.region);
+    Code::of(text, [v0, v1]).reading(&["f", "t", "i", "j", "smem"])
 }
 
 /// The staged operand's pair, read from region 0 (`coda::sub_pair`).
-pub(super) fn pair_call(em: &mut Emitter<'_>, buf: usize) -> String {
+pub(super) fn pair_call(em: &mut Emitter<'_>, buf: usize) -> Code {
     let (b, t) = (em.buf(buf), super::super::params::c_type(em.ir.buffers[buf].dtype));
-    format!("coda::sub_pair<{t}>(f, t, i, j, {b}, {b}_ld, {b}_rows, {b}_cols, smem)")
+    let text = format!("coda::sub_pair<{t}>(f, t, i, j, {b}, {b}_ld, {b}_rows, {b}_cols, smem)");
+    Code::lit(text).reading(&["f", "t", "i", "j", "smem"])
 }
 
 /// The first lines of a column pair's body: the subtile's barrier, then
