@@ -81,9 +81,33 @@ def render_gpu_test(data):
     return lines
 
 
+def render_steps(data):
+    """The training-step cases of compare.py's JSON (`compare.json` of one
+    `scripts/bench.sh` run) with the run it came from."""
+    lines = [
+        run_line(data["run"]),
+        "",
+        "| step (forward + backward) | codac (ms) | torch.compile (ms) | eager (ms) | cuBLAS's 12 GEMMs (ms) "
+        "| torch.compile / codac | eager / codac | codac / its bare GEMMs | codac's forward + backward (ms) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in data["rows"]:
+        if not r["case"].startswith("step"):
+            continue
+        c = r["codac"]
+        lines.append(
+            f"| `{r['case']}` ({r['model']}, M = {r['m']}) | {ms(c['ms'])} | {ms(r.get('compile_ms'))} "
+            f"| {ms(r.get('eager_ms'))} | {ms(r.get('cublas_ms'))} | {ratio(div(r.get('compile_ms'), c['ms']))} "
+            f"| {ratio(div(r.get('eager_ms'), c['ms']))} | {ratio(c['over_bare'])} "
+            f"| {ms(c['forward_ms'])} + {ms(c['backward_ms'])} |"
+        )
+    return lines
+
+
 # NAME -> (page, results file, renderer)
 TABLES = {
     "bench": ("docs/benchmarks.md", "docs/results/bench.json", render_bench),
+    "bench-step": ("docs/benchmarks.md", "docs/results/bench-step.json", render_steps),
     "gpu-test": ("docs/gpu-results.md", "docs/results/gpu-test.json", render_gpu_test),
 }
 
