@@ -12,5 +12,6 @@ mod interp;
 mod params;
 mod rewrites;
 mod robustness;
+mod saving;
 mod tidy;
 mod tiles;

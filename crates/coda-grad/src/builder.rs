@@ -56,7 +56,14 @@ struct SavedParam {
 
 impl<'f> Builder<'f> {
     /// Declares the interface and recomputes the forward.
-    pub(crate) fn new(fwd: &'f Block, spec: &'f GradSpec, active: Vec<bool>) -> Result<Self, GradError> {
+    /// The operands in `recomputed` are not saved
+    /// ([`crate::saving::recomputed_operands`]).
+    pub(crate) fn new(
+        fwd: &'f Block,
+        spec: &'f GradSpec,
+        active: Vec<bool>,
+        recomputed: &[Value],
+    ) -> Result<Self, GradError> {
         let mut bwd = Block::new(spec.name.clone(), BlockKind::Block, spec.span);
         bwd.dims = fwd.dims.clone();
         bwd.params = fwd.params.clone();
@@ -76,7 +83,7 @@ impl<'f> Builder<'f> {
             output_grads: Vec::new(),
             names,
         };
-        let saved_params = builder.declare_saved();
+        let saved_params = builder.declare_saved(recomputed);
         let grad_params = builder.declare_output_grads();
         builder.copy_forward(&saved_params)?;
         for index in grad_params {
@@ -94,7 +101,7 @@ impl<'f> Builder<'f> {
     /// `<name>_pairs`), and one per matmul operand saved in the operand type
     /// ([`crate::saving::saved_operands`]), in forward order: the saved
     /// value's name, or `mm<k>`.
-    fn declare_saved(&mut self) -> Vec<Option<SavedParam>> {
+    fn declare_saved(&mut self, recomputed: &[Value]) -> Vec<Option<SavedParam>> {
         let mut params = vec![None; self.fwd.insts.len()];
         let users = self.fwd.users();
         let mut chosen: Vec<(Value, Ty, String)> = Vec::new();
@@ -109,7 +116,7 @@ impl<'f> Builder<'f> {
             chosen.push((v, self.fwd.ty(v).clone(), matmul_name(mm)));
         }
         let points: Vec<Value> = chosen.iter().map(|(v, ..)| *v).collect();
-        for (v, dtype) in crate::saving::saved_operands(self.fwd, &users, &points) {
+        for (v, dtype) in crate::saving::saved_operands(self.fwd, &users, &points, recomputed) {
             let ty = Ty { dtype, shape: self.fwd.ty(v).shape.clone() };
             // Unnamed: after the matmul that reads it (`mm2_in`).
             let user = users[v.index()].first().copied().unwrap_or(v);

@@ -13,15 +13,18 @@
 //! The forward stores every matmul result the backward reads (in `f32`, the
 //! type of a matmul result; or, when the result only feeds residual
 //! additions ending in a 16-bit cast, that cast: `saving::save_point`), and
-//! nothing else; the backward recomputes
-//! every other forward value it needs (elementwise work, norms and their
-//! row statistics, activations, rotary tables) from its inputs and the
-//! saved matmul results. Matmuls are the only work too expensive to redo;
-//! everything else is memory-bound work that fuses into the backward's own
-//! kernels. For example the SwiGLU output is recomputed from the saved
-//! pre-activation `z` inside the backward, never stored. [`Gradient::saved`]
-//! lists the saved tensors and [`Gradient::saving_forward`] is the forward
-//! block that also outputs them.
+//! a matmul operand in its 16-bit operand type where reading it is cheaper
+//! than recomputing it from saved results (`saving::saved_operands`),
+//! unless it is an element-wise function of tensors the backward reads
+//! anyway (`saving::recomputed_operands`); the backward recomputes every
+//! other forward value it needs (elementwise work, norms and their row
+//! statistics, activations, rotary tables) from its inputs and the saved
+//! tensors. Matmuls are the only work too expensive to redo; everything
+//! else is memory-bound work that fuses into the backward's own kernels.
+//! For example the SwiGLU output `y = swiglu(z)` is recomputed from the
+//! saved pre-activation `z`, which the backward reads for `dz` anyway,
+//! never stored. [`Gradient::saved`] lists the saved tensors and
+//! [`Gradient::saving_forward`] is the forward block that also outputs them.
 //!
 //! # Method
 //!
@@ -133,8 +136,19 @@ pub enum GradError {
 /// Builds the backward block of `forward` (see the module docs).
 pub fn differentiate(forward: &Block, spec: &GradSpec) -> Result<Gradient, GradError> {
     check_spec(forward, spec)?;
+    let saving_operands = differentiate_recomputing(forward, spec, &[])?;
+    let recomputed = saving::recomputed_operands(forward, &saving_operands.saved, &saving_operands.backward);
+    if recomputed.is_empty() {
+        return Ok(saving_operands);
+    }
+    differentiate_recomputing(forward, spec, &recomputed)
+}
+
+/// [`differentiate`], with the matmul operands in `recomputed` recomputed
+/// by the backward instead of saved.
+fn differentiate_recomputing(forward: &Block, spec: &GradSpec, recomputed: &[Value]) -> Result<Gradient, GradError> {
     let active = activity::active(forward, &spec.wrt);
-    let mut builder = builder::Builder::new(forward, spec, active)?;
+    let mut builder = builder::Builder::new(forward, spec, active, recomputed)?;
     builder.seed_outputs()?;
     vjp::sweep(&mut builder)?;
     let zero = builder.finish_outputs()?;

@@ -32,19 +32,24 @@ pub(crate) fn save_point(fwd: &Block, users: &[Vec<Value>], mm: Value) -> Value 
 /// Matmul operands saved in the operand type, beside the matmul results:
 /// an `f32` operand `x` (not a block input) whose every user is a matmul
 /// with the same operand type `D`, and whose recomputation would read saved
-/// matmul results of more bytes than `x` has in `D`. The SwiGLU output
-/// `y = swiglu(z)` of `y @ w_down.T` is the case: the backward needs `y`
-/// only as the weight-gradient GEMM's operand, which rounds it to `D`
-/// anyway, so reading `y` in `D` is exact, and it reads `M × F` 16-bit
-/// values instead of the `M × 2F` `f32` of `z` (the forward already writes
-/// `y` in `D` for its own GEMM). Not a normalized operand (see
-/// [`saved_sources`]). Returns `(x, D)` pairs.
-pub(crate) fn saved_operands(fwd: &Block, users: &[Vec<Value>], points: &[Value]) -> Vec<(Value, DType)> {
+/// matmul results of more bytes than `x` has in `D`, unless `x` is in
+/// `recomputed` ([`recomputed_operands`]). The GELU output `a` of
+/// `a @ w_out.T` would be the case: the backward needs `a` only as the
+/// weight-gradient GEMM's operand, which rounds it to `D` anyway, so
+/// reading `a` in `D` is exact, and it reads `M × F` 16-bit values instead
+/// of the `M × F` `f32` of its pre-activation. Not a normalized operand
+/// (see [`saved_sources`]). Returns `(x, D)` pairs.
+pub(crate) fn saved_operands(
+    fwd: &Block,
+    users: &[Vec<Value>],
+    points: &[Value],
+    recomputed: &[Value],
+) -> Vec<(Value, DType)> {
     let mut out: Vec<(Value, DType)> = Vec::new();
     for (_, inst) in fwd.insts.iter() {
         let Inst::MatMul { lhs, rhs, operand_dtype, .. } = inst else { continue };
         for x in [*lhs, *rhs] {
-            let taken = points.contains(&x) || out.iter().any(|(v, _)| *v == x);
+            let taken = points.contains(&x) || out.iter().any(|(v, _)| *v == x) || recomputed.contains(&x);
             if taken || matches!(fwd.inst(x), Inst::Param(_)) || fwd.ty(x).dtype != DType::F32 {
                 continue;
             }
@@ -63,6 +68,78 @@ pub(crate) fn saved_operands(fwd: &Block, users: &[Vec<Value>], points: &[Value]
         }
     }
     out
+}
+
+/// A saved matmul operand `x` is recomputed instead when it is an
+/// element-wise function of tensors the backward reads anyway:
+///
+/// `x = f(s_1, …, s_k)`, with `f` made of element-wise work, broadcasts and
+/// column gathers only (no reduction, no matmul), and every `s_i` a saved
+/// matmul result or a block input that the backward reads for another
+/// reason; then `x` read saved equals `f(s_1, …, s_k)` recomputed in the
+/// backward, which copies the forward's instructions of `f`.
+///
+/// Numerics: exact. The forward evaluates `f` on the same `s_i` (a matmul
+/// result saved rounded is the rounded value the forward itself reads) in
+/// `f32` and rounds `x` to the operand type for its matmul; the backward
+/// evaluates the same instructions on the same values and the weight
+/// gradient's matmul rounds to the same type. The SwiGLU output
+/// `y = swiglu(z)` of `y @ w_down.T` is the case: the backward reads the
+/// saved `z` for `dz` anyway, so keeping `y` (`M × F` 16-bit values a
+/// layer, from the forward to the backward) buys no read; the code
+/// generator evaluates `y` in the epilogue of the GEMM that already loads
+/// `z` at the same tile coordinates (`dy = dx @ w_down`), which then stores
+/// it for the weight gradient.
+///
+/// `saved` and `backward` are those of a differentiation that saved every
+/// operand of [`saved_operands`]: the backward reads a tensor "anyway" when
+/// it reads it with `x` saved.
+pub(crate) fn recomputed_operands(fwd: &Block, saved: &[Saved], backward: &Block) -> Vec<Value> {
+    let users = fwd.users();
+    let points: Vec<Value> = fwd
+        .insts
+        .iter()
+        .filter(|(_, inst)| matches!(inst, Inst::MatMul { .. }))
+        .map(|(mm, _)| save_point(fwd, &users, mm))
+        .collect();
+    let read_saved: Vec<Value> = saved.iter().map(|s| s.value).collect();
+    let reads_input = |index: usize| fwd.params.get(index).is_some_and(|p| backward.param(&p.name).is_some());
+    let mut out = Vec::new();
+    for (x, _) in saved_operands(fwd, &users, &points, &[]) {
+        if !read_saved.contains(&x) {
+            continue;
+        }
+        let others: Vec<Value> = read_saved.iter().copied().filter(|v| *v != x).collect();
+        let Some(leaves) = elementwise_leaves(fwd, x, &others) else { continue };
+        let read_anyway = leaves.iter().all(|leaf| match fwd.inst(*leaf) {
+            Inst::Param(index) => reads_input(*index),
+            _ => others.contains(leaf),
+        });
+        if read_anyway {
+            out.push(x);
+        }
+    }
+    out
+}
+
+/// The tensors `x` is computed from through element-wise work alone: the
+/// values of `stops` and the block inputs it reaches; `None` when the walk
+/// meets a reduction or a matmul (a value that is no element-wise function
+/// of stored tensors).
+fn elementwise_leaves(fwd: &Block, x: Value, stops: &[Value]) -> Option<Vec<Value>> {
+    let (mut stack, mut seen, mut found) = (vec![x], std::collections::BTreeSet::new(), Vec::new());
+    while let Some(v) = stack.pop() {
+        if !seen.insert(v) {
+            continue;
+        }
+        match fwd.inst(v) {
+            _ if v != x && stops.contains(&v) => found.push(v),
+            Inst::Param(_) => found.push(v),
+            Inst::MatMul { .. } | Inst::Reduce { .. } => return None,
+            inst => stack.extend(inst.operands()),
+        }
+    }
+    Some(found)
 }
 
 /// The saved matmul results (`f32`, their own save points) that the

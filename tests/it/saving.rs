@@ -1,0 +1,67 @@
+//! What the forward saves for the backward (docs/backward.md §3) and where
+//! the backward recomputes what it does not save: an activation's output
+//! that feeds a matmul is recomputed from the pre-activation the backward
+//! reads anyway, in the epilogue of the dgrad GEMM that already loads it
+//! (docs/codegen.md, "Values that join an epilogue").
+
+/// The saved tensors of each gradient of the example `file`.
+fn saved_of(file: &str) -> Vec<Vec<String>> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples").join(file);
+    let checked = crate::grad::small_example(&path);
+    let view = coda::grad_view(&checked).unwrap_or_else(|e| panic!("{file}: {e}"));
+    view.grads.iter().map(|g| g.saved.iter().map(|s| s.name.clone()).collect()).collect()
+}
+
+/// SwiGLU, GeGLU and GELU outputs, each the operand of the next matmul, are
+/// element-wise functions of a pre-activation the backward reads for its
+/// own derivative, so none is saved.
+#[test]
+fn activation_outputs_are_recomputed_from_the_saved_pre_activation() {
+    assert_eq!(saved_of("llama3_block.coda"), [["x1", "z_pairs", "x2"]]);
+    assert_eq!(saved_of("gemma_mlp.coda"), [["mm0", "z_pairs"]]);
+    assert_eq!(saved_of("gpt2_block.coda"), [["x1", "mm1", "mm2"]]);
+}
+
+/// An operand whose recomputation would read a tensor the backward does not
+/// read otherwise stays saved in the operand type: `h = 2z` needs no `z`
+/// for its derivative, so recomputing `h` would read the `f32` `z` (twice
+/// the bytes of `h` in bf16) only for that.
+#[test]
+fn an_operand_of_tensors_the_backward_does_not_read_stays_saved() {
+    let text = "dim M\n\
+        block f(x: bf16[M, 64], w1: bf16[128, 64], w2: bf16[32, 128]) -> (y: bf16[M, 32]) {\n\
+            let z = x @ w1.T\n\
+            let h = z * 2.0\n\
+            y = h @ w2.T\n\
+        }\n\
+        grad f_grad = f wrt (x, w1, w2)\n";
+    let checked = coda::check("scaled.coda", text).unwrap_or_else(|e| panic!("{e}"));
+    assert!(!checked.has_errors(), "{}", checked.render_diagnostics());
+    let gradient = checked.grads.first().unwrap_or_else(|| panic!("no gradient"));
+    let saved: Vec<(&str, coda::ir::DType)> = gradient.saved.iter().map(|s| (s.name.as_str(), s.ty.dtype)).collect();
+    assert_eq!(saved, [("h", coda::ir::DType::BF16)]);
+}
+
+/// The Llama-3 backward reads the saved `z_pairs` in one kernel, the dgrad
+/// GEMM `dy = dx_out @ w_down`, a quad per accumulator pair; that epilogue
+/// also stores the recomputed `y = swiglu(z)` for the weight gradient
+/// `dx_out.T @ y`, and explain says why.
+#[test]
+fn the_dgrad_epilogue_stores_the_recomputed_swiglu() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/llama3_block.coda");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let checked = coda::check("examples/llama3_block.coda", &text).unwrap_or_else(|e| panic!("{e}"));
+    let view = coda::grad_view(&checked).unwrap_or_else(|e| panic!("{e}"));
+    let compiled = coda::compile(&view, &coda::CompileOptions::default()).unwrap_or_else(|e| panic!("{e}"));
+    // Besides the staging copy, launched only for a misaligned `z_pairs`.
+    let copy = |src: &str| src.lines().nth(1).is_some_and(|l| l.contains(" (copy): "));
+    let readers: Vec<_> =
+        compiled.kernels.iter().filter(|k| k.source.contains("p.z_pairs") && !copy(&k.source)).collect();
+    let [kernel] = readers.as_slice() else { panic!("{} kernels read z_pairs", readers.len()) };
+    let src = &kernel.source;
+    assert_eq!(src.matches("cg::load4_aligned<true>(p.z_pairs_staged,").count(), 1, "{}", kernel.file_name);
+    assert!(src.contains("p.tmp_y_bf16"), "{}: does not store y", kernel.file_name);
+    assert!(src.contains("p.tmp_dz_bf16"), "{}: does not store dz", kernel.file_name);
+    let explain = coda::explain_text(&view);
+    assert!(explain.contains("in the epilogue: `y`: it reads no accumulator"), "{explain}");
+}
