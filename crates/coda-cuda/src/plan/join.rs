@@ -39,8 +39,9 @@ pub(crate) struct Joined {
 pub(crate) struct Foresight {
     /// The stored tiles each GEMM's epilogue loads, by its matmul.
     gemm: BTreeMap<Value, BTreeSet<Value>>,
-    /// For each inline value a row kernel stored: the stored tiles that
-    /// kernel loads for its other work.
+    /// For each inline value a row kernel stored (an operand of a later
+    /// kernel, an output): the stored tiles that kernel loads for its other
+    /// work.
     row: BTreeMap<Value, BTreeSet<Value>>,
 }
 
@@ -105,8 +106,11 @@ impl Planner<'_> {
                     out.gemm.insert(*matmul, reads.keys().copied().collect());
                 }
                 KernelPlan::Row { .. } => {
-                    let stored = self.plan.mats.iter().filter(|(_, x)| **x == k).map(|((v, _), _)| *v);
-                    for v in stored.filter(|v| *self.home(*v) == Home::Inline) {
+                    let mats = self.plan.mats.iter().filter(|(_, x)| **x == k).map(|((v, _), _)| *v);
+                    let outputs = self.block.outputs.iter().zip(&self.plan.output_kernels);
+                    let outputs = outputs.filter(|(_, x)| **x == k).map(|(o, _)| self.plan.canon[o.value.index()]);
+                    let stored: BTreeSet<Value> = mats.chain(outputs).collect();
+                    for v in stored.into_iter().filter(|v| *self.home(*v) == Home::Inline) {
                         let others = reads.iter().filter(|(_, readers)| readers.iter().any(|r| *r != v));
                         out.row.insert(v, others.map(|(tile, _)| *tile).collect());
                     }

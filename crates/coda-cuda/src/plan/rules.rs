@@ -528,6 +528,7 @@ impl Planner<'_> {
                 Home::Acc(k) | Home::Row(k) | Home::Col(k) | Home::Grid(k) => k,
                 _ => self.join_epilogue(v).unwrap_or_else(|| self.row_kernel_for(v)),
             };
+            self.note_reads(k, v, v);
             self.plan.output_kernels.push(k);
         }
     }
