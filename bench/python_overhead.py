@@ -15,6 +15,7 @@ import argparse
 import statistics
 import time
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -23,24 +24,29 @@ import codac
 DIMS = {"D": 128, "F": 256, "HD": 64, "QH": 1, "KVH": 1}
 
 
-def per_call_us(fn, calls: int, rounds: int) -> float:
-    """Median host time per call over ``rounds`` bursts of ``calls`` calls.
+def per_call_us(fns: list[Callable[[], object]], calls: int, rounds: int) -> list[float]:
+    """Median host time per call of each of ``fns``, over ``rounds`` bursts
+    of ``calls`` calls each.
 
     A burst must not fill CUDA's queue of pending launches: then the host
     waits for the GPU and the time measured is the kernels', not the
     host's. So bursts are short, and the GPU drains between them, untimed.
+    Each round times one burst of every function in turn, so a slow spell
+    of the machine touches every row alike instead of the rows timed then.
     """
-    for _ in range(20):
-        fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        for _ in range(calls):
+    for fn in fns:
+        for _ in range(20):
             fn()
-        samples.append((time.perf_counter() - start) / calls * 1e6)
-        torch.cuda.synchronize()
-    return statistics.median(samples)
+    torch.cuda.synchronize()
+    samples: list[list[float]] = [[] for _ in fns]
+    for _ in range(rounds):
+        for fn, out in zip(fns, samples):
+            start = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            out.append((time.perf_counter() - start) / calls * 1e6)
+            torch.cuda.synchronize()
+    return [statistics.median(out) for out in samples]
 
 
 def main() -> None:
@@ -131,21 +137,23 @@ def main() -> None:
             print(f"cProfile of the {name} call, {args.calls} calls:")
             pstats.Stats(profiler).sort_stats("tottime").print_stats(16)
 
-    rows = [
-        ("codac block, no_grad (4 kernels)", per_call_us(no_grad, args.calls, args.rounds)),
-        ("codac block, with grad (saving forward)", per_call_us(with_grad, args.calls, args.rounds)),
-        ("torch.nn.functional.linear, no_grad", per_call_us(linear, args.calls, args.rounds)),
-        ("torch.empty(16, device='cuda')", per_call_us(empty, args.calls, args.rounds)),
-        ("torch.add(out=) on 16 elements (1 launch)", per_call_us(add, args.calls, args.rounds)),
-        ("  part: Signature.bind (checks, dims)", per_call_us(bind, args.calls, args.rounds)),
-        ("  part: run_cuda (outputs, workspace, launch)", per_call_us(python_run, args.calls, args.rounds)),
-        ("  part: Executor.launch (plan filled, 4 launches)", per_call_us(native_launch, args.calls, args.rounds)),
-        ("  part: saving forward without autograd", per_call_us(saving_run, args.calls, args.rounds)),
+    named = [
+        ("codac block, no_grad (4 kernels)", no_grad),
+        ("codac block, with grad (saving forward)", with_grad),
+        ("torch.nn.functional.linear, no_grad", linear),
+        ("torch.empty(16, device='cuda')", empty),
+        ("torch.add(out=) on 16 elements (1 launch)", add),
+        ("  part: Signature.bind (checks, dims)", bind),
+        ("  part: run_cuda (outputs, workspace, launch)", python_run),
+        ("  part: Executor.launch (plan filled, 4 launches)", native_launch),
+        ("  part: saving forward without autograd", saving_run),
     ]
+    times = per_call_us([fn for _, fn in named], args.calls, args.rounds)
+    rows = [(name, us) for (name, _), us in zip(named, times)]
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
-    print(f"{'call':<42} {'host us/call':>12}")
+    print(f"{'call':<50} {'host us/call':>12}")
     for name, us in rows:
-        print(f"{name:<42} {us:>12.1f}")
+        print(f"{name:<50} {us:>12.1f}")
 
 
 if __name__ == "__main__":
