@@ -387,19 +387,22 @@ fn row_kernels_read_and_write_rows_in_chunks() {
 
 /// A subtiled epilogue that reads quads of an aligned buffer prefetches
 /// the rows its tile's quads read into L2 before its pair loop
-/// (docs/codegen.md, "Staged subtiles on ping-pong tiles"). No example's
-/// backward has one since the dSwiGLU epilogue also stores the recomputed
-/// `y` (three stored values, on cooperative tiles); the check stands for
-/// any that does.
+/// (docs/codegen.md, "Staged subtiles on ping-pong tiles"). The default
+/// tiles of the examples' backwards have none (the dSwiGLU epilogue stores
+/// three values, so it takes cooperative tiles); forcing the staged
+/// subtiles gives the dSwiGLU one.
 #[test]
 fn subtiled_quad_reads_prefetch_their_tile_rows() {
     let view = llama3_grad_view();
-    let compiled = coda::compile(&view, &coda::CompileOptions::default()).unwrap_or_else(|e| panic!("{e}"));
+    let mut options = coda::CompileOptions::default();
+    options.codegen.tile_config = Some(coda::cuda::config::TileConfig::Sm90Cfg128x192pps2);
+    let compiled = coda::compile(&view, &options).unwrap_or_else(|e| panic!("{e}"));
     let subtiled_quads: Vec<_> = compiled
         .kernels
         .iter()
         .filter(|k| k.source.contains("coda::sub_begin(") && k.source.contains("cg::load4_aligned<"))
         .collect();
+    assert!(!subtiled_quads.is_empty(), "no subtiled epilogue reads quads on forced staged subtiles");
     for kernel in subtiled_quads {
         let apply = &kernel.source[kernel.source.rfind("static __device__ void apply").unwrap_or(0)..];
         let prefetch = apply.find("cg::prefetch_rows_l2(f, p.z_pairs");
