@@ -84,21 +84,6 @@ __device__ __forceinline__ float2 unpack_pair(unsigned u) {
     if constexpr (is_same<Elem, bf16>::value) return unpack2_bf16(u);
     else return unpack2_f16(u);
 }
-// Elementwise product of two packed pairs, rounded once to Elem (the
-// product of two 16-bit values is exact in fp32, so this equals rounding
-// the fp32 product).
-template <class Elem>
-__device__ __forceinline__ unsigned mul_pair(unsigned a, unsigned b) {
-    unsigned r;
-    if constexpr (is_same<Elem, bf16>::value) {
-        __nv_bfloat162 v = __hmul2(*reinterpret_cast<__nv_bfloat162*>(&a), *reinterpret_cast<__nv_bfloat162*>(&b));
-        r = *reinterpret_cast<unsigned*>(&v);
-    } else {
-        __half2 v = __hmul2(*reinterpret_cast<__half2*>(&a), *reinterpret_cast<__half2*>(&b));
-        r = *reinterpret_cast<unsigned*>(&v);
-    }
-    return r;
-}
 template <class Elem>
 __device__ __forceinline__ unsigned pack_pair(float lo, float hi) {
     if constexpr (is_same<Elem, bf16>::value) return pack2_bf16(lo, hi);

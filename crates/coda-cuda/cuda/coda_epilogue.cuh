@@ -68,21 +68,6 @@ struct TileInfo {
     int smem_bytes;                // dynamic shared memory available as scratch
 };
 
-// The A-operand prologue interface of both mainloops (template parameter
-// `Pro`): what the mainloop does to each A element between loading it and
-// feeding the tensor cores.  kScale: A[m][k] becomes round(A[m][k] * s[k])
-// with Pro::scale_pair(ep, k) the scales of k and k + 1 (k even) packed as
-// a pair of Elem (0 past K).
-// kRowSumSq: the mainloop accumulates sum_k A[m][k]^2 (before scaling) into
-// Frag::a_sumsq for the thread's accumulator rows.  NoPrologue does nothing
-// and costs nothing.
-struct NoPrologue {
-    static constexpr bool kScale = false;
-    static constexpr bool kRowSumSq = false;
-    template <class P>
-    static __device__ __forceinline__ unsigned scale_pair(const P&, int) { return 0u; }
-};
-
 // The per-thread accumulator fragment.  BM x BN is the CTA tile; the CTA's
 // warps form a kWarpsM x kWarpsN grid, and the warps with the same warp_m
 // hold the same rows (they split N), those with the same warp_n the same
@@ -112,10 +97,6 @@ struct AccFrag {
     static constexpr int kStageRegions = 1;
 
     float acc[RI][CJ][2];
-    // With an A prologue that keeps row statistics (Pro::kRowSumSq): the sum
-    // of squares of A's row row(i) over all of K, set by the mainloop before
-    // Epi::apply (unused otherwise, and then optimized away).
-    float a_sumsq[RI];
     int lrow0, lcol0;      // tile-local row of acc[0], column of acc[*][0][0]
     int grow0, gcol0;      // the same, global
     int m, n;              // problem bounds

@@ -412,44 +412,15 @@ __device__ __forceinline__ void mma_step(Frag& f, const unsigned (&af)[Cfg::kMma
     }
 }
 
-// The A prologue (see NoPrologue in coda_epilogue.cuh) on one k16 step's A
-// fragments, in registers.  The fragment of m16 tile mi holds, for lane
-// 4g + t, rows g and g + 8 at k 2t, 2t+1 (registers 0 and 1) and 2t+8, 2t+9
-// (registers 2 and 3) of the step, whatever the smem layout; rows g and
-// g + 8 are the accumulator rows i = 2 mi and 2 mi + 1 of the same thread,
-// so row sums need no exchange beyond the quad.  Every warp of a row
-// computes the same sums (the warps of one warp_m split N, not K).
-template <class Cfg, class Elem, class Pro, class Frag, class P>
-__device__ __forceinline__ void prologue_step(unsigned (&af)[Cfg::kMmaM][4], Frag& f, const P& ep, int k0) {
-    if constexpr (Pro::kScale || Pro::kRowSumSq) {
-        const int kc = k0 + 2 * (f.lane & 3);
-        unsigned gp[2] = {0u, 0u};
-        if constexpr (Pro::kScale) {
-            gp[0] = Pro::scale_pair(ep, kc);
-            gp[1] = Pro::scale_pair(ep, kc + 8);
-        }
-#pragma unroll
-        for (int mi = 0; mi < Cfg::kMmaM; ++mi)
-#pragma unroll
-            for (int r = 0; r < 4; ++r) {
-                if constexpr (Pro::kRowSumSq) {
-                    const float2 x = unpack_pair<Elem>(af[mi][r]);
-                    f.a_sumsq[2 * mi + (r & 1)] += x.x * x.x + x.y * x.y;
-                }
-                if constexpr (Pro::kScale) af[mi][r] = mul_pair<Elem>(af[mi][r], gp[r >> 1]);
-            }
-    }
-}
-
 // K loop, variant 1 (kFragDoubleBuffer = true): fragment registers are
 // double-buffered over the 16-wide k steps and the barrier sits before the
 // last k step of a tile, so the ldmatrix of the next tile's first step
 // overlaps the last step's mmas.  Costs 2x the fragment registers: meant for
 // 1-CTA/SM configurations with room below 255 registers.
-template <class Cfg, class Elem, class Pro, class Frag, class LA, class LB, class FA, class FB, class P>
+template <class Cfg, class Elem, class Frag, class LA, class LB, class FA, class FB>
 __device__ __forceinline__ void mainloop_pipelined(Frag& f, LA& load_a, LB& load_b, const FA& frag_a, const FB& frag_b,
                                                    unsigned smem_a, unsigned smem_b, int ktiles, int warp_m,
-                                                   int warp_n, const P& ep) {
+                                                   int warp_n) {
     constexpr int S = Cfg::kStages;
     // Fragment registers, double-buffered over the 16-wide k steps:
     // af[b][mi] = a[0..3] of m16 tile mi; bfr[b][p] = b[0..1] of n8 tiles
@@ -499,7 +470,6 @@ __device__ __forceinline__ void mainloop_pipelined(Frag& f, LA& load_a, LB& load
                 cp_async_commit();
                 write_stage = (write_stage + 1 == S) ? 0 : write_stage + 1;
             }
-            prologue_step<Cfg, Elem, Pro>(af[kk & 1], f, ep, kt * Cfg::BK + kk * 16);
             mma_step<Cfg, Elem>(f, af[kk & 1], bfr[kk & 1]);
         }
     }
@@ -510,10 +480,10 @@ __device__ __forceinline__ void mainloop_pipelined(Frag& f, LA& load_a, LB& load
 // each k tile, fragments loaded per k step (ptxas still overlaps the ldmatrix
 // of step kk+1 with the mmas of step kk within a tile).  Fewer registers: for
 // 2-CTA/SM configurations capped at 128 registers.
-template <class Cfg, class Elem, class Pro, class Frag, class LA, class LB, class FA, class FB, class P>
+template <class Cfg, class Elem, class Frag, class LA, class LB, class FA, class FB>
 __device__ __forceinline__ void mainloop_simple(Frag& f, LA& load_a, LB& load_b, const FA& frag_a, const FB& frag_b,
                                                 unsigned smem_a, unsigned smem_b, int ktiles, int warp_m,
-                                                int warp_n, const P& ep) {
+                                                int warp_n) {
     constexpr int S = Cfg::kStages;
     int read_stage = 0;
     int write_stage = S - 1;
@@ -538,7 +508,6 @@ __device__ __forceinline__ void mainloop_simple(Frag& f, LA& load_a, LB& load_b,
             unsigned af[Cfg::kMmaM][4];
             unsigned bfr[Cfg::kMmaN / 2][4];
             load_fragments<Cfg>(frag_a, frag_b, sa, sb, kk, warp_m, warp_n, af, bfr);
-            prologue_step<Cfg, Elem, Pro>(af, f, ep, kt * Cfg::BK + kk);
             mma_step<Cfg, Elem>(f, af, bfr);
         }
         read_stage = (read_stage + 1 == S) ? 0 : read_stage + 1;
@@ -548,8 +517,7 @@ __device__ __forceinline__ void mainloop_simple(Frag& f, LA& load_a, LB& load_b,
 // ---------------------------------------------------------------------------
 // The GEMM: one CTA computes one BM x BN output tile, then calls Epi::apply.
 // ---------------------------------------------------------------------------
-template <class Cfg, class LayoutA, class LayoutB, class Elem, class Epi, class RowMapB = IdentityRows,
-          class Pro = NoPrologue>
+template <class Cfg, class LayoutA, class LayoutB, class Elem, class Epi, class RowMapB = IdentityRows>
 __device__ __forceinline__ void gemm_sm80(const GemmArgs& g, const typename Epi::Params& ep) {
     static_assert(is_same<Elem, bf16>::value || is_same<Elem, f16>::value, "Elem must be bf16 or f16");
     typedef typename Sm80Frag<Cfg>::type Frag;
@@ -584,8 +552,6 @@ __device__ __forceinline__ void gemm_sm80(const GemmArgs& g, const typename Epi:
     for (int i = 0; i < Frag::RI; ++i)
 #pragma unroll
         for (int j = 0; j < Frag::CJ; ++j) f.acc[i][j][0] = f.acc[i][j][1] = 0.0f;
-#pragma unroll
-    for (int i = 0; i < Frag::RI; ++i) f.a_sumsq[i] = 0.0f;
     f.lane = lane;
 
     const int ktiles = (g.k + Cfg::BK - 1) / Cfg::BK;
@@ -602,14 +568,9 @@ __device__ __forceinline__ void gemm_sm80(const GemmArgs& g, const typename Epi:
     }
 
     if (Cfg::kFragDoubleBuffer)
-        mainloop_pipelined<Cfg, Elem, Pro>(f, load_a, load_b, frag_a, frag_b, smem_a, smem_b, ktiles, warp_m, warp_n,
-                                           ep);
+        mainloop_pipelined<Cfg, Elem>(f, load_a, load_b, frag_a, frag_b, smem_a, smem_b, ktiles, warp_m, warp_n);
     else
-        mainloop_simple<Cfg, Elem, Pro>(f, load_a, load_b, frag_a, frag_b, smem_a, smem_b, ktiles, warp_m, warp_n, ep);
-    if constexpr (Pro::kRowSumSq) {
-#pragma unroll
-        for (int i = 0; i < Frag::RI; ++i) f.a_sumsq[i] = quad_sum(f.a_sumsq[i]);
-    }
+        mainloop_simple<Cfg, Elem>(f, load_a, load_b, frag_a, frag_b, smem_a, smem_b, ktiles, warp_m, warp_n);
 
     // Drain (only empty groups can remain) and make the smem free for the
     // epilogue's scratch.

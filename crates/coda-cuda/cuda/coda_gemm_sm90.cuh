@@ -401,44 +401,17 @@ struct Wgmma;
 #define CODA_WG_OPS_192 "%96, %97, 1, 1, 1, %98, %99"
 #define CODA_WG_OPS_256 "%128, %129, 1, 1, 1, %130, %131"
 
-// The same with A from registers (RS): a[0..3] hold the warp's 16 x 16 A
-// fragment in the mma.m16n8k16 layout (rows g / g + 8, k 2t.. / 2t + 8..).
-// The registers must stay untouched until the wgmma completes (wait_group).
-template <int N, class Elem, int TB>
-struct WgmmaRS;
-#define CODA_WGRS_DEFINE(N, ELEM, TY, REGS, OPS, ACCS)                                                       \
-    template <int TB>                                                                                        \
-    struct WgmmaRS<N, ELEM, TB> {                                                                            \
-        static __device__ __forceinline__ void run(float (&lo)[N / 8][2], float (&hi)[N / 8][2],             \
-                                                   const unsigned (&a)[4], unsigned long long db) {          \
-            asm volatile("wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TY "." TY " {" REGS "}, " OPS     \
-                         ";\n"                                                                               \
-                         : ACCS                                                                              \
-                         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"(TB));                    \
-        }                                                                                                    \
-    };
-#define CODA_WGRS_OPS_64 "{%32, %33, %34, %35}, %36, 1, 1, 1, %37"
-#define CODA_WGRS_OPS_128 "{%64, %65, %66, %67}, %68, 1, 1, 1, %69"
-#define CODA_WGRS_OPS_192 "{%96, %97, %98, %99}, %100, 1, 1, 1, %101"
-#define CODA_WGRS_OPS_256 "{%128, %129, %130, %131}, %132, 1, 1, 1, %133"
-// Both forms (SS and RS) for every N and element type.
-#define CODA_WG_BOTH(N, ELEM, TY)                                                                            \
-    CODA_WG_DEFINE(N, ELEM, TY, CODA_WG_REGS_##N, CODA_WG_OPS_##N, CODA_WG_ACCS_##N)                         \
-    CODA_WGRS_DEFINE(N, ELEM, TY, CODA_WG_REGS_##N, CODA_WGRS_OPS_##N, CODA_WG_ACCS_##N)
-CODA_WG_BOTH(64, bf16, "bf16")
-CODA_WG_BOTH(128, bf16, "bf16")
-CODA_WG_BOTH(192, bf16, "bf16")
-CODA_WG_BOTH(256, bf16, "bf16")
-CODA_WG_BOTH(64, f16, "f16")
-CODA_WG_BOTH(128, f16, "f16")
-CODA_WG_BOTH(192, f16, "f16")
-CODA_WG_BOTH(256, f16, "f16")
-#undef CODA_WG_BOTH
-#undef CODA_WGRS_OPS_64
-#undef CODA_WGRS_OPS_128
-#undef CODA_WGRS_OPS_192
-#undef CODA_WGRS_OPS_256
-#undef CODA_WGRS_DEFINE
+// Every N and element type.
+#define CODA_WG_FOR(N, ELEM, TY) CODA_WG_DEFINE(N, ELEM, TY, CODA_WG_REGS_##N, CODA_WG_OPS_##N, CODA_WG_ACCS_##N)
+CODA_WG_FOR(64, bf16, "bf16")
+CODA_WG_FOR(128, bf16, "bf16")
+CODA_WG_FOR(192, bf16, "bf16")
+CODA_WG_FOR(256, bf16, "bf16")
+CODA_WG_FOR(64, f16, "f16")
+CODA_WG_FOR(128, f16, "f16")
+CODA_WG_FOR(192, f16, "f16")
+CODA_WG_FOR(256, f16, "f16")
+#undef CODA_WG_FOR
 #undef CODA_WG_OPS_64
 #undef CODA_WG_OPS_128
 #undef CODA_WG_OPS_192
@@ -625,91 +598,7 @@ struct Sm90PairRows {
     static __device__ __forceinline__ bool inside(int n) { return n >= START && n < END; }
 };
 
-// The gains one thread needs for the k block at k0: for k16 step kk,
-// gp[kk][0] = s[k0 + 16 kk + 2t .. + 1] and gp[kk][1] = s[.. + 8 .. + 9].
-// Loaded one k block ahead, so their latency hides behind the wgmmas.
-template <class Pro, class Cfg, class P>
-__device__ __forceinline__ void load_gains(unsigned (&gp)[Cfg::BK / 16][2], const P& ep, int k0, int lane) {
-#pragma unroll
-    for (int kk = 0; kk < Cfg::BK / 16; ++kk) {
-        const int kc = k0 + 16 * kk + 2 * (lane & 3);
-        gp[kk][0] = Pro::scale_pair(ep, kc);
-        gp[kk][1] = Pro::scale_pair(ep, kc + 8);
-    }
-}
-
-// The A prologue (see NoPrologue in coda_epilogue.cuh) on the Hopper
-// mainloop: A goes through registers (RS wgmma) instead of being read by
-// the tensor cores from shared memory.  Per k16 step kk and 64-row slab s,
-// ldmatrix.x4 loads the warp's 16 x 16 A fragment: lane L addresses row
-// 16 w + (L & 15) of the slab at 16-byte chunk 2 kk + (L >> 4), stored at
-// chunk ^ (row & 7) (128B swizzle, rows of 128 bytes, 1024-aligned stage).
-// The fragment's rows g and g + 8 are exactly the thread's accumulator rows
-// i = 2 s and 2 s + 1, so row sums need only the quad at the end; the gain
-// multiplies the registers (k 2t, 2t + 1 in registers 0 and 1, 2t + 8,
-// 2t + 9 in 2 and 3).  Nothing is written back, so no proxy fence or
-// barrier is needed.  A_MxK only.
-template <class Cfg, class Elem, class Pro, class Frag>
-__device__ __forceinline__ void prologue_fragment(unsigned (&a)[4], unsigned sa, int s, int kk, Frag& f,
-                                                  const unsigned (&gp)[2], int warp_in_wg, int lane) {
-    const int row = 16 * warp_in_wg + (lane & 15);
-    const int chunk = (2 * kk + (lane >> 4)) ^ (row & 7);
-    const unsigned addr = sa + (unsigned)(s * 64 * 128 + row * 128 + chunk * 16);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
-                 : "r"(addr));
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-        if constexpr (Pro::kRowSumSq) {
-            const float2 x = unpack_pair<Elem>(a[r]);
-            f.a_sumsq[2 * s + (r & 1)] += x.x * x.x + x.y * x.y;
-        }
-        if constexpr (Pro::kScale) a[r] = mul_pair<Elem>(a[r], gp[r >> 1]);
-    }
-}
-
-// One k block of the A-prologue path: waits for its ring slot, loads and
-// transforms this warpgroup's A fragments, issues the RS wgmmas, loads the
-// next k block's gains (their latency hides behind the wgmmas), waits for
-// the wgmmas and releases the slot.  The wait is wait_group 0: RS operands
-// are read asynchronously, so the fragment registers may only be rewritten
-// once the wgmmas are done (double-buffering them made ptxas serialize the
-// wgmmas, C7513, and measured slower: 18.8 against 15.7 ms on the LM head);
-// the other consumer warpgroup's wgmmas keep the tensor cores busy meanwhile.
-template <class Cfg, class Elem, class Pro, bool kBK, class Frag, class P>
-__device__ __forceinline__ void rs_kblock(unsigned (&gains)[Cfg::BK / 16][2], Frag& f, const P& ep, unsigned bars,
-                                          unsigned ring, int& slot, unsigned& phase, unsigned a_wg_off, int kb,
-                                          int warp_in_wg, int lane, bool release_thread) {
-    constexpr int S = Cfg::kStages;
-    mbar_wait(bars + 8 * slot, phase);
-    const unsigned sa = ring + slot * Cfg::kStageBytes + a_wg_off;
-    const unsigned sb = ring + slot * Cfg::kStageBytes + Cfg::kStageBytesA;
-    unsigned af[Cfg::BK / 16][Cfg::kSlabs][4];
-#pragma unroll
-    for (int kk = 0; kk < Cfg::BK / 16; ++kk)
-#pragma unroll
-        for (int s = 0; s < Cfg::kSlabs; ++s)
-            prologue_fragment<Cfg, Elem, Pro>(af[kk][s], sa, s, kk, f, gains[kk], warp_in_wg, lane);
-    wgmma_fence();  // after the fragment registers are written
-#pragma unroll
-    for (int kk = 0; kk < Cfg::BK / 16; ++kk) {
-        const unsigned long long db = wgmma_desc(sb + kk * WgmmaTile<kBK>::kKStep, WgmmaTile<kBK>::kLbo, 1024u);
-#pragma unroll
-        for (int s = 0; s < Cfg::kSlabs; ++s)
-            WgmmaRS<Cfg::BN, Elem, kBK ? 0 : 1>::run(f.acc[2 * s], f.acc[2 * s + 1], af[kk][s], db);
-    }
-    wgmma_commit();
-    if constexpr (Pro::kScale) load_gains<Pro, Cfg>(gains, ep, (kb + 1) * Cfg::BK, lane);
-    wgmma_wait<0>();
-    if (release_thread) mbar_arrive(bars + 8 * (S + slot));
-    if (++slot == S) {
-        slot = 0;
-        phase ^= 1u;
-    }
-}
-
-template <class Cfg, class LayoutA, class LayoutB, class Elem, class Epi, class RowsB, class Pro = NoPrologue,
-          class Pre = NoPrelude>
+template <class Cfg, class LayoutA, class LayoutB, class Elem, class Epi, class RowsB, class Pre = NoPrelude>
 __device__ __forceinline__ void gemm_sm90_rows(const TmaDesc& ta, const TmaDesc& tb, const TmaDesc& tbp,
                                                const GemmArgs& g, const typename Epi::Params& ep,
                                                const typename Pre::Params& pp = typename Pre::Params());
@@ -722,16 +611,13 @@ __device__ __forceinline__ void gemm_sm90(const TmaDesc& ta, const TmaDesc& tb, 
 }
 
 // The Hopper GEMM with a B row map (RowsB = IdentityRows or Sm90PairRows;
-// tbp is the pair-order view, ignored for IdentityRows); Pro is the A
-// prologue (NoPrologue, or one that needs A_MxK); Pre the row prelude
-// (NoPrelude, or an emitted one whose arguments are pp).
-template <class Cfg, class LayoutA, class LayoutB, class Elem, class Epi, class RowsB, class Pro, class Pre>
+// tbp is the pair-order view, ignored for IdentityRows); Pre the row
+// prelude (NoPrelude, or an emitted one whose arguments are pp).
+template <class Cfg, class LayoutA, class LayoutB, class Elem, class Epi, class RowsB, class Pre>
 __device__ __forceinline__ void gemm_sm90_rows(const TmaDesc& ta, const TmaDesc& tb, const TmaDesc& tbp,
                                                const GemmArgs& g, const typename Epi::Params& ep,
                                                const typename Pre::Params& pp) {
     static_assert(RowsB::kIdentity || LayoutB::kKContiguous, "a B row map needs a K-contiguous B (B_NxK)");
-    constexpr bool kPrologue = Pro::kScale || Pro::kRowSumSq;
-    static_assert(!kPrologue || LayoutA::kKContiguous, "the A prologue needs a K-contiguous A (A_MxK)");
     static_assert(is_same<Elem, bf16>::value || is_same<Elem, f16>::value, "Elem must be bf16 or f16");
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
     static_assert(sizeof(Elem) == 0, "gemm_sm90 needs sm_90a (wgmma, setmaxnreg)");
@@ -887,8 +773,6 @@ __device__ __forceinline__ void gemm_sm90_rows(const TmaDesc& ta, const TmaDesc&
                 f.acc[i][j][0] = 0.0f;
                 f.acc[i][j][1] = 0.0f;
             }
-#pragma unroll
-        for (int i = 0; i < Frag::RI; ++i) f.a_sumsq[i] = 0.0f;
 
         if constexpr (Pre::kActive) prelude_consumer<Pre>(pp, seen, tiles_m, tm, m0, min(Cfg::BM, g.m - m0), lane);
 
@@ -911,39 +795,29 @@ __device__ __forceinline__ void gemm_sm90_rows(const TmaDesc& ta, const TmaDesc&
         int slot = kdone % S;
         unsigned phase = (unsigned)(kdone / S) & 1u;
         int prev_slot = -1;
-        if constexpr (kPrologue) {
-            // A through registers (RS wgmma), gains loaded one k block ahead.
-            unsigned gains[Cfg::BK / 16][2] = {};
-            if constexpr (Pro::kScale) load_gains<Pro, Cfg>(gains, ep, 0, lane);
 #pragma unroll 1
-            for (int kb = 0; kb < ktiles; ++kb)
-                rs_kblock<Cfg, Elem, Pro, kBK>(gains, f, ep, bars, ring, slot, phase, a_wg_off, kb, warp_in_wg, lane,
-                                               release_thread);
-        } else {
-#pragma unroll 1
-            for (int kb = 0; kb < ktiles; ++kb) {
-                mbar_wait(bars + 8 * slot, phase);
-                const unsigned sa = ring + slot * Cfg::kStageBytes + a_wg_off;
-                const unsigned sb = ring + slot * Cfg::kStageBytes + Cfg::kStageBytesA;
-                wgmma_fence();
+        for (int kb = 0; kb < ktiles; ++kb) {
+            mbar_wait(bars + 8 * slot, phase);
+            const unsigned sa = ring + slot * Cfg::kStageBytes + a_wg_off;
+            const unsigned sb = ring + slot * Cfg::kStageBytes + Cfg::kStageBytesA;
+            wgmma_fence();
 #pragma unroll
-                for (int kk = 0; kk < Cfg::BK / 16; ++kk) {
-                    const unsigned long long db = wgmma_desc(sb + kk * TileB::kKStep, TileB::kLbo, 1024u);
+            for (int kk = 0; kk < Cfg::BK / 16; ++kk) {
+                const unsigned long long db = wgmma_desc(sb + kk * TileB::kKStep, TileB::kLbo, 1024u);
 #pragma unroll
-                    for (int s = 0; s < Cfg::kSlabs; ++s) {
-                        const unsigned long long da =
-                            wgmma_desc(sa + s * kSlabStrideA + kk * TileA::kKStep, TileA::kLbo, 1024u);
-                        Wgmma<Cfg::BN, Elem, kAK ? 0 : 1, kBK ? 0 : 1>::run(f.acc[2 * s], f.acc[2 * s + 1], da, db);
-                    }
+                for (int s = 0; s < Cfg::kSlabs; ++s) {
+                    const unsigned long long da =
+                        wgmma_desc(sa + s * kSlabStrideA + kk * TileA::kKStep, TileA::kLbo, 1024u);
+                    Wgmma<Cfg::BN, Elem, kAK ? 0 : 1, kBK ? 0 : 1>::run(f.acc[2 * s], f.acc[2 * s + 1], da, db);
                 }
-                wgmma_commit();
-                wgmma_wait<1>();  // the previous k block's wgmmas are done: release its slot
-                if (prev_slot >= 0 && release_thread) mbar_arrive(bars + 8 * (S + prev_slot));
-                prev_slot = slot;
-                if (++slot == S) {
-                    slot = 0;
-                    phase ^= 1u;
-                }
+            }
+            wgmma_commit();
+            wgmma_wait<1>();  // the previous k block's wgmmas are done: release its slot
+            if (prev_slot >= 0 && release_thread) mbar_arrive(bars + 8 * (S + prev_slot));
+            prev_slot = slot;
+            if (++slot == S) {
+                slot = 0;
+                phase ^= 1u;
             }
         }
         if (Cfg::kPingPong && release_thread) mbar_arrive(bars + 8 * (2 * S + (unit ^ 1)));  // hand-off
@@ -956,10 +830,6 @@ __device__ __forceinline__ void gemm_sm90_rows(const TmaDesc& ta, const TmaDesc&
                 reg_fence(f.acc[i][j][0]);
                 reg_fence(f.acc[i][j][1]);
             }
-        if constexpr (Pro::kRowSumSq) {
-#pragma unroll
-            for (int i = 0; i < Frag::RI; ++i) f.a_sumsq[i] = quad_sum(f.a_sumsq[i]);
-        }
 
         Epi::apply(ep, f, t, scratch);
     }

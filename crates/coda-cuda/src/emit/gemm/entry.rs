@@ -43,8 +43,8 @@ pub(super) fn sm80_entry(spec: &GemmSpec, epi: &str, entry: &str) -> String {
 /// The entry point instantiating the Hopper mainloop: the tensor maps of A
 /// and B (and of B's pair-order view) come first, by value; the shared
 /// memory the host passes is checked against the header's formula. A row
-/// prelude (`pre`: its `Pre` struct) takes the template's last argument
-/// (after `coda::NoPrologue`), and its `Params` struct the entry's.
+/// prelude (`pre`: its `Pre` struct) takes the template's last argument,
+/// and its `Params` struct the entry's.
 pub(super) fn sm90_entry(spec: &GemmSpec, epi: &str, entry: &str, pre: Option<&str>, col_vecs: usize) -> String {
     let cfg = format!("coda::{}", spec.config.name());
     let map = |name: &str| format!("const __grid_constant__ coda::TmaDesc {name}");
@@ -60,8 +60,7 @@ pub(super) fn sm90_entry(spec: &GemmSpec, epi: &str, entry: &str, pre: Option<&s
         "static_assert(coda::gemm_sm90_smem_bytes<{cfg}, {epi}>() == {smem}, \"codac's shared-memory size for {cfg}\");\n\n\
          extern \"C\" __global__ void __launch_bounds__({cfg}::kThreads, 1)\n\
          {entry}({maps}, coda::GemmArgs g, {epi}::Params e{pre_arg}) {{\n    \
-         coda::gemm_sm90_rows<{cfg}, {la}, {lb}, {elem}, {epi}, {rows}{pro}{pre}>(ta, tb, {tbp}, g, e{pre_val});\n}}\n",
-        pro = if pre.is_some() { ", coda::NoPrologue" } else { "" },
+         coda::gemm_sm90_rows<{cfg}, {la}, {lb}, {elem}, {epi}, {rows}{pre}>(ta, tb, {tbp}, g, e{pre_val});\n}}\n",
         pre = pre.map_or(String::new(), |p| format!(", {p}")),
         pre_arg = pre.map_or(String::new(), |p| format!(", {p}::Params pre")),
         pre_val = if pre.is_some() { ", pre" } else { "" },
