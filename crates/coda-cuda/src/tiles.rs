@@ -196,7 +196,7 @@ impl Chooser<'_> {
 }
 
 /// The regions of staged subtiles a GEMM epilogue would need, if it
-/// suits them: one per stored value (at most two, each into 16-bit
+/// suits them: one per stored value (at most three, each into 16-bit
 /// buffers, none accumulated; a concatenation part shifted by a
 /// multiple of 8 columns, a store put back from pair order in groups of
 /// whole subtiles), no per-tile partials, and no tile operand but
@@ -220,5 +220,5 @@ fn subtile_regions(epilogue: &Epilogue<'_>) -> Option<i64> {
         return None;
     }
     let values: BTreeSet<NodeId> = stores.iter().map(|s| s.node).collect();
-    i64::try_from(values.len()).ok().filter(|n| (1..=2).contains(n))
+    i64::try_from(values.len()).ok().filter(|n| (1..=3).contains(n))
 }
