@@ -230,3 +230,22 @@ fn check_backward(
     };
     check_rewrite(block, what, sizes, seeds, &options, step)
 }
+
+/// A norm without learned parameters, whether its gain and bias are left
+/// out or written as the literals `1.0` and `0.0`, defers through the
+/// matmul it feeds like a norm with a gain, and the rewritten block agrees
+/// with the original.
+#[test]
+fn norms_without_parameters_defer_through_the_matmul() {
+    for norm in ["layernorm(x)", "layernorm(x, 1.0, 0.0, eps=1e-5)", "rmsnorm(x)", "rmsnorm(x, 1.0)"] {
+        let src = format!(
+            "dim M\ndim D = 64\ndim N = 32\nblock b(x: bf16[M, D], w: bf16[N, D]) -> (y: bf16[M, N]) {{\n    \
+             y = bf16({norm} @ w.T)\n}}\n"
+        );
+        let checked = coda::check("norm.coda", &src).unwrap_or_else(|e| panic!("{norm}: {e}"));
+        assert!(!checked.has_errors(), "{norm}: {}", checked.render_diagnostics());
+        let block = &checked.module.blocks[0];
+        let applied = check_block(block, norm, &[3], &[1]);
+        assert_eq!(applied.get("row-scale-through-matmul"), Some(&1), "{norm}: {applied:?}");
+    }
+}

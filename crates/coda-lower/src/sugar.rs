@@ -71,7 +71,7 @@ impl Lowerer<'_> {
         let m = match_args("rmsnorm", span, args, &FORMALS, self.diagnostics)?;
         self.warn_gain_like_eps("rmsnorm", &m, 1, 2);
         let x = self.tensor_arg(&m, 0);
-        let g = self.optional_tensor_arg(&m, 1);
+        let g = self.optional_tensor_arg(&m, 1, 1.0);
         let eps = self.number_arg(&m, 2, 1e-6, "eps")?;
         let (x, g) = (x?, g?);
         let normalized = self.normalize(x, eps, span)?;
@@ -83,8 +83,8 @@ impl Lowerer<'_> {
         let m = match_args("layernorm", span, args, &FORMALS, self.diagnostics)?;
         self.warn_gain_like_eps("layernorm", &m, 1, 3);
         let x = self.tensor_arg(&m, 0);
-        let g = self.optional_tensor_arg(&m, 1);
-        let b = self.optional_tensor_arg(&m, 2);
+        let g = self.optional_tensor_arg(&m, 1, 1.0);
+        let b = self.optional_tensor_arg(&m, 2, 0.0);
         let eps = self.number_arg(&m, 3, 1e-5, "eps")?;
         let (x, g, b) = (x?, g?, b?);
         let mean = self.reduce("mean", x, Axis::Cols, span)?;
@@ -93,10 +93,13 @@ impl Lowerer<'_> {
         self.affine(normalized, g.map(|g| (g, m.spans[1])), b.map(|b| (b, m.spans[2])), span)
     }
 
-    /// `Some(tensor)` for a given argument, `Some(None)` for one left out,
-    /// `None` after an error.
-    fn optional_tensor_arg(&mut self, m: &Matched<'_>, slot: usize) -> Option<Option<Value>> {
-        if !m.given(slot) {
+    /// `Some(tensor)` for a given argument, `Some(None)` for one left out
+    /// or equal to the literal `identity` (a gain of `1.0`, a bias of
+    /// `0.0`: `x · 1 = x` and `x + 0 = x` exactly, and a norm without them
+    /// defers through the next matmul, which a product by a constant would
+    /// stop), `None` after an error.
+    fn optional_tensor_arg(&mut self, m: &Matched<'_>, slot: usize, identity: f64) -> Option<Option<Value>> {
+        if !m.given(slot) || m.expr(slot).and_then(literal) == Some(identity) {
             return Some(None);
         }
         self.tensor_arg(m, slot).map(Some)
