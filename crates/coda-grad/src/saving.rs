@@ -122,24 +122,48 @@ pub(crate) fn recomputed_operands(fwd: &Block, saved: &[Saved], backward: &Block
     out
 }
 
-/// The tensors `x` is computed from through element-wise work alone: the
-/// values of `stops` and the block inputs it reaches; `None` when the walk
-/// meets a reduction or a matmul (a value that is no element-wise function
-/// of stored tensors).
-fn elementwise_leaves(fwd: &Block, x: Value, stops: &[Value]) -> Option<Vec<Value>> {
+/// What a walk back from a value does at each value it meets.
+enum Step {
+    /// Record it and stop there.
+    Take,
+    /// Stop there without recording it.
+    Skip,
+    /// Give up: the walk's question has no answer.
+    Fail,
+    /// Go on to its operands.
+    Descend,
+}
+
+/// The values recorded by a walk back from `x` over its operands, each
+/// value met once and decided by `step`; `None` when `step` fails one.
+fn walk_back(fwd: &Block, x: Value, mut step: impl FnMut(Value, &Inst) -> Step) -> Option<Vec<Value>> {
     let (mut stack, mut seen, mut found) = (vec![x], std::collections::BTreeSet::new(), Vec::new());
     while let Some(v) = stack.pop() {
         if !seen.insert(v) {
             continue;
         }
-        match fwd.inst(v) {
-            _ if v != x && stops.contains(&v) => found.push(v),
-            Inst::Param(_) => found.push(v),
-            Inst::MatMul { .. } | Inst::Reduce { .. } => return None,
-            inst => stack.extend(inst.operands()),
+        let inst = fwd.inst(v);
+        match step(v, inst) {
+            Step::Take => found.push(v),
+            Step::Skip => {}
+            Step::Fail => return None,
+            Step::Descend => stack.extend(inst.operands()),
         }
     }
     Some(found)
+}
+
+/// The tensors `x` is computed from through element-wise work alone: the
+/// values of `stops` and the block inputs it reaches; `None` when the walk
+/// meets a reduction or a matmul (a value that is no element-wise function
+/// of stored tensors).
+fn elementwise_leaves(fwd: &Block, x: Value, stops: &[Value]) -> Option<Vec<Value>> {
+    walk_back(fwd, x, |v, inst| match inst {
+        _ if v != x && stops.contains(&v) => Step::Take,
+        Inst::Param(_) => Step::Take,
+        Inst::MatMul { .. } | Inst::Reduce { .. } => Step::Fail,
+        _ => Step::Descend,
+    })
 }
 
 /// The saved matmul results (`f32`, their own save points) that the
@@ -148,19 +172,12 @@ fn elementwise_leaves(fwd: &Block, x: Value, stops: &[Value]) -> Option<Vec<Valu
 /// that the forward does not materialize (a deferred norm applies its row
 /// scale after the matmul), and saving it would cost the forward a kernel.
 fn saved_sources(fwd: &Block, x: Value, points: &[Value]) -> Option<Vec<Value>> {
-    let (mut stack, mut seen, mut found) = (vec![x], std::collections::BTreeSet::new(), Vec::new());
-    while let Some(v) = stack.pop() {
-        if !seen.insert(v) {
-            continue;
-        }
-        match fwd.inst(v) {
-            _ if points.contains(&v) => found.push(v),
-            Inst::MatMul { .. } | Inst::Param(_) => {}
-            Inst::Reduce { .. } => return None,
-            inst => stack.extend(inst.operands()),
-        }
-    }
-    Some(found)
+    walk_back(fwd, x, |v, inst| match inst {
+        _ if points.contains(&v) => Step::Take,
+        Inst::MatMul { .. } | Inst::Param(_) => Step::Skip,
+        Inst::Reduce { .. } => Step::Fail,
+        _ => Step::Descend,
+    })
 }
 
 /// `F` when the float value `v` of `2F` columns (a constant) is used only
