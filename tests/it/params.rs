@@ -123,10 +123,11 @@ fn reduction_chain(n: usize) -> String {
     format!("dim M\nblock chain(x: f32[M, 64]) -> (y: f32[M, 64]) {{\n    let t0 = x\n{steps}    y = t{n}\n}}\n")
 }
 
-/// On a chain of reductions, kernel `i` recomputed all `i` earlier steps and
-/// took every earlier reduction as a parameter (808 fields at 100 steps,
-/// past CUDA's limit at about 680): kernels, their parameters and the
-/// manifest grew quadratically. What a kernel recomputes is bounded now.
+/// On a chain of reductions, a kernel that recomputed every earlier step
+/// would take every earlier reduction as a parameter (808 fields at 100
+/// steps, past CUDA's limit at about 680), and kernels, their parameters
+/// and the manifest would grow quadratically. What a kernel recomputes is
+/// bounded (`plan/recompute.rs`), so they grow linearly.
 #[test]
 fn chains_of_reductions_stay_linear() {
     let mut nodes = Vec::new();

@@ -191,10 +191,11 @@ impl Gemm {
 
     /// Column sums over the CTA's rows, stored at `[own column][tile_m]`:
     /// each tile column by the thread that finished it in the scratch
-    /// (`coda::col_reduce_kept`), all of them at once. (Four threads had
-    /// stored the whole tile's, 64 dependent 64-bit address computations
-    /// each: a fifth of the `w_qkv` dgrad's SASS.) A pair operation's sum
-    /// sits at the pair's first column.
+    /// (`coda::col_reduce_kept`), all of them at once: spreading the stores
+    /// over the tile's threads keeps each thread's address arithmetic short
+    /// (four threads storing a whole tile's sums take 64 dependent 64-bit
+    /// address computations each, a fifth of the `w_qkv` dgrad's SASS). A
+    /// pair operation's sum sits at the pair's first column.
     pub(super) fn col_partial(
         &mut self,
         em: &mut Emitter<'_>,
