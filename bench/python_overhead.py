@@ -76,6 +76,16 @@ def main() -> None:
     def with_grad() -> None:
         layer(*leaves)
 
+    # Two layers' weights in turn, as a model calls the block: each call's
+    # kernels read other addresses than the call before.
+    other = inputs[:2] + [t.clone() for t in inputs[2:8]] + inputs[8:]
+    turn = [inputs, other]
+
+    def two_layers() -> None:
+        turn.reverse()
+        with torch.no_grad():
+            layer(*turn[0])
+
     def linear() -> None:
         with torch.no_grad():
             torch.nn.functional.linear(x, w)
@@ -102,7 +112,7 @@ def main() -> None:
     stream = torch.cuda.current_stream().cuda_stream
     keep = []
 
-    def alloc(n: int) -> int:
+    def alloc(n: int, reusable: bool) -> int:
         t = torch.empty(n, dtype=torch.uint8, device="cuda")
         keep.append(t)
         return t.data_ptr()
@@ -138,14 +148,15 @@ def main() -> None:
             pstats.Stats(profiler).sort_stats("tottime").print_stats(16)
 
     named = [
-        ("codac block, no_grad (4 kernels)", no_grad),
+        ("codac block, no_grad (4 kernels in one graph)", no_grad),
+        ("codac block, no_grad, two layers' weights in turn", two_layers),
         ("codac block, with grad (saving forward)", with_grad),
         ("torch.nn.functional.linear, no_grad", linear),
         ("torch.empty(16, device='cuda')", empty),
         ("torch.add(out=) on 16 elements (1 launch)", add),
         ("  part: Signature.bind (checks, dims)", bind),
         ("  part: run_cuda (outputs, workspace, launch)", python_run),
-        ("  part: Executor.launch (plan filled, 4 launches)", native_launch),
+        ("  part: Executor.launch (plan, workspace, graph launch)", native_launch),
         ("  part: saving forward without autograd", saving_run),
     ]
     times = per_call_us([fn for _, fn in named], args.calls, args.rounds)

@@ -6,6 +6,10 @@ kernels run on that stream in the device's primary context, and nothing
 waits for them. Memory freed right after the launch is safe: the caching
 allocator reuses it only for work ordered after it on the same stream.
 
+A workspace of at most a megabyte stays with its layout and stream for the
+next call there (the stream orders that call after this one), which saves
+small calls an allocation; larger ones are allocated per call.
+
 A training loop calls a block with tensors of the same dtypes, shapes,
 strides and device step after step. The first call with one such layout
 checks it (``Signature.bind`` and the extension's checks) and keeps what
@@ -33,6 +37,12 @@ _RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 # Layouts a block keeps; a caller cycling through more starts over.
 _LAYOUTS = 64
 
+# The largest workspace a layout keeps from call to call on one stream.
+# Allocating it costs a small call a few microseconds of its host time;
+# a large workspace belongs to a large call, whose kernels take far
+# longer, and keeping it would hold memory between calls.
+_KEPT_WORKSPACE_BYTES = 1 << 20
+
 
 def _current_stream(index: int) -> int:
     """The raw handle of PyTorch's current stream on device ``index``."""
@@ -55,7 +65,7 @@ def _readable(shape: torch.Size, stride: tuple[int, ...]) -> bool:
 class _Layout:
     """What the calls with one layout of tensors share."""
 
-    __slots__ = ("device", "index", "executor", "copies", "outputs", "native")
+    __slots__ = ("device", "index", "executor", "copies", "outputs", "native", "kept")
 
     def __init__(self, variant: "Variant", tensors: list[torch.Tensor]) -> None:
         dims = variant.signature.bind(tensors)
@@ -69,6 +79,10 @@ class _Layout:
         readable = _copied(tensors, self.copies)
         outputs = self.empty_outputs()
         everything = readable + outputs
+        # Per stream handle: a small workspace region and its (address,
+        # bytes), reused by the layout's later calls on that stream, which
+        # the stream orders after the calls that used it before.
+        self.kept: dict[int, tuple[torch.Tensor, tuple[int, int]]] = {}
         self.native = self.executor.layout(
             dict(dims),
             [t.data_ptr() for t in everything],
@@ -106,16 +120,21 @@ def run_cuda(variant: "Variant", tensors: list[torch.Tensor]) -> list[torch.Tens
     outputs = layout.empty_outputs()
     ptrs = [t.data_ptr() for t in tensors]
     ptrs += [t.data_ptr() for t in outputs]
+    stream = _current_stream(layout.index)
+    kept = layout.kept.get(stream)
     workspace: list[torch.Tensor] = []
 
-    def alloc(nbytes: int) -> int:
+    def alloc(nbytes: int, reusable: bool) -> int:
         region = torch.empty(nbytes, dtype=torch.uint8, device=layout.device)
-        workspace.append(region)
         ptr = region.data_ptr()
         if ptr % _native.WORKSPACE_ALIGN:
             raise RuntimeError(f"codac: PyTorch gave a workspace at {ptr:#x}, not {_native.WORKSPACE_ALIGN}-byte aligned")
+        if reusable and nbytes <= _KEPT_WORKSPACE_BYTES:
+            layout.kept[stream] = (region, (ptr, nbytes))
+        else:
+            workspace.append(region)
         return ptr
 
-    layout.executor.launch(layout.native, ptrs, _current_stream(layout.index), alloc)
+    layout.executor.launch(layout.native, ptrs, stream, alloc, kept[1] if kept is not None else (0, 0))
     return outputs
 

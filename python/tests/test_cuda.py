@@ -92,6 +92,41 @@ def test_a_non_default_stream_gives_the_same_results(layer: codac.BlockFunction)
         assert torch.equal(a, b)
 
 
+def test_calls_at_new_addresses_give_what_a_fresh_graph_gives(layer: codac.BlockFunction) -> None:
+    """A layout's calls on one stream replay one CUDA graph, whose kernel
+    arguments change with the tensors' addresses; each call must give
+    exactly what a graph built for it gives (on a fresh stream)."""
+    first = llama_inputs(333, SMALL, "cuda", seed=11)
+    second = llama_inputs(333, SMALL, "cuda", seed=12)
+    with torch.no_grad():
+        got = [layer(**first), layer(**second), layer(**first)]
+        expected = []
+        for inputs in (first, second, first):
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                expected.append(layer(**inputs))
+            torch.cuda.current_stream().wait_stream(side)
+    for outputs, reference in zip(got, expected):
+        for a, b in zip(outputs, reference):
+            assert torch.equal(a, b)
+    assert not torch.equal(got[0][0], got[1][0])
+    assert [layout.native.graph_failure for layout in layer.forward.layouts.values()] == [None]
+
+
+def test_more_layers_than_kept_graphs_give_the_same_results_each_step(layer: codac.BlockFunction) -> None:
+    """A plan keeps up to 64 graphs per stream, one per set of arguments;
+    70 layers' arguments in turn make each call of the second step set a
+    reused graph's arguments, and the results must not change."""
+    sets = [llama_inputs(64, SMALL, "cuda", seed=100 + i) for i in range(70)]
+    with torch.no_grad():
+        steps = [[layer(**inputs) for inputs in sets] for _ in range(2)]
+    for first, second in zip(*steps):
+        for a, b in zip(first, second):
+            assert torch.equal(a, b)
+    assert not torch.equal(steps[0][0][0], steps[0][1][0])
+
+
 def test_nothing_synchronizes(layer: codac.BlockFunction) -> None:
     inputs = llama_inputs(333, SMALL, "cuda", seed=6)
     step(layer, inputs, seed=2)  # compile and load first
@@ -176,7 +211,9 @@ def test_memory_does_not_grow_over_calls(layer: codac.BlockFunction) -> None:
 def test_workspace_memory_comes_from_the_caching_allocator(layer: codac.BlockFunction) -> None:
     # The 2-row input has a misaligned row stride, so the block stages a
     # copy of it: that and every output show in PyTorch's statistics.
-    inputs = llama_inputs(333, SMALL, "cuda", seed=12)
+    # A token count no other test uses: the call's layout is new, so it
+    # allocates its workspace.
+    inputs = llama_inputs(335, SMALL, "cuda", seed=12)
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     base = torch.cuda.memory_allocated()
@@ -185,6 +222,30 @@ def test_workspace_memory_comes_from_the_caching_allocator(layer: codac.BlockFun
     torch.cuda.synchronize()
     out_bytes = sum(o.numel() * o.element_size() for o in outputs)
     assert torch.cuda.max_memory_allocated() > base + out_bytes
+
+
+def test_a_small_workspace_is_kept_for_the_next_call_on_its_stream(layer: codac.BlockFunction) -> None:
+    inputs = llama_inputs(8, SMALL, "cuda", seed=15)
+
+    def allocations() -> int:
+        return torch.cuda.memory_stats()["allocation.all.allocated"]
+
+    with torch.no_grad():
+        first = layer(**inputs)
+        before = allocations()
+        second = layer(**inputs)
+        # The two outputs only: the workspace of the first call is reused.
+        assert allocations() - before == 2
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            before = allocations()
+            third = layer(**inputs)
+            # Another stream gets a workspace of its own.
+            assert allocations() - before == 3
+        torch.cuda.current_stream().wait_stream(side)
+    for a, b, c in zip(first, second, third):
+        assert torch.equal(a, b) and torch.equal(a, c)
 
 
 def test_misaligned_and_strided_inputs(layer: codac.BlockFunction) -> None:

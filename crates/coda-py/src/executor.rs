@@ -131,17 +131,39 @@ impl Executor {
 
     /// Launches the block on `stream` (a raw `CUstream`, PyTorch's current
     /// stream of this device) with its tensors at `ptrs` (inputs then
-    /// outputs, in signature order), laid out as `layout` says. When the
-    /// block needs host buffers, calls `alloc(nbytes)` once for a region of
-    /// that many bytes, which must return its device address, aligned to
-    /// `WORKSPACE_ALIGN`, and keep it alive until the work enqueued on
-    /// `stream` has run (PyTorch's caching allocator does so for memory
-    /// freed after the launch).
-    fn launch(&self, layout: &Layout, ptrs: Vec<u64>, stream: u64, alloc: Bound<'_, PyAny>) -> PyResult<()> {
+    /// outputs, in signature order), laid out as `layout` says, as one
+    /// CUDA graph launch (kernel by kernel while the stream is captured).
+    ///
+    /// When the block needs host buffers, they go in one workspace region:
+    /// the `kept` one (`(address, bytes)`, from an earlier call on this
+    /// stream) if it is large enough and the stream is not being captured,
+    /// else one that `alloc(nbytes, reusable)` returns: its device address,
+    /// aligned to `WORKSPACE_ALIGN`, of memory kept alive until the work
+    /// enqueued on `stream` has run (PyTorch's caching allocator does so
+    /// for memory freed after the launch). `reusable` says whether the
+    /// region may be passed as `kept` to later launches on this stream: not
+    /// while the stream is captured, since a captured graph may be replayed
+    /// on another stream, concurrently with them.
+    #[pyo3(signature = (layout, ptrs, stream, alloc, kept = (0, 0)))]
+    fn launch(
+        &self,
+        layout: &Layout,
+        ptrs: Vec<u64>,
+        stream: u64,
+        alloc: Bound<'_, PyAny>,
+        kept: (u64, usize),
+    ) -> PyResult<()> {
         let plan = layout.plan_for(self, &ptrs)?;
+        // SAFETY: `stream` is the caller's live stream of this device's
+        // primary context; the wrapper does not own or destroy it.
+        let stream = unsafe { Stream::from_raw_handle(&self.device, stream) };
+        let capturing = stream.is_capturing().map_err(runtime)?;
         let mut callback_error = None;
         let mut alloc = |bytes: usize| -> coda_runtime::Result<u64> {
-            match alloc.call1((bytes,)).and_then(|ptr| ptr.extract::<u64>()) {
+            if !capturing && kept.0 != 0 && bytes <= kept.1 {
+                return Ok(kept.0);
+            }
+            match alloc.call1((bytes, !capturing)).and_then(|ptr| ptr.extract::<u64>()) {
                 Ok(ptr) => Ok(ptr),
                 Err(e) => {
                     callback_error = Some(e);
@@ -151,17 +173,15 @@ impl Executor {
         };
         // SAFETY: `alloc` returns the address of a region of the requested
         // size on this device, kept alive by the caller until the stream
-        // has run this work, and `ptrs` are the addresses of tensors of the
-        // layout's shapes and strides (the method's contract).
+        // has run this work (the caller keeps a `kept` region alive as
+        // long as it passes it), and `ptrs` are the addresses of tensors
+        // of the layout's shapes and strides (the method's contract).
         let prepared = unsafe { self.executor.prepare_planned(&plan, &ptrs, &mut alloc) };
         if let Some(e) = callback_error {
             return Err(e);
         }
         let prepared = prepared.map_err(runtime)?;
-        // SAFETY: `stream` is the caller's live stream of this device's
-        // primary context; the wrapper does not own or destroy it.
-        let stream = unsafe { Stream::from_raw_handle(&self.device, stream) };
-        self.executor.launch(&prepared, &stream).map_err(runtime)
+        self.executor.launch_graph(&plan, &prepared, &stream).map_err(runtime)
     }
 }
 
@@ -174,6 +194,16 @@ pub(crate) struct Layout {
     args: BTreeMap<String, TensorArg>,
     /// The plan for the latest call's alignment of addresses.
     plan: Mutex<Arc<Plan>>,
+}
+
+#[pymethods]
+impl Layout {
+    /// Why the driver could not launch this layout's kernels as one CUDA
+    /// graph, if it could not (they are then launched one by one).
+    #[getter]
+    fn graph_failure(&self) -> Option<String> {
+        self.plan.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).graph_failure()
+    }
 }
 
 impl Layout {

@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use cudarc::driver::sys::CUdevice_attribute;
+use cudarc::driver::sys::{self, CUdevice_attribute};
 use cudarc::driver::{result, CudaContext, CudaStream};
 
 use crate::arch::Arch;
@@ -65,6 +65,18 @@ impl Stream {
         self.inner.context().bind_to_thread().cuda("cuCtxSetCurrent")?;
         // SAFETY: forwarded to the caller (see the function's contract).
         unsafe { result::memset_d8_async(ptr, 0, bytes, self.inner.cu_stream()) }.cuda("cuMemsetD8Async")
+    }
+
+    /// Whether the stream is being captured into a CUDA graph (work
+    /// enqueued on it is then recorded, not run).
+    pub fn is_capturing(&self) -> Result<bool> {
+        let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        // SAFETY: the stream is live (we hold it); `status` is a valid
+        // out-pointer.
+        unsafe { sys::cuStreamIsCapturing(self.inner.cu_stream(), &mut status) }
+            .result()
+            .cuda("cuStreamIsCapturing")?;
+        Ok(status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
     }
 
     /// Wraps a stream owned by someone else (e.g. PyTorch's current stream).

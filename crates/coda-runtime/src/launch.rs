@@ -211,6 +211,26 @@ impl Kernel {
     /// [`ParamBlock`], in order. Asynchronous: errors of the kernel itself
     /// show up at the next synchronisation.
     pub fn launch(&self, stream: &Stream, cfg: &LaunchConfig, params: &[&ParamBlock]) -> Result<()> {
+        let mut args = self.arguments(cfg, params)?;
+        let mut ptrs = args.pointers();
+        let (g, b) = (cfg.grid, cfg.block);
+        // SAFETY: the function belongs to a loaded module of this context
+        // (current, bound by `arguments`); `ptrs` holds exactly one pointer
+        // per kernel parameter (count and sizes checked against the driver),
+        // each to `size()` bytes laid out by the documented C struct rules,
+        // alive until cuLaunchKernel returns (it copies them). Device
+        // pointers inside are the caller's responsibility (module docs).
+        unsafe {
+            result::launch_kernel(self.func.cu_function(), g, b, cfg.smem_bytes, stream.inner.cu_stream(), &mut ptrs)
+        }
+        .cuda("cuLaunchKernel")
+    }
+
+    /// Checks a launch of the kernel with `params` (a non-empty grid, the
+    /// parameter sizes the driver reports, their total), binds the context
+    /// and raises the shared memory limit for `cfg`, and returns the
+    /// arguments as the driver takes them.
+    pub(crate) fn arguments(&self, cfg: &LaunchConfig, params: &[&ParamBlock]) -> Result<Arguments> {
         let (g, b) = (cfg.grid, cfg.block);
         if [g.0, g.1, g.2, b.0, b.1, b.2].contains(&0) {
             return Err(RuntimeError::InvalidInput(format!(
@@ -234,30 +254,38 @@ impl Kernel {
         }
         self.ctx.bind_to_thread().cuda("cuCtxSetCurrent")?;
         self.ensure_smem(cfg.smem_bytes)?;
-        // 8-byte aligned copies of each struct's bytes.
-        let mut storage: Vec<Vec<u64>> = params
-            .iter()
-            .map(|p| {
-                let bytes = p.to_bytes();
-                let mut words = vec![0u64; bytes.len().div_ceil(8)];
-                for (w, chunk) in words.iter_mut().zip(bytes.chunks(8)) {
-                    let mut buf = [0u8; 8];
-                    buf[..chunk.len()].copy_from_slice(chunk);
-                    *w = u64::from_ne_bytes(buf);
-                }
-                words
-            })
-            .collect();
-        let mut ptrs: Vec<*mut c_void> = storage.iter_mut().map(|w| w.as_mut_ptr().cast::<c_void>()).collect();
-        // SAFETY: the function belongs to a loaded module of this context
-        // (current); `ptrs` holds exactly one pointer per kernel parameter
-        // (count and sizes checked against the driver above), each to
-        // `size()` bytes laid out by the documented C struct rules,
-        // alive until cuLaunchKernel returns (it copies them). Device
-        // pointers inside are the caller's responsibility (module docs).
-        unsafe {
-            result::launch_kernel(self.func.cu_function(), g, b, cfg.smem_bytes, stream.inner.cu_stream(), &mut ptrs)
-        }
-        .cuda("cuLaunchKernel")
+        Ok(Arguments { words: params.iter().map(|p| words(&p.to_bytes())).collect() })
     }
+
+    /// The driver's handle of the kernel.
+    pub(crate) fn cu_function(&self) -> sys::CUfunction {
+        self.func.cu_function()
+    }
+}
+
+/// A launch's arguments: each struct's bytes in 8-byte aligned words, as
+/// `kernelParams` points to them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Arguments {
+    words: Vec<Vec<u64>>,
+}
+
+impl Arguments {
+    /// One pointer per parameter, to its words; valid while `self` is
+    /// neither moved nor changed.
+    pub(crate) fn pointers(&mut self) -> Vec<*mut c_void> {
+        self.words.iter_mut().map(|w| w.as_mut_ptr().cast::<c_void>()).collect()
+    }
+}
+
+/// `bytes` in native-endian 8-byte words, the last one zero-padded.
+fn words(bytes: &[u8]) -> Vec<u64> {
+    bytes
+        .chunks(8)
+        .map(|chunk| {
+            let mut buf = [0u8; 8];
+            buf[..chunk.len()].copy_from_slice(chunk);
+            u64::from_ne_bytes(buf)
+        })
+        .collect()
 }

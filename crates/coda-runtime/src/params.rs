@@ -195,6 +195,11 @@ impl ParamBlock {
         self.fields.is_empty()
     }
 
+    /// The bytes of the pushed fields, without tail padding.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &self.data
+    }
+
     /// The struct's bytes, tail padding included (zeros).
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut out = self.data.clone();

@@ -9,8 +9,9 @@
 //! every binding's dtype, shape and layout (``argument `x`: expected
 //! bf16[128, 4096], got …``), allocates scratch, partial and staging
 //! buffers, and builds every launch; [`BlockExecutor::launch`] enqueues the
-//! kernels in order on a stream, and [`BlockExecutor::time`] measures each
-//! kernel with CUDA events. [`BlockExecutor::prepare_with`] is `prepare`
+//! kernels in order on a stream, [`BlockExecutor::launch_graph`] enqueues
+//! them as one CUDA graph (`graph.rs`), and [`BlockExecutor::time`]
+//! measures each kernel with CUDA events. [`BlockExecutor::prepare_with`] is `prepare`
 //! for a caller that owns all memory (the PyTorch binding): the buffers the
 //! host would allocate are laid out in one region that the caller's
 //! allocator provides, and grid-reduction counters in it are zeroed on the
@@ -23,6 +24,7 @@
 //! otherwise its copy kernel fills a padded staging buffer first.
 
 mod bind;
+mod graph;
 mod launch;
 mod plan;
 

@@ -12,6 +12,7 @@
 //! call from PyTorch costs little host time beyond the launches.
 
 use super::bind::{invalid, size, usize_of, Launch, WORKSPACE_ALIGN};
+use super::graph::Graphs;
 use super::BlockExecutor;
 use crate::error::{Result, RuntimeError};
 use crate::launch::LaunchConfig;
@@ -102,6 +103,8 @@ pub struct Plan {
     /// preparation; weights keep their addresses from call to call, and
     /// a training loop's activations come back to the same few.
     encoded: Mutex<HashMap<(usize, usize, u64), ParamBlock>>,
+    /// The plan's launches as CUDA graphs, one per stream (`graph.rs`).
+    pub(super) graphs: Mutex<Graphs>,
 }
 
 /// The most encoded tensor maps a plan keeps.
@@ -181,7 +184,15 @@ impl Plan {
             launches.push(plan_launch(kernel, &loaded.spec, &index, &layouts, dims, sms)?);
         }
         let alignment = key.bindings.iter().map(|b| (b.dtype.size_bytes() as u64, b.aligned)).collect();
-        Ok(Plan { alignment, places, workspace_bytes, counters, launches, encoded: Mutex::new(HashMap::new()) })
+        Ok(Plan {
+            alignment,
+            places,
+            workspace_bytes,
+            counters,
+            launches,
+            encoded: Mutex::new(HashMap::new()),
+            graphs: Mutex::new(Graphs::default()),
+        })
     }
 
     /// Whether bindings at `addresses` (manifest order) can use this plan:
@@ -194,6 +205,13 @@ impl Plan {
                 .iter()
                 .zip(&self.alignment)
                 .all(|(&a, &(elem, aligned))| a != 0 && a % elem == 0 && (a % 16 == 0) == aligned)
+    }
+
+    /// Why the driver could not run this plan's launches as a CUDA graph,
+    /// if it could not ([`BlockExecutor::launch_graph`] then launches them
+    /// one by one).
+    pub fn graph_failure(&self) -> Option<String> {
+        self.graphs.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).failure.clone()
     }
 
     /// Bytes of the workspace region a run with this plan needs (0: none).
