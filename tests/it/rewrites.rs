@@ -249,3 +249,26 @@ fn norms_without_parameters_defer_through_the_matmul() {
         assert_eq!(applied.get("row-scale-through-matmul"), Some(&1), "{norm}: {applied:?}");
     }
 }
+
+/// A bias between a projection and its rotate-half RoPE is read in the pair
+/// layout, so the RoPE still runs in the GEMM's epilogue: one GEMM kernel
+/// and no row kernel.
+#[test]
+fn a_bias_before_rope_keeps_the_pair_layout() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/cuda-cases/bias_rope.coda");
+    let block = blocks_of(&path).into_iter().next().unwrap_or_else(|| panic!("{}: no block", path.display()));
+    let rules = check_block(&block, "bias_rope", &[1, 4, 37], &[1, 2]);
+    assert_eq!(rules.get("rope-pair-layout"), Some(&1), "{rules:?}");
+    assert_eq!(rules.get("permuted-column-vector"), Some(&1), "{rules:?}");
+    let text = std::fs::read_to_string(&path).unwrap_or_default();
+    let checked = coda::check(&path.display().to_string(), &text).unwrap_or_else(|e| panic!("{e}"));
+    let json = coda::explain_json(&checked);
+    let kernels: Vec<_> = json["kernels"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|k| k["block"] == "qkv_bias_rope" && k["kind"] != "fallback")
+        .map(|k| k["kind"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(kernels, ["gemm"], "{json}");
+}

@@ -307,6 +307,7 @@ impl Emu<'_> {
             Op::Interleave(ev, od) => f64::from(self.eval(if k % 2 == 0 { *ev } else { *od }, m, k / 2)),
             Op::RopePartner(spec, a) => f64::from(self.eval(*a, m, rope_col(spec, k, self.dims).2)),
             Op::Unpermute(perm, a) => f64::from(self.eval(*a, m, perm.position(k))),
+            Op::Permute(perm, a) => f64::from(self.eval(*a, m, perm.source(k))),
             Op::Take { arg, index, width } => {
                 let i = f64::from(self.eval(*index, m, 0));
                 if i >= 0.0 && i.fract() == 0.0 && (i as i64) < self.d(width) {

@@ -106,7 +106,7 @@ fn rule(b: &mut Builder<'_>, v: Value, inst: &Inst, g: Value) -> Result<(), Grad
             let dx = b.emit(Inst::RopePartner { spec: spec.clone(), arg: g }, span)?;
             b.accumulate(*arg, dx)
         }
-        Inst::PermuteRows { .. } | Inst::UnpermuteCols { .. } => Err(not_differentiable(
+        Inst::PermuteRows { .. } | Inst::PermuteCols { .. } | Inst::UnpermuteCols { .. } => Err(not_differentiable(
             b,
             v,
             "pair layouts are made by the reparameterizer; differentiate the block before reparameterizing it",

@@ -149,6 +149,14 @@ pub fn infer(block: &Block, inst: &Inst) -> Result<Ty, TypeError> {
             permutable(perm, &a.shape.cols)?;
             Ok(a.clone())
         }
+        Inst::PermuteCols { arg, perm } => {
+            let a = ty(*arg)?;
+            if !a.shape.rows.is_one() {
+                return err(format!("permute_cols takes a [1, N] vector, got {}", a.shape));
+            }
+            permutable(perm, &a.shape.cols)?;
+            Ok(a.clone())
+        }
     }
 }
 

@@ -409,6 +409,16 @@ pub enum Inst {
         /// The permutation.
         perm: PairPerm,
     },
+    /// `out[:, p] = arg[:, perm.source(p)]`: a per-column vector (a bias, a
+    /// gain) in the column order of a pair-layout accumulator it is combined
+    /// with (made by the reparameterizer, never by the front end). Type: as
+    /// `arg`.
+    PermuteCols {
+        /// Operand, `[1, N]` (`N` a constant `>= perm.end`).
+        arg: Value,
+        /// The permutation.
+        perm: PairPerm,
+    },
     /// `out[:, perm.source(p)] = arg[:, p]`: columns computed in pair layout
     /// put back in their original order. Type: as `arg`.
     UnpermuteCols {
@@ -435,6 +445,7 @@ impl Inst {
             | Inst::SliceCols { arg, .. }
             | Inst::RopePartner { arg, .. }
             | Inst::PermuteRows { arg, .. }
+            | Inst::PermuteCols { arg, .. }
             | Inst::UnpermuteCols { arg, .. } => *arg = f(*arg),
             Inst::Binary { lhs: a, rhs: b, .. }
             | Inst::MatMul { lhs: a, rhs: b, .. }
@@ -466,6 +477,7 @@ impl Inst {
             | Inst::SliceCols { arg, .. }
             | Inst::RopePartner { arg, .. }
             | Inst::PermuteRows { arg, .. }
+            | Inst::PermuteCols { arg, .. }
             | Inst::UnpermuteCols { arg, .. } => vec![*arg],
             Inst::Binary { lhs, rhs, .. } | Inst::MatMul { lhs, rhs, .. } => vec![*lhs, *rhs],
             Inst::Select { cond, on_true, on_false } => vec![*cond, *on_true, *on_false],

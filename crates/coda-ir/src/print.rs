@@ -126,6 +126,7 @@ fn describe(block: &Block, inst: &Inst) -> String {
         }
         Inst::RopePartner { spec, arg } => format!("rope_partner {arg}, {}", rope(spec)),
         Inst::PermuteRows { arg, perm } => format!("permute_rows {arg}, {perm}"),
+        Inst::PermuteCols { arg, perm } => format!("permute_cols {arg}, {perm}"),
         Inst::UnpermuteCols { arg, perm } => format!("unpermute_cols {arg}, {perm}"),
     }
 }

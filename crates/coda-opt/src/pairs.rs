@@ -20,6 +20,12 @@ pub(crate) const RULE_GATED: &str = "gated-pair-layout";
 /// `rope_half(Y) = unpermute(rope_interleaved(Y'))`.
 pub(crate) const RULE_ROPE: &str = "rope-pair-layout";
 
+/// A per-column vector combined with a value in pair layout is read in that
+/// layout: `(Y + 1 ⊗ b)' = Y' + 1 ⊗ b'` with `b'[p] = b[P.source(p)]`, since
+/// a permutation of columns commutes with adding a per-column vector (a
+/// bias between a projection and its RoPE, as in Qwen2 or GPT-NeoX).
+pub(crate) const RULE_PERMUTE_VECTOR: &str = "permuted-column-vector";
+
 /// A value in pair layout that leaves the block is stored in original column
 /// order by its store: `out[:, P.source(p)] = Y'[:, p]`.
 pub(crate) const RULE_UNPERMUTE_STORE: &str = "unpermute-in-store";

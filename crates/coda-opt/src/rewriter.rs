@@ -205,8 +205,9 @@ impl Rewriter<'_> {
 
     /// The new value of `old` with its columns in `perm` order, when it can
     /// be built without a permutation in memory: paired values, values
-    /// constant along columns, rotary tables of the matching rope, and
-    /// elementwise combinations of those.
+    /// constant along columns, rotary tables of the matching rope,
+    /// per-column vectors (read at permuted columns), and elementwise
+    /// combinations of those.
     fn in_layout(&mut self, old: Value, perm: PairPerm) -> Result<Option<Value>, TypeError> {
         if let Some(hit) = self.in_layout_memo.get(&(old, perm)) {
             return Ok(*hit);
@@ -236,6 +237,12 @@ impl Rewriter<'_> {
             }
             Inst::Unary { .. } | Inst::Cast { .. } | Inst::Binary { .. } | Inst::Select { .. } => {
                 self.elementwise_in_layout(&inst, perm, span)
+            }
+            // A per-column vector (a bias) read in the accumulator's order.
+            _ if self.old.ty(old).shape.rows.is_one() && self.old.ty(old).shape.cols.as_const() >= Some(perm.end) => {
+                let arg = self.plain(old)?;
+                self.count(pairs::RULE_PERMUTE_VECTOR);
+                Ok(Some(self.emit(Inst::PermuteCols { arg, perm }, span)?))
             }
             _ => Ok(None),
         }

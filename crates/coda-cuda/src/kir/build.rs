@@ -794,6 +794,7 @@ impl Builder<'_> {
             }
             Inst::RopePartner { spec, arg } => Op::RopePartner(spec, n(self, arg)?),
             Inst::UnpermuteCols { arg, perm } => Op::Unpermute(perm, n(self, arg)?),
+            Inst::PermuteCols { arg, perm } => Op::Permute(perm, n(self, arg)?),
             Inst::PermuteRows { .. } => return Err(self.internal("rows in pair order outside a GEMM operand")),
             Inst::Reduce { op, axis: Axis::Cols, arg } => {
                 let width = self.block.ty(arg).shape.cols.clone();

@@ -164,6 +164,9 @@ pub enum Op {
     /// Column `c` is the operand's column `perm.position(c)` (a pair-layout
     /// value put back in column order, outside a GEMM store).
     Unpermute(PairPerm, NodeId),
+    /// Column `p` is the operand's column `perm.source(p)` (a per-column
+    /// vector in the order of a pair-layout accumulator).
+    Permute(PairPerm, NodeId),
     /// `arg[m, index[m]]`, 0 when the index is outside the columns.
     Take {
         /// The table.
@@ -222,7 +225,9 @@ impl Op {
             Op::Acc | Op::Load(_) | Op::Const(_) | Op::Dim(_) | Op::Rope(..) => vec![],
             Op::FinishRow(..) | Op::FinishCol(_) => vec![],
             Op::Unary(_, a) | Op::Cast(_, a) | Op::Broadcast(a) | Op::Transpose(a) => vec![*a],
-            Op::Slice { arg, .. } | Op::RopePartner(_, arg) | Op::Unpermute(_, arg) => vec![*arg],
+            Op::Slice { arg, .. } | Op::RopePartner(_, arg) | Op::Unpermute(_, arg) | Op::Permute(_, arg) => {
+                vec![*arg]
+            }
             Op::RowReduce { arg, .. } | Op::ColReduce { arg, .. } | Op::GridReduce { arg, .. } => vec![*arg],
             Op::Binary(_, a, b) | Op::Interleave(a, b) => vec![*a, *b],
             Op::Take { arg, index, .. } | Op::Scatter { arg, index, .. } => vec![*arg, *index],

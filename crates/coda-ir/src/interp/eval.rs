@@ -311,6 +311,10 @@ impl<'a> Machine<'a> {
                 let rows: Vec<usize> = (0..rows as i64).map(|p| perm.source(p) as usize).collect();
                 layout::gather_rows(self.operand(*arg)?, &rows).map_err(shape_error)
             }
+            Inst::PermuteCols { arg, perm } => {
+                let columns: Vec<usize> = (0..cols as i64).map(|p| perm.source(p) as usize).collect();
+                layout::gather_cols(self.operand(*arg)?, &columns).map_err(shape_error)
+            }
             Inst::UnpermuteCols { arg, perm } => {
                 let columns: Vec<usize> = (0..cols as i64).map(|c| perm.position(c) as usize).collect();
                 layout::gather_cols(self.operand(*arg)?, &columns).map_err(shape_error)

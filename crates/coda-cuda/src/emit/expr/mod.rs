@@ -383,6 +383,10 @@ impl<'a> Emitter<'a> {
                 let idx = self.index("kq", Code::of(format!("cg::pair_position({k}, {})", perm_args(perm)), [&ki]));
                 return self.eval(*a, &m, &idx);
             }
+            Op::Permute(perm, a) => {
+                let idx = self.index("ks", Code::of(format!("cg::pair_source({k}, {})", perm_args(perm)), [&ki]));
+                return self.eval(*a, &m, &idx);
+            }
             Op::Load(id) => {
                 if let Some(element) = self.chunk_load(*id, &m, &k, n.value) {
                     self.bind(node, &m, &k, element.clone());
