@@ -390,9 +390,9 @@ impl Planner<'_> {
     fn row_kernel_for(&mut self, v: Value) -> usize {
         let rows = self.block.ty(v).shape.rows.clone();
         let first = self.avail(v);
-        match self.last_row_kernel(&rows, first) {
-            Some(k) => k,
-            None => self.push_kernel(KernelPlan::Row { rows }),
+        match self.last_row_kernel(&rows, 0) {
+            Some(k) if k >= first || self.row_computes(v, k) => k,
+            _ => self.push_kernel(KernelPlan::Row { rows }),
         }
     }
 
@@ -417,9 +417,33 @@ impl Planner<'_> {
         self.operands(v).into_iter().all(|o| match self.home(o) {
             Home::Row(x) if *x == c => !transpose,
             Home::Param => true,
-            Home::Inline => self.avail(o) <= c || self.broadcast_of(o, c),
+            Home::Inline => self.avail(o) <= c || self.broadcast_of(o, c) || self.row_computes(o, c),
             other => other.kernel().is_some_and(|x| x < c),
         })
+    }
+
+    /// Whether row kernel `c` can evaluate the inline value `o`: everything
+    /// it reads is ready before `c` or is a per-row value `c` computes
+    /// itself. A row kernel computes its per-row values first, in order,
+    /// each reduction a loop over the row, so a reduction may read an
+    /// earlier one: LayerNorm's variance reads its mean, and a block
+    /// input's LayerNorm is one kernel that reads the row three times
+    /// (mean, variance, normalize) from one load of it from DRAM.
+    pub(super) fn row_computes(&self, o: Value, c: usize) -> bool {
+        let mut stack = vec![o];
+        let mut seen = std::collections::BTreeSet::new();
+        while let Some(x) = stack.pop() {
+            if !seen.insert(x) {
+                continue;
+            }
+            match self.home(x) {
+                Home::Row(k) if *k == c && self.block.ty(x).shape.cols.is_one() => {}
+                Home::Inline if self.avail(x) > c => stack.extend(self.operands(x)),
+                _ if self.avail(x) <= c => {}
+                _ => return false,
+            }
+        }
+        true
     }
 
     /// Whether `o` is a broadcast of a value row kernel `c` computes itself.
