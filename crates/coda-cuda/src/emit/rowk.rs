@@ -34,8 +34,12 @@ pub(crate) fn emit_row(
     let guarded = grid.is_some() && tpr < THREADS;
     em.set_indent(if guarded { 2 } else { 1 });
     let tail = em.kernel.tail_nodes();
-    let body = row_body(em, tpr, grid, &tail)?;
-    let body = if tpr == THREADS && row_streams(em) <= UNROLLED_STREAMS { unrolled(body, 4) } else { body };
+    if tpr == THREADS && row_streams(em) <= UNROLLED_STREAMS {
+        em.unroll_columns = Some(4);
+    }
+    let body = row_body(em, tpr, grid, &tail);
+    em.unroll_columns = None;
+    let body = body?;
     em.set_indent(1);
     if let Some(g) = grid {
         let slots = g.parts.len() as u32 * g.rows_per_cta;
@@ -131,7 +135,10 @@ pub(crate) fn emit_prelude(em: &mut Emitter<'_>, ready: BufId, pre: &str) -> Res
     let tail = em.kernel.tail_nodes();
     // A warp walks a whole row, so without several loads in flight per lane
     // a row costs a memory latency per 32 elements.
-    let body = unrolled(row_body(em, 32, None, &tail)?, 8).join("\n");
+    em.unroll_columns = Some(8);
+    let body = row_body(em, 32, None, &tail);
+    em.unroll_columns = None;
+    let body = body?.join("\n");
     let ready = em.buf_w(ready);
     let params = format!("Params_{}", em.kernel.name);
     let func = format!("row_{}", em.kernel.name);
@@ -190,7 +197,7 @@ fn row_body(
             if let Some(width) = width {
                 chunked_store_loop(em, &same_width, (&start, &end), width)?;
             } else {
-                em.open(format!("for (int k = {start}cg::lane<{tpr}>(); k < {end}; k += {tpr})"));
+                em.open_column_loop(format!("for (int k = {start}cg::lane<{tpr}>(); k < {end}; k += {tpr})"));
                 for s in &same_width {
                     let v = em.eval(s.node, "m", "k")?;
                     let store = store_call(em, s, store_row(em, s), "k", &v);
@@ -263,30 +270,14 @@ fn row_streams(em: &Emitter<'_>) -> usize {
     loads.len() + em.kernel.stores.iter().filter(|s| !is_narrow(em, s)).count()
 }
 
-/// The lines with every column loop (`for (int k…`, the stores' loops and
-/// the whole-row reductions' loops) unrolled `factor` times: each thread
-/// then has several loads in flight instead of one memory latency per
-/// iteration. Row preludes (a warp per row) unroll by 8; CTA-per-row
-/// kernels with few row streams by 4 ([`UNROLLED_STREAMS`]). Earlier
-/// measurements on the H100: in the 256-thread row kernels of the Llama-3
-/// backward, unrolling every kernel by 4 made two kernels faster (0.33 →
-/// 0.26 and 0.78 → 0.73 ms) and the SwiGLU backward (then a row kernel)
-/// slower (1.63 → 1.85 ms), and by 8 made ptxas spill.
-fn unrolled(lines: Vec<String>, factor: u32) -> Vec<String> {
-    lines
-        .into_iter()
-        .flat_map(|line| {
-            let indent = &line[..line.len() - line.trim_start().len()];
-            // Not the chunked loops (`for (int kv…`): each iteration already has
-            // a chunk of every stream in flight.
-            let trimmed = line.trim_start();
-            match trimmed.starts_with("for (int k") && !trimmed.starts_with("for (int kv") {
-                true => vec![format!("{indent}#pragma unroll {factor}"), line],
-                false => vec![line],
-            }
-        })
-        .collect()
-}
+// Row kernels unroll their plain column loops (`Emitter::unroll_columns`),
+// so that each thread has several loads in flight instead of one memory
+// latency per iteration: row preludes (a warp per row) by 8, CTA-per-row
+// kernels with few row streams by 4. Measured on the H100, in the
+// 256-thread row kernels of the Llama-3 backward: unrolling every kernel by
+// 4 made two kernels faster (0.33 → 0.26 and 0.78 → 0.73 ms) and the
+// SwiGLU backward (then a row kernel) slower (1.63 → 1.85 ms); by 8 made
+// ptxas spill.
 
 /// The pieces `[lo, hi)` a column loop of constant width `w` is split into:
 /// one per stretch between the constant offsets of the kernel's column

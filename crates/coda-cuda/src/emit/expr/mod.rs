@@ -57,6 +57,10 @@ pub(crate) struct Emitter<'a> {
     /// current column loop, when it is one piece of a split loop: a
     /// concatenation evaluated at `k` then takes the one part covering it.
     pub(crate) k_range: Option<(i64, i64)>,
+    /// How many times a row kernel's plain column loops are unrolled (its
+    /// stores' loops and whole-row reductions' loops; not chunked loops,
+    /// whose iterations already have a chunk of every stream in flight).
+    pub(crate) unroll_columns: Option<u32>,
     /// Each rotary partner column local (`kp`) with the column it is the
     /// partner of and the rotation: the two share their pair, so a rotary
     /// frequency of that rotation at `kp` is the one at the column, and
@@ -100,6 +104,7 @@ impl<'a> Emitter<'a> {
             globals: std::collections::BTreeMap::new(),
             coherent: std::collections::BTreeSet::new(),
             k_range: None,
+            unroll_columns: None,
             chunk: None,
             block_reductions: false,
         }
@@ -146,6 +151,14 @@ impl<'a> Emitter<'a> {
         self.line(format!("{} {{", header.as_ref()));
         self.indent += 1;
         self.scopes.push(HashMap::new());
+    }
+
+    /// Opens a plain column loop, unrolled as [`Self::unroll_columns`] says.
+    pub(crate) fn open_column_loop(&mut self, header: impl AsRef<str>) {
+        if let Some(factor) = self.unroll_columns {
+            self.line(format!("#pragma unroll {factor}"));
+        }
+        self.open(header);
     }
 
     /// Closes the innermost scope.
@@ -700,7 +713,11 @@ impl<'a> Emitter<'a> {
         if let Some(width) = chunk_width {
             self.open_chunks(&i, ("", &extent), (tpr, width), &[]);
         } else {
-            self.open(format!("for (int {i} = cg::lane<{tpr}>(); {i} < {extent}; {i} += {tpr})"));
+            let header = format!("for (int {i} = cg::lane<{tpr}>(); {i} < {extent}; {i} += {tpr})");
+            match row {
+                true => self.open_column_loop(header),
+                false => self.open(header),
+            }
         }
         let saved = std::mem::replace(&mut self.coop, 1);
         let x = if row { self.eval(arg, at, &i)? } else { self.eval(arg, &i, at)? };
