@@ -4,7 +4,7 @@
 # stall samples) and writes, per kernel, the SASS source page as CSV under
 # $OUT.  Parse the CSVs with scripts/stall-table.py (here or on the GPU
 # machine).  GPU machine only; needs a release build of codac.
-#   OUT=$OUT KERNELS='k5|k6' bash scripts/profile-stalls.sh [FILE] [M]
+#   OUT=$OUT KERNELS='gemm_x1|gemm_z' bash scripts/profile-stalls.sh [FILE] [M]
 # RUN_ARGS adds options to the profiled `codac run` (e.g. "--grad" for a
 # training step's kernels, "--tile-config NAME").
 set -u
@@ -12,7 +12,7 @@ OUT=${OUT:-/tmp/codac-prof}
 CODAC=${CODAC:-target/release/codac}
 FILE=${1:-examples/llama3_block.coda}
 M=${2:-8192}
-KERNELS=${KERNELS:-k5|k6|k7|k8}
+KERNELS=${KERNELS:-gemm_x1|gemm_z|gemm_x_out|gemm_u}
 mkdir -p "$OUT"
 if ! command -v ncu >/dev/null; then echo "skipped: no ncu"; exit 0; fi
 ncu --clock-control none -k "regex:_(${KERNELS})\$" --launch-count 8 \

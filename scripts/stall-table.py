@@ -3,7 +3,7 @@
 the share of warp-stall samples in the mainloop (between the first and last
 HGMMA/WARPGROUP instruction), before it and after it (the epilogue), and the
 instructions with the most samples, each with its neighbourhood.
-  python3 scripts/stall-table.py DIR/source_k6.csv [top]"""
+  python3 scripts/stall-table.py DIR/source_gemm_x1.csv [top]"""
 import csv
 import sys
 

@@ -124,21 +124,25 @@ fn the_rules_give_staged_subtiles_to_light_epilogues() {
     let compiled_forward = compile(&forward, None);
     let plain = configs(&compiled_forward);
     let staged: Vec<&str> = plain.iter().filter(|(_, c)| c.contains("pps")).map(|(f, _)| f.as_str()).collect();
-    assert_eq!(staged, ["llama3_layer_k7.cu", "llama3_layer_k9.cu"], "{plain:?}");
-    let k9 = kernel_source(&compiled_forward, "llama3_layer_k9.cu");
+    assert_eq!(staged, ["llama3_layer_gemm_z.cu", "llama3_layer_gemm_u.cu"], "{plain:?}");
+    let qkv = kernel_source(&compiled_forward, "llama3_layer_gemm_u.cu");
     let rotated = "coda::sub_end<__nv_bfloat16, coda::StagedUnpermuteCols<0, 5120, 128>, 0, true>(f, t, j, p.qkv,";
-    assert!(k9.contains(rotated), "k9: the rotated output not staged in subtiles");
+    assert!(qkv.contains(rotated), "gemm_u: the rotated output not staged in subtiles");
     // The training step: each saving forward, then its backward block.
     let blocks = backward.grads.iter().flat_map(|g| [g.saving_forward.clone(), g.backward.clone()]).collect();
     let module = coda::ir::Module { file_name: backward.module.file_name.clone(), blocks };
     let step = compile(&coda::Checked { module, ..backward }, None);
     let by_file: std::collections::BTreeMap<String, String> = configs(&step).into_iter().collect();
-    assert_eq!(by_file["llama3_layer_saving_k7.cu"], PPS2.name());
-    assert_eq!(by_file["llama3_layer_grad_k13.cu"], PPS.name());
-    assert_eq!(by_file["llama3_layer_grad_k12.cu"], PPS2.name(), "dz's two parts and y: the third straight to memory");
-    assert_eq!(by_file["llama3_layer_grad_k9.cu"], "Sm90Cfg128x256", "partials");
-    assert_eq!(by_file["llama3_layer_saving_k6.cu"], "Sm90Cfg128x256", "a residual and partials");
-    let src = kernel_source(&step, "llama3_layer_saving_k7.cu");
+    assert_eq!(by_file["llama3_layer_saving_gemm_z.cu"], PPS2.name());
+    assert_eq!(by_file["llama3_layer_grad_gemm_dw_down.cu"], PPS.name());
+    assert_eq!(
+        by_file["llama3_layer_grad_gemm_y.cu"],
+        PPS2.name(),
+        "dz's two parts and y: the third straight to memory"
+    );
+    assert_eq!(by_file["llama3_layer_grad_gemm_du_w_qkv.cu"], "Sm90Cfg128x256", "partials");
+    assert_eq!(by_file["llama3_layer_saving_gemm_x1.cu"], "Sm90Cfg128x256", "a residual and partials");
+    let src = kernel_source(&step, "llama3_layer_saving_gemm_z.cu");
     for call in [
         "coda::sub_put<__nv_bfloat16, coda::StagedOwnCols, 0>(f, t, i, j, p.z_pairs,",
         "coda::sub_put<__nv_bfloat16, coda::StagedHalfCols, 1>(f, t, i, j, p.tmp_y_bf16,",
@@ -146,7 +150,7 @@ fn the_rules_give_staged_subtiles_to_light_epilogues() {
         "coda::sub_end<__nv_bfloat16, coda::StagedHalfCols, 1, false>(f, t, j, p.tmp_y_bf16,",
         "coda::sub_begin(f, t, j);",
     ] {
-        assert!(src.contains(call), "saving k7: no `{call}`");
+        assert!(src.contains(call), "saving gemm_z: no `{call}`");
     }
     assert!(!src.contains("coda::staged_put_finish<"), "subtiles are stored in the loop");
 }
@@ -159,14 +163,14 @@ fn the_rules_give_staged_subtiles_to_light_epilogues() {
 fn two_regions_stage_a_residual_subtile_beside_the_outputs() {
     let forward = &views("examples/llama3_block.coda")[0];
     let compiled = compile(forward, Some(PPS2));
-    let src = kernel_source(&compiled, "llama3_layer_k6.cu");
+    let src = kernel_source(&compiled, "llama3_layer_gemm_x1.cu");
     for call in [
         "coda::sub_load<__nv_bfloat16>(f, t, j, p.x0_staged, p.x0_staged_ld, p.x0_staged_rows, p.x0_staged_cols, smem);",
         "coda::sub_pair<__nv_bfloat16>(f, t, i, j, p.x0_staged,",
         "coda::sub_put<__nv_bfloat16, coda::StagedOwnCols, 0>(f, t, i, j, p.tmp_x1_g_ffn_bf16,",
         "coda::sub_put<__nv_bfloat16, coda::StagedOwnCols, 1>(f, t, i, j, p.tmp_x1_bf16,",
     ] {
-        assert!(src.contains(call), "k6: no `{call}`");
+        assert!(src.contains(call), "gemm_x1: no `{call}`");
     }
     assert!(
         !src.contains("coda::stage_tile_async<__nv_bfloat16>(f, t, p.x0_staged"),
@@ -174,7 +178,7 @@ fn two_regions_stage_a_residual_subtile_beside_the_outputs() {
     );
     // One region: the residual is read from global memory pair by pair.
     let one = compile(forward, Some(PPS));
-    assert!(!kernel_source(&one, "llama3_layer_k6.cu").contains("coda::sub_load<"));
+    assert!(!kernel_source(&one, "llama3_layer_gemm_x1.cu").contains("coda::sub_load<"));
 }
 
 /// The cases of `tests/cuda-cases` (size 37) on both staged-subtile

@@ -589,7 +589,7 @@ mod tests {
     fn gemm_kernel(median_ms: f64, bare_ms: f64) -> KernelReport {
         let flops = 2.0 * 8192.0 * 4096.0 * 4096.0;
         KernelReport {
-            name: "k0".into(),
+            name: "gemm_x1".into(),
             kind: "gemm".into(),
             summary: "acc = attn @ w_o.T".into(),
             config: Some("Cfg128x128w4".into()),
@@ -660,7 +660,7 @@ mod tests {
         let trial = |config: &str, ms: f32| TuneTrial { config: config.into(), median_ms: ms, rules_median_ms: 0.101 };
         let tuned = TuneReport {
             block: "llama3_layer".into(),
-            kernel: "k8".into(),
+            kernel: "gemm_x_out".into(),
             rules: "Sm90Cfg128x256".into(),
             trials: vec![trial("Sm90Cfg128x128", 0.084), trial("Sm90Cfg128x128pp", 0.089)],
             skipped: Vec::new(),
@@ -669,7 +669,7 @@ mod tests {
         };
         assert_eq!(
             tuned.line(),
-            "autotune llama3_layer k8 (Sm90Cfg128x256), 0.101 ms against Sm90Cfg128x128 0.084 ms, \
+            "autotune llama3_layer gemm_x_out (Sm90Cfg128x256), 0.101 ms against Sm90Cfg128x128 0.084 ms, \
              0.101 ms against Sm90Cfg128x128pp 0.089 ms: takes Sm90Cfg128x128"
         );
         let kept = TuneReport {
@@ -684,14 +684,14 @@ mod tests {
         assert!(dropped.line().ends_with(": Sm90Cfg128x128 wins alone, not in the block: keeps Sm90Cfg128x256"));
         let check = TuneBlockCheck {
             block: "llama3_layer".into(),
-            winners: vec!["k5 Sm90Cfg128x128pp".into(), "k6 Sm90Cfg128x128pp".into()],
+            winners: vec!["gemm_x1 Sm90Cfg128x128pp".into(), "gemm_z Sm90Cfg128x128pp".into()],
             median_ms: 1.693,
             rules_median_ms: 1.616,
             kept: false,
         };
         assert_eq!(
             check.line(),
-            "autotune llama3_layer: the block with k5 Sm90Cfg128x128pp, k6 Sm90Cfg128x128pp 1.693 ms against 1.616 ms \
+            "autotune llama3_layer: the block with gemm_x1 Sm90Cfg128x128pp, gemm_z Sm90Cfg128x128pp 1.693 ms against 1.616 ms \
              with the rules' configurations: drops them (the rules' configurations stay)"
         );
         let mut r = report();
@@ -786,12 +786,12 @@ mod tests {
         assert!(text.starts_with("device: NVIDIA H100 80GB HBM3 (sm_90a, 132 SMs"), "{text}");
         assert!(text.contains("block llama3_layer at M=8192: 1 kernel(s)"), "{text}");
         assert!(text.contains("cycling through 3 copies of 1073.7 MB"), "{text}");
-        let row = text.lines().find(|l| l.starts_with("k0 ")).unwrap_or_else(|| panic!("{text}"));
+        let row = text.lines().find(|l| l.starts_with("gemm_x1 ")).unwrap_or_else(|| panic!("{text}"));
         let cells: Vec<&str> = row.split("  ").map(str::trim).filter(|c| !c.is_empty()).collect();
         assert_eq!(
             cells,
             [
-                "k0",
+                "gemm_x1",
                 "gemm",
                 "Cfg128x128w4",
                 "8192×4096×4096",
@@ -807,7 +807,10 @@ mod tests {
             ]
         );
         assert!(text.contains("block: 0.520 ms, 529 TFLOP/s (1 launches back to back; kernels alone sum to 0.500 ms)"));
-        assert!(text.contains("inside the block (events between its launches): k0 0.510 ms; sum 0.510 ms"), "{text}");
+        assert!(
+            text.contains("inside the block (events between its launches): gemm_x1 0.510 ms; sum 0.510 ms"),
+            "{text}"
+        );
         assert!(text.contains("bare GEMMs: 0.400 ms; the block takes 1.30× that"), "{text}");
         assert!(text.contains("(each bare GEMM timed alternating with its kernel, at the same clocks)"), "{text}");
         assert!(text.contains("bare GEMMs against cuBLAS: not measured: no cuBLAS library found\n"), "{text}");
@@ -834,7 +837,7 @@ mod tests {
     fn vendor_rows_and_sums() {
         let kernel = gemm_kernel(0.5, 0.4);
         let vendor = vec![vendor_of(&kernel, 0.4, 0.44)];
-        let kernels = vec![kernel.clone(), KernelReport { name: "k1".into(), ..kernel.clone() }];
+        let kernels = vec![kernel.clone(), KernelReport { name: "gemm_z".into(), ..kernel.clone() }];
         let mut r = report();
         let block = |name: &str, v: Vec<VendorReport>| {
             BlockReport::totals(name.into(), BTreeMap::new(), 1, 1, kernels.clone(), (timing(1.1), v))

@@ -111,7 +111,7 @@ pub fn compile_block(
     if options.row_preludes {
         kir::prelude::fuse_row_preludes(&mut ir, &crate::traffic::default_dims(block));
     }
-    ir.name_kernels();
+    ir.name_kernels(block);
     let (kernels, manifest) = emit::emit_block(&ir, block, source)?;
     limits::check_params(block, &ir, &manifest, source)?;
     Ok(CompiledBlock { kernels, manifest, ir })

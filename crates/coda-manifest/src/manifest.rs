@@ -105,7 +105,8 @@ fn is_false(b: &bool) -> bool {
 /// A kernel launch.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct KernelSpec {
-    /// Short name (`k0`).
+    /// Name after what it makes (`gemm_x1`); launch order is the order
+    /// of [`BlockManifest::kernels`].
     pub name: String,
     /// `gemm`, `row`, `colreduce` or `copy`.
     pub kind: String,

@@ -6,8 +6,10 @@
 //! depends on (the device, the kernel's source with the rules' own
 //! configuration, the run-time dimensions), so an entry goes stale by
 //! itself when the compiler or the program changes: it is then never found
-//! again. Reading never fails (a missing or unreadable file is an empty
-//! memory, malformed lines are skipped); writes are atomic.
+//! again. The source holds the kernel's name and its configuration, so an
+//! entry never applies to another kernel. Reading never fails (a missing
+//! or unreadable file is an empty memory, malformed lines are skipped);
+//! writes are atomic.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

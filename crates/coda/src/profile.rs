@@ -29,7 +29,7 @@ pub struct BlockProfile {
 /// What one kernel computes and moves at the given dims.
 #[derive(Debug, Clone, PartialEq)]
 pub struct KernelProfile {
-    /// Short name (`k0`), as in the manifest.
+    /// Name (`gemm_x1`), as in the manifest.
     pub name: String,
     /// `gemm`, `row`, `colreduce` or `copy`, as in the manifest.
     pub kind: &'static str,

@@ -270,7 +270,7 @@ mod tests {
 
     #[test]
     fn short_lines_stay_whole() {
-        assert_eq!(wrapped("//   k0 gemm: acc = x @ w.T"), "//   k0 gemm: acc = x @ w.T\n");
+        assert_eq!(wrapped("//   gemm_y gemm: acc = x @ w.T"), "//   gemm_y gemm: acc = x @ w.T\n");
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! Hand-edited kernels for experiments: with `CODAC_KERNEL_OVERRIDE_DIR`
 //! set, `codac run` and `codac bench` compile a file of that directory in
-//! place of the generated kernel of the same file name (`<block>_k<n>.cu`,
+//! place of the generated kernel of the same file name (`<block>_<kernel>.cu`,
 //! as `codac compile` writes it), and say so for each one. The kernel's
 //! parameters and launch stay those of the manifest, so an edit must keep
 //! the entry point's signature. This is how an idea is measured before it

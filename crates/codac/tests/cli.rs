@@ -204,9 +204,9 @@ fn compile_with_dims_chooses_tiles_for_them() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     // The QKV GEMM: staged subtiles on ping-pong 128x192 tiles when M is
     // not known; 128x256 tiles would leave SMs idle at 1000 tokens.
-    assert_eq!(config_of(&blind.join("manifest.json"), "k9"), "Sm90Cfg128x192pps");
-    assert_eq!(config_of(&small.join("manifest.json"), "k9"), "Sm90Cfg128x128");
-    assert_eq!(config_of(&small.join("manifest.json"), "k6"), "Sm90Cfg128x256");
+    assert_eq!(config_of(&blind.join("manifest.json"), "gemm_u"), "Sm90Cfg128x192pps");
+    assert_eq!(config_of(&small.join("manifest.json"), "gemm_u"), "Sm90Cfg128x128");
+    assert_eq!(config_of(&small.join("manifest.json"), "gemm_x1"), "Sm90Cfg128x256");
     let out = codac(&["compile", "examples/llama3_block.coda", "-o", &small.display().to_string(), "--dims", "Q=4"]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
     assert!(text(&out.stderr).contains("not a run-time dimension"), "{}", text(&out.stderr));

@@ -161,10 +161,10 @@ fn compile_grad_writes_the_kernels_of_training_steps() {
     let manifest = std::fs::read_to_string(dir.join("manifest.json")).unwrap_or_else(|e| panic!("{e}"));
     assert!(manifest.contains("\"gpt2_layer_saving\""), "{manifest}");
     assert!(manifest.contains("\"gpt2_layer_grad\""), "{manifest}");
-    assert!(dir.join("gpt2_layer_grad_k0.cu").exists());
+    assert!(dir.join("gpt2_layer_grad_gemm_dw_qkv.cu").exists());
     let ce = codac(&["compile", "examples/lm_head_ce.coda", "--grad", "-o", &path_str(&dir)]);
     assert_eq!(ce.status.code(), Some(0), "{}", text(&ce.stderr));
-    assert!(dir.join("lm_head_ce_grad_k3.cu").exists());
+    assert!(dir.join("lm_head_ce_grad_row_dlogits.cu").exists());
 }
 
 #[test]

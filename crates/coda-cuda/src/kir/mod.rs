@@ -38,6 +38,7 @@
 //! column sums to `[cols][row tiles]` buffers, finished by later kernels.
 
 pub(crate) mod build;
+mod names;
 pub(crate) mod prelude;
 mod uses;
 
@@ -425,7 +426,8 @@ pub struct GridSpec {
 /// One generated kernel.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Kernel {
-    /// Short name within the block (`k0`, `k1`, …).
+    /// Name within the block, after what it makes (`gemm_x1`, see
+    /// [`names`]).
     pub name: String,
     /// Kind and kind-specific data.
     pub kind: KernelKind,
@@ -548,18 +550,4 @@ pub struct BlockIr {
     pub buffers: Vec<Buffer>,
     /// Kernels in launch order.
     pub kernels: Vec<Kernel>,
-}
-
-impl BlockIr {
-    /// Names the kernels `k0`, `k1`, … in launch order (a row prelude after
-    /// its GEMM: `k<i>_rows`); the last stage before emission, once no
-    /// kernel is added, dropped or fused.
-    pub(crate) fn name_kernels(&mut self) {
-        for (i, kernel) in self.kernels.iter_mut().enumerate() {
-            kernel.name = format!("k{i}");
-            if let KernelKind::Gemm(GemmSpec { prelude: Some(p), .. }) = &mut kernel.kind {
-                p.kernel.name = format!("k{i}_rows");
-            }
-        }
-    }
 }
