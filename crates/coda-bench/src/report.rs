@@ -280,7 +280,7 @@ impl VendorReport {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct KernelReport {
     pub name: String,
-    /// `gemm`, `row`, `colreduce` or `copy`.
+    /// `gemm`, `row` or `colreduce`.
     pub kind: String,
     pub summary: String,
     pub config: Option<String>,

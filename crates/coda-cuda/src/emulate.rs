@@ -9,6 +9,8 @@
 //! check the CUDA text (fragment indexing, stores), which only a GPU run
 //! does. Arithmetic is `f64` rounded to `f32` per node. Grid reductions go
 //! through their per-CTA partial buffers in CTA order, as on the GPU.
+//! Staging buffers are always copies (the runtime's path for misaligned
+//! tensors), filled before the kernels and emptied after them.
 
 use crate::kir::{BlockIr, ColMap, GridSpec, KernelKind, Node, Op, PartialKind, PartialOut, Role, Space};
 use crate::symexpr::SymExpr;
@@ -76,6 +78,7 @@ pub fn emulate(
         KernelKind::Gemm(crate::kir::GemmSpec { prelude: Some(p), .. }) => vec![p.kernel.as_ref(), k],
         _ => vec![k],
     });
+    stage(ir, &mut bufs, Role::Input);
     for kernel in launches {
         let mut em = Emu {
             block,
@@ -88,11 +91,29 @@ pub fn emulate(
         };
         em.run(kernel)?;
     }
+    stage(ir, &mut bufs, Role::Output);
     let mut out = BTreeMap::new();
     for b in ir.buffers.iter().zip(&bufs).filter(|(b, _)| b.role == Role::Output) {
         out.insert(b.0.name.clone(), b.1.data.clone());
     }
     Ok(out)
+}
+
+/// The runtime's staging copies, as for misaligned tensors: each staging
+/// buffer of an input is filled from the input (`role` input, before the
+/// kernels), and each staging buffer of an output emptied into the output
+/// (`role` output, after them).
+fn stage(ir: &BlockIr, bufs: &mut [HostBuf], role: Role) {
+    for (staging, b) in ir.buffers.iter().enumerate() {
+        let Some(tensor) = b.staging_of.filter(|t| ir.buffers[*t].role == role) else { continue };
+        let (src, dst) = if role == Role::Input { (tensor, staging) } else { (staging, tensor) };
+        let from = bufs[src].clone();
+        for m in 0..from.rows {
+            for k in 0..from.cols {
+                bufs[dst].put(m, k, f64::from(from.get(m, k)), false);
+            }
+        }
+    }
 }
 
 struct Emu<'a> {
@@ -122,14 +143,6 @@ impl Emu<'_> {
 
     fn run(&mut self, kernel: &crate::kir::Kernel) -> Result<(), String> {
         match &kernel.kind {
-            KernelKind::Copy { src, dst } => {
-                let s = self.bufs[*src].clone();
-                for m in 0..s.rows {
-                    for k in 0..s.cols {
-                        self.bufs[*dst].put(m, k, f64::from(s.get(m, k)), false);
-                    }
-                }
-            }
             KernelKind::Gemm(g) => {
                 self.gemm(g)?;
                 let (bm, bn, _) = g.config.tile();

@@ -130,6 +130,6 @@ pub fn compile_module(
         kernels.extend(compiled.kernels);
         blocks.push(compiled.manifest);
     }
-    let manifest = Manifest { schema: 2, source: source.name.clone(), arch: options.arch.clone(), blocks };
+    let manifest = Manifest { schema: 3, source: source.name.clone(), arch: options.arch.clone(), blocks };
     Ok((kernels, manifest))
 }

@@ -50,10 +50,6 @@ pub fn kernel_buffers(kernel: &Kernel) -> (BTreeSet<usize>, BTreeSet<usize>) {
                 writes.insert(p.ready);
             }
         }
-        KernelKind::Copy { src, dst } => {
-            reads.insert(*src);
-            writes.insert(*dst);
-        }
         // A grid reduction's per-CTA partials and ticket counter count once,
         // as writes (the last CTA reads them back from L2).
         KernelKind::Row { grid: Some(g), .. } => {

@@ -2,7 +2,7 @@
 //! file for any binding of the run-time dims, as deterministic JSON.
 //!
 //! ```text
-//! Manifest { schema: 2, source, arch, blocks: [BlockManifest] }
+//! Manifest { schema: 3, source, arch, blocks: [BlockManifest] }
 //! BlockManifest { block, kind: "block" | "kernel", dims: ["M", …],
 //!                 buffers: [BufferSpec], kernels: [KernelSpec] }
 //! BufferSpec { name, role: input | output | scratch | partial | staging
@@ -10,9 +10,9 @@
 //!              dtype: bf16 | f16 | f32 | i32, rank, shape: [rows, cols],
 //!              ld: size (buffers the host allocates), accumulate (outputs),
 //!              staging_of (staging buffers) }
-//! KernelSpec { name, kind: gemm | row | colreduce | copy, entry, file,
+//! KernelSpec { name, kind: gemm | row | colreduce, entry, file,
 //!              summary, config (gemm), grid: [x, y, z] sizes,
-//!              block: [x, y, z], smem_bytes, when (copy kernels),
+//!              block: [x, y, z], smem_bytes,
 //!              persistent (grid capped at the SM count),
 //!              tensor_maps: [TensorMapSpec], args: [StructSpec] }
 //! TensorMapSpec { buffer, base_row, dims: [size] (innermost first),
@@ -25,12 +25,15 @@
 //! `"ceil(M/128)"`). A buffer's shape is its canonical `[rows, cols]`; a
 //! bound input or output has the declared rank (`[]`, `[n]` or
 //! `[rows, cols]`). `ld` of an input or output comes from the binding (its
-//! row stride). A copy kernel has `when` = the staging buffer it fills and
-//! runs only when its input is not usable in place by the GEMM mainloop
-//! (16-byte aligned base, row stride a multiple of 8, unit column stride);
-//! otherwise the staging buffer aliases the input. A `counter` buffer (the
-//! i32 ticket of a row kernel's grid reduction) must be zeroed once when
-//! the host allocates it; every launch leaves it 0 again, so launches of
+//! row stride). A `staging` buffer stands for the input or output named by
+//! its `staging_of`: it is that tensor itself when the tensor is usable in
+//! place by the GEMM mainloop (16-byte aligned base, row stride a multiple
+//! of 8, unit column stride), and otherwise a buffer of the host's (`ld`
+//! padded to a multiple of 8) that the host fills from the input before the
+//! kernels, or empties into the output after them (a strided row copy;
+//! `coda-runtime` has one copy kernel for every block). A `counter` buffer
+//! (the i32 ticket of a row kernel's grid reduction) must be zeroed once
+//! when the host allocates it; every launch leaves it 0 again, so launches of
 //! one binding must not run concurrently. Struct layouts follow
 //! `coda_runtime::ParamBlock` (natural alignment, tail padding).
 //!
@@ -48,7 +51,7 @@ use serde::{Deserialize, Serialize};
 /// The manifest of one source file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Manifest {
-    /// Format version (1).
+    /// Format version (3: staging copies are the host's).
     pub schema: u32,
     /// The source file name as given.
     pub source: String,
@@ -93,7 +96,7 @@ pub struct BufferSpec {
     /// `+=` output: read-modify-write.
     #[serde(default, skip_serializing_if = "is_false")]
     pub accumulate: bool,
-    /// Staging buffers: the input they copy.
+    /// Staging buffers: the input or output they stand for (module docs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub staging_of: Option<String>,
 }
@@ -108,7 +111,7 @@ pub struct KernelSpec {
     /// Name after what it makes (`gemm_x1`); launch order is the order
     /// of [`BlockManifest::kernels`].
     pub name: String,
-    /// `gemm`, `row`, `colreduce` or `copy`.
+    /// `gemm`, `row` or `colreduce`.
     pub kind: String,
     /// The `extern "C"` entry point.
     pub entry: String,
@@ -125,9 +128,6 @@ pub struct KernelSpec {
     pub block: [u32; 3],
     /// Dynamic shared memory in bytes.
     pub smem_bytes: u32,
-    /// Copy kernels: the staging buffer they fill (run only when needed).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub when: Option<String>,
     /// The grid is capped at the device's multiprocessor count.
     #[serde(default, skip_serializing_if = "is_false")]
     pub persistent: bool,

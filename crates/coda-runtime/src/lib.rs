@@ -15,7 +15,8 @@
 //! * [`ParamBlock`], [`Module`], [`Kernel`], [`LaunchConfig`] — launches.
 //! * [`timing`] — CUDA-event timing; [`convert`] — host dtype conversions.
 //! * [`exec`] — running the kernels of a block compiled by `coda-cuda`
-//!   from its manifest.
+//!   from its manifest; [`staging`] — the copy that fills or empties a
+//!   block's staging buffers for misaligned tensors.
 //! * [`VendorGemm`] — cuBLAS's GEMM on the same buffers and stream, the
 //!   reference `codac bench` times codac's GEMMs against.
 //!
@@ -42,6 +43,7 @@ pub mod loader;
 mod memory;
 mod nvrtc;
 mod params;
+pub mod staging;
 mod tensor;
 pub mod timing;
 mod tma;

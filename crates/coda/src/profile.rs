@@ -31,7 +31,7 @@ pub struct BlockProfile {
 pub struct KernelProfile {
     /// Name (`gemm_x1`), as in the manifest.
     pub name: String,
-    /// `gemm`, `row`, `colreduce` or `copy`, as in the manifest.
+    /// `gemm`, `row` or `colreduce`, as in the manifest.
     pub kind: &'static str,
     /// The GEMM of a GEMM kernel.
     pub gemm: Option<GemmProfile>,
@@ -160,7 +160,6 @@ fn kernel_profile(ir: &BlockIr, kernel: &Kernel, dims: &DimBindings) -> KernelPr
         }
         KernelKind::Row { .. } => ("row", None, 0),
         KernelKind::Col { .. } => ("colreduce", None, 0),
-        KernelKind::Copy { .. } => ("copy", None, 0),
     };
     KernelProfile {
         name: kernel.name.clone(),

@@ -26,8 +26,7 @@ pub struct ExplainOptions {
 #[derive(Debug, Clone)]
 pub(crate) struct KernelReport {
     pub(crate) name: String,
-    /// `gemm`, `elementwise`, `reduction` or `weight_prep`; `fallback` for
-    /// the alignment copies launched only for misaligned inputs or outputs.
+    /// `gemm`, `elementwise`, `reduction` or `weight_prep`.
     pub(crate) kind: &'static str,
     pub(crate) summary: String,
     pub(crate) inputs: Vec<String>,
@@ -46,13 +45,16 @@ pub(crate) struct BlockReport {
     pub(crate) dims: BTreeMap<String, i64>,
     /// The kernels, or why the block could not be compiled.
     pub(crate) kernels: Result<Vec<KernelReport>, String>,
+    /// The inputs and outputs with a staging buffer, which the runtime
+    /// copies only when they are not aligned for the GEMMs.
+    pub(crate) staged: Vec<String>,
     pub(crate) unfused_bytes: u64,
 }
 
 impl BlockReport {
     pub(crate) fn fused_bytes(&self) -> u64 {
         let kernels = self.kernels.as_deref().unwrap_or_default();
-        kernels.iter().filter(|k| k.kind != "fallback").map(|k| k.bytes_moved).fold(0, u64::saturating_add)
+        kernels.iter().map(|k| k.bytes_moved).fold(0, u64::saturating_add)
     }
 
     pub(crate) fn count(&self, kind: &str) -> usize {
@@ -72,15 +74,23 @@ pub(crate) fn block_report(block: &Block, source: &SourceFile, options: &Explain
     let (rewritten, rules) = if block.kind == coda_ir::BlockKind::Block {
         match coda_opt::reparameterize(block, &options.rewrite) {
             Ok(r) => (r.block, r.applied),
-            Err(e) => return BlockReport { rules: BTreeMap::new(), dims, kernels: Err(e.to_string()), unfused_bytes },
+            Err(e) => {
+                let kernels = Err(e.to_string());
+                return BlockReport { rules: BTreeMap::new(), dims, kernels, staged: Vec::new(), unfused_bytes };
+            }
         }
     } else {
         (block.clone(), BTreeMap::new())
     };
-    let kernels = coda_cuda::compile_block(&rewritten, source, &options.codegen)
-        .map(|compiled| kernel_reports(&compiled.ir, &compiled.manifest, &dims))
-        .map_err(|e| e.to_string());
-    BlockReport { rules, dims, kernels, unfused_bytes }
+    let compiled = coda_cuda::compile_block(&rewritten, source, &options.codegen);
+    let staged = compiled.as_ref().map_or_else(|_| Vec::new(), |c| staged(&c.ir));
+    let kernels = compiled.map(|c| kernel_reports(&c.ir, &c.manifest, &dims)).map_err(|e| e.to_string());
+    BlockReport { rules, dims, kernels, staged, unfused_bytes }
+}
+
+/// The inputs and outputs that have a staging buffer, in buffer order.
+fn staged(ir: &BlockIr) -> Vec<String> {
+    ir.buffers.iter().filter_map(|b| b.staging_of.map(|t| ir.buffers[t].name.clone())).collect()
 }
 
 fn kernel_reports(
@@ -100,7 +110,6 @@ fn kernel_reports(
                 ids.iter().filter_map(|b| ir.buffers.get(*b)).map(source).collect()
             };
             let kind = match &kernel.kind {
-                KernelKind::Copy { .. } => "fallback",
                 _ if weights_only(ir, kernel) => "weight_prep",
                 KernelKind::Gemm(_) => "gemm",
                 KernelKind::Col { .. } => "reduction",
@@ -164,12 +173,12 @@ pub(crate) fn report_text(r: &BlockReport) -> String {
     let kinds = ["gemm", "elementwise", "reduction", "weight_prep"];
     let counts: Vec<String> = kinds.iter().map(|k| format!("{} {k}", r.count(k))).collect();
     out.push_str(&format!("// kernels: {}", counts.join(", ")));
-    let fallbacks = r.count("fallback");
-    if fallbacks > 0 {
-        out.push_str(&format!("; {fallbacks} alignment fallback(s), launched only for misaligned tensors"));
+    if !r.staged.is_empty() {
+        let n = r.staged.len();
+        out.push_str(&format!("; {n} staged tensor(s), copied by the runtime only when misaligned"));
     }
     out.push('\n');
-    for k in kernels.iter().filter(|k| k.kind != "fallback") {
+    for k in kernels {
         out.push_str(&wrapped(&format!("//   {} {}: {}", k.name, k.kind, k.summary)));
         out.push_str(&wrapped(&format!(
             "//      reads {}; writes {}; {}",
@@ -260,6 +269,7 @@ pub(crate) fn report_json(block: &str, r: &BlockReport) -> (Value, Vec<Value>) {
         "bytes_moved": r.fused_bytes(),
         "bytes_moved_unfused": r.unfused_bytes,
         "compile_error": r.kernels.as_ref().err(),
+        "staged": r.staged,
     });
     (entry, kernels)
 }

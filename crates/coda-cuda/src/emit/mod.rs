@@ -90,7 +90,6 @@ struct Launch {
     grid: SymExpr,
     threads: u32,
     smem: u32,
-    when: Option<String>,
     persistent: bool,
     tensor_maps: Vec<TensorMapSpec>,
     args: Vec<StructSpec>,
@@ -128,7 +127,6 @@ fn emit_kernel(
                 grid,
                 threads: spec.config.threads(),
                 smem: spec.config.smem_bytes_with(col_vecs),
-                when: None,
                 persistent: sm90,
                 tensor_maps: if sm90 { tensor_maps(ir, spec) } else { Vec::new() },
                 args,
@@ -140,24 +138,17 @@ fn emit_kernel(
             let width =
                 rowk::store_width(&em).ok_or_else(|| em.internal("a column-parallel row kernel without columns"))?;
             let grid = SymExpr::from(&width).ceil_div(i64::from(rowk::THREADS));
-            (code, simple_launch(&em, "row", grid, None))
+            (code, simple_launch(&em, "row", grid))
         }
         KernelKind::Row { rows, threads_per_row, grid } => {
             let code = rowk::emit_row(&mut em, rows, *threads_per_row, grid.as_ref(), &entry)?;
             let rows_per_cta = i64::from(rowk::THREADS / threads_per_row);
             let grid = SymExpr::from(rows).ceil_div(rows_per_cta);
-            (code, simple_launch(&em, "row", grid, None))
+            (code, simple_launch(&em, "row", grid))
         }
         KernelKind::Col { cols } => {
             let code = rowk::emit_col(&mut em, &entry)?;
-            (code, simple_launch(&em, "colreduce", SymExpr::from(cols), None))
-        }
-        KernelKind::Copy { src, dst } => {
-            let code = rowk::emit_copy(&mut em, *src, *dst, &entry);
-            // The staging buffer: the source of a copy into an output, else the destination.
-            let staging = if ir.buffers[*dst].role == crate::kir::Role::Output { *src } else { *dst };
-            let when = Some(ir.buffers[staging].name.clone());
-            (code, simple_launch(&em, "copy", ir.buffers[*src].rows.clone(), when))
+            (code, simple_launch(&em, "colreduce", SymExpr::from(cols)))
         }
     };
     let globals: String = em.globals.values().map(|d| format!("{d}\n")).collect();
@@ -179,7 +170,6 @@ fn emit_kernel(
         grid: [launch.grid.to_string(), "1".into(), "1".into()],
         block: [launch.threads, 1, 1],
         smem_bytes: launch.smem,
-        when: launch.when,
         persistent: launch.persistent,
         tensor_maps: launch.tensor_maps,
         args: launch.args,
@@ -217,14 +207,13 @@ fn prelude_code(
     Ok(PreludeCode { code, pre, params: sub.params.spec(&format!("Params_{}", p.kernel.name)) })
 }
 
-fn simple_launch(em: &Emitter<'_>, kind: &'static str, grid: SymExpr, when: Option<String>) -> Launch {
+fn simple_launch(em: &Emitter<'_>, kind: &'static str, grid: SymExpr) -> Launch {
     Launch {
         kind,
         config: None,
         grid,
         threads: rowk::THREADS,
         smem: 0,
-        when,
         persistent: false,
         tensor_maps: Vec::new(),
         args: vec![em.params.spec(&format!("Params_{}", em.kernel.name))],
@@ -374,12 +363,6 @@ fn summary(ir: &BlockIr, kernel: &Kernel, block: &Block) -> String {
             }
         }
         KernelKind::Col { cols } => format!("one CTA per column of {}; {outputs}", dim_text(cols)),
-        KernelKind::Copy { src, dst } if ir.buffers[*dst].role == crate::kir::Role::Output => {
-            format!("copy of {} into the output {} (runs only when the output is not aligned)", name(*src), name(*dst))
-        }
-        KernelKind::Copy { src, .. } => {
-            format!("padded copy of {} for the GEMMs (runs only when it is not aligned)", name(*src))
-        }
     }
 }
 

@@ -1,4 +1,4 @@
-//! Row kernels, column-reduction kernels and staging copies.
+//! Row kernels and column-reduction kernels.
 //!
 //! A row kernel runs 256 threads per row (one CTA per row, threads striding
 //! over columns) or, when it stores only per-row values, a warp per row
@@ -18,7 +18,7 @@ use crate::error::CodegenError;
 use crate::kir::{BufId, GridSpec, Op, Space, Store};
 use coda_ir::{Dim, ReduceOp};
 
-/// Threads per CTA of row, column and copy kernels.
+/// Threads per CTA of row and column kernels.
 pub(crate) const THREADS: u32 = crate::kir::CTA_THREADS;
 
 /// The `__global__` function of a row kernel.
@@ -408,18 +408,6 @@ pub(crate) fn emit_col(em: &mut Emitter<'_>, entry: &str) -> Result<String, Code
     }
     em.extend(body);
     Ok(wrap(em, entry, THREADS))
-}
-
-/// The `__global__` function of a staging copy.
-pub(crate) fn emit_copy(em: &mut Emitter<'_>, src: BufId, dst: BufId, entry: &str) -> String {
-    em.set_indent(1);
-    let s = em.buf(src);
-    let d = em.buf_w(dst);
-    em.line("const int m = (int)blockIdx.x;");
-    em.open(format!("for (int k = (int)threadIdx.x; k < {s}_cols; k += {THREADS})"));
-    em.line(format!("{d}[(long long)m * {d}_ld + k] = {s}[(long long)m * {s}_ld + k];"));
-    em.close();
-    wrap(em, entry, THREADS)
 }
 
 /// Whether a store writes one value per row (or a scalar).

@@ -5,10 +5,11 @@
 //! (each such read is a store in this kernel, fp32 unless a matmul needs the
 //! 16-bit operand type). Node DAGs are built on demand from the stores and
 //! partials, so a kernel contains exactly what it needs. Kernels left with
-//! nothing to store are dropped; padded staging copies of 16-bit GEMM inputs
-//! come first. Each GEMM takes the configuration of the tile stage
-//! ([`crate::tiles`]); kernels are named after the row preludes are fused
-//! ([`BlockIr::name_kernels`]).
+//! nothing to store are dropped. A staging buffer stands for an input a GEMM
+//! reads, or an output a later kernel reads ([`Role::Staging`]); the runtime
+//! makes its padded copy when the tensor is not aligned. Each GEMM takes
+//! the configuration of the tile stage ([`crate::tiles`]); kernels are
+//! named after the row preludes are fused ([`BlockIr::name_kernels`]).
 
 use super::{
     BlockIr, BufId, Buffer, ColMap, GemmSpec, GridSpec, Kernel, KernelKind, Layout, Node, NodeId, Op, Operand,
@@ -45,9 +46,7 @@ pub(crate) fn build(block: &Block, plan: &Plan, tiles: &Tiles) -> Result<BlockIr
     for k in (0..plan.kernels.len()).rev() {
         built[k] = Some(b.build_kernel(k)?);
     }
-    let mut kernels: Vec<Kernel> = b.copy_kernels();
-    kernels.extend(built.into_iter().flatten().filter(|k| !k.stores.is_empty() || !k.partials.is_empty()));
-    kernels.extend(b.output_copy_kernels());
+    let kernels = built.into_iter().flatten().filter(|k| !k.stores.is_empty() || !k.partials.is_empty()).collect();
     Ok(BlockIr {
         name: block.name.clone(),
         kind: block.kind,
@@ -251,8 +250,8 @@ impl Builder<'_> {
     /// one of the same value and type, stored whole by the same kernel, not
     /// accumulated or un-permuted. The kernel then stores the value once,
     /// into the output when it is aligned for the readers (a GEMM operand
-    /// needs 16-byte rows), and otherwise into a scratch buffer copied into
-    /// the output after the block.
+    /// needs 16-byte rows), and otherwise into a scratch buffer that the
+    /// runtime copies into the output after the block.
     fn output_holding(&self, v: Value, dtype: DType) -> Option<usize> {
         let v = self.c(v);
         let kernel = self.mats.get(&(v, dtype))?;
@@ -555,46 +554,6 @@ impl Builder<'_> {
         let id = self.add_buffer(buf);
         self.staging.insert(param, id);
         id
-    }
-
-    fn copy_kernels(&self) -> Vec<Kernel> {
-        self.staging
-            .values()
-            .filter_map(|dst| {
-                let src = self.buffers[*dst].staging_of?;
-                Some(Kernel {
-                    why: vec!["runs only when the input is not 16-byte aligned with a leading dimension that is a multiple of 8".into()],
-                    name: String::new(),
-                    kind: KernelKind::Copy { src, dst: *dst },
-                    nodes: Vec::new(),
-                    stores: Vec::new(),
-                    partials: Vec::new(),
-                    joined: Vec::new(),
-                })
-            })
-            .collect()
-    }
-
-    /// The copies of scratch buffers into the outputs they stand for
-    /// ([`Self::output_holding`]), after every other kernel; each runs only
-    /// when its output is not aligned (otherwise the scratch is the output).
-    fn output_copy_kernels(&self) -> Vec<Kernel> {
-        let is_output = |b: BufId| self.buffers[b].role == Role::Output;
-        (0..self.buffers.len())
-            .filter_map(|src| Some((src, self.buffers[src].staging_of.filter(|o| is_output(*o))?)))
-            .map(|(src, dst)| Kernel {
-                why: vec![
-                    "runs only when the output is not 16-byte aligned with a leading dimension that is a multiple of 8"
-                        .into(),
-                ],
-                name: String::new(),
-                kind: KernelKind::Copy { src, dst },
-                nodes: Vec::new(),
-                stores: Vec::new(),
-                partials: Vec::new(),
-                joined: Vec::new(),
-            })
-            .collect()
     }
 
     /// The node computing or loading `v` in the kernel under construction.

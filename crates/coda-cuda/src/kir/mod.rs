@@ -46,7 +46,7 @@ use crate::config::TileConfig;
 use crate::symexpr::SymExpr;
 use coda_ir::{BinaryOp, BlockKind, DType, Dim, PairPerm, ReduceOp, RopeSpec, RopeTable, UnaryOp, Value};
 
-/// Threads per CTA of row, column and copy kernels.
+/// Threads per CTA of row and column kernels.
 pub const CTA_THREADS: u32 = 256;
 
 /// Index of a node in [`Kernel::nodes`].
@@ -391,16 +391,6 @@ pub enum KernelKind {
         /// Number of columns.
         cols: Dim,
     },
-    /// A padded copy of a block input for the GEMMs (a 16-bit mainloop
-    /// operand, or a tile operand of an epilogue), run only when the input
-    /// is not 16-byte aligned with a leading dimension that is a multiple
-    /// of 8.
-    Copy {
-        /// The input.
-        src: BufId,
-        /// The staging buffer.
-        dst: BufId,
-    },
 }
 
 /// The grid reductions of a row kernel.
@@ -470,9 +460,9 @@ pub enum Role {
     Partial,
     /// A stand-in for a block input or output (`staging_of`) that is the
     /// tensor itself when the tensor is aligned for a GEMM mainloop, and
-    /// otherwise a padded copy: of an input for the mainloop (a copy kernel
-    /// before the others fills it), or of an output that a later kernel
-    /// reads (a copy kernel after the others empties it into the output).
+    /// otherwise a padded copy: of an input for the mainloop (the runtime
+    /// fills it before the kernels), or of an output that a later kernel
+    /// reads (the runtime empties it into the output after the kernels).
     Staging,
     /// A ticket counter of a grid reduction: the host zeroes it once when
     /// it allocates it; the kernel leaves it 0 after every launch.

@@ -62,11 +62,6 @@ fn base_name(ir: &BlockIr, kernel: &Kernel, block: &Block) -> String {
         }
         KernelKind::Row { .. } => ("row", finished(ir, kernel, block)),
         KernelKind::Col { .. } => ("col", finished(ir, kernel, block)),
-        KernelKind::Copy { src, dst } => {
-            let staging = if ir.buffers[*dst].staging_of.is_some() { *dst } else { *src };
-            let stands_for = ir.buffers[staging].staging_of.unwrap_or(staging);
-            ("copy", ir.buffers[stands_for].name.clone())
-        }
     };
     format!("{kind}_{}", identifier(&anchor))
 }

@@ -10,8 +10,8 @@ use std::collections::BTreeSet;
 
 impl Kernel {
     /// Every buffer the kernel's nodes load or finish, its stores and
-    /// partials write, its GEMM operands, staging copy, grid reductions and
-    /// row prelude use.
+    /// partials write, its GEMM operands, grid reductions and row prelude
+    /// use.
     pub fn buffers(&self) -> BTreeSet<BufId> {
         let mut used = BTreeSet::new();
         for node in &self.nodes {
@@ -38,7 +38,6 @@ impl Kernel {
                 used.insert(grid.counter);
             }
             KernelKind::Row { grid: None, .. } | KernelKind::Col { .. } => {}
-            KernelKind::Copy { src, dst } => used.extend([*src, *dst]),
         }
         used
     }

@@ -4,13 +4,16 @@
 
 pub use super::plan::Plan;
 use super::plan::{Binding, PlanKey};
-use super::BlockExecutor;
+use super::{BlockExecutor, Loaded};
+use crate::compiler::Compiler;
 use crate::device::Device;
 use crate::error::{Result, RuntimeError};
 use crate::launch::LaunchConfig;
 use crate::memory::DeviceBuffer;
+use crate::nvrtc::CompileOptions;
 use crate::params::ParamBlock;
-use crate::tensor::TensorArg;
+use crate::tensor::{DType, TensorArg};
+use coda_manifest::manifest::{BlockManifest, KernelSpec};
 use coda_manifest::size::eval_str;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -53,6 +56,42 @@ pub(super) fn size(expr: &str, dims: &BTreeMap<String, i64>) -> Result<i64> {
 
 pub(super) fn usize_of(v: i64, what: &str) -> Result<usize> {
     usize::try_from(v).map_err(|_| invalid(format!("{what} is negative ({v})")))
+}
+
+/// The staging copy ([`crate::staging`]) of each staging buffer of
+/// `manifest`, in manifest order: the executor's kernels after the
+/// manifest's, named `copy_<tensor>` after the input or output the buffer
+/// stands for. None when the block has no staging buffer; otherwise the
+/// copy is compiled (through the kernel cache) and loaded once.
+pub(super) fn staging_copies(device: &Device, manifest: &BlockManifest) -> Result<Vec<Loaded>> {
+    let staging: Vec<_> = manifest.buffers.iter().filter(|b| b.role == "staging").collect();
+    if staging.is_empty() {
+        return Ok(Vec::new());
+    }
+    let options = CompileOptions::new(device.arch()).file_name(crate::staging::FILE);
+    let compiled = Compiler::global()?.compile(crate::staging::SOURCE, &options)?;
+    let module = device.load(&compiled)?;
+    let mut copies = Vec::new();
+    for b in staging {
+        let entry = crate::staging::entry(b.dtype.parse::<DType>()?)?;
+        let tensor = b.staging_of.as_deref().unwrap_or(&b.name);
+        let spec = KernelSpec {
+            name: format!("copy_{}", tensor.replace(|c: char| !c.is_ascii_alphanumeric() && c != '_', "_")),
+            kind: "copy".into(),
+            entry: entry.into(),
+            file: crate::staging::FILE.into(),
+            summary: format!("staging copy of {tensor} (only when it is not aligned)"),
+            config: None,
+            grid: [b.shape[0].clone(), "1".into(), "1".into()],
+            block: [256, 1, 1],
+            smem_bytes: 0,
+            persistent: false,
+            tensor_maps: Vec::new(),
+            args: Vec::new(),
+        };
+        copies.push(Loaded { spec, kernel: module.function(entry)? });
+    }
+    Ok(copies)
 }
 
 /// Alignment of every buffer in a workspace: TMA needs 16 bytes, and 256
@@ -174,7 +213,7 @@ impl BlockExecutor {
         if let Some(plan) = plans.get(key) {
             return Ok(plan.clone());
         }
-        let plan = Arc::new(Plan::build(self, key, dims, sms)?);
+        let plan = Arc::new(Plan::build(&self.manifest, key, dims, sms)?);
         // A training loop binds few shapes; a caller cycling through many
         // rebuilds plans rather than growing the cache without bound.
         if plans.len() >= 32 {

@@ -21,7 +21,8 @@
 //! (its row stride is the leading dimension); rank-0 and rank-1 tensors
 //! must be contiguous. A 16-bit input that a GEMM reads in place must also
 //! be 16-byte aligned with a row stride that is a multiple of 8 elements;
-//! otherwise its copy kernel fills a padded staging buffer first.
+//! otherwise the runtime's staging copy ([`crate::staging`]) fills a padded
+//! staging buffer first.
 
 mod bind;
 mod graph;
@@ -42,7 +43,7 @@ pub use launch::KernelTiming;
 /// How one kernel was compiled.
 #[derive(Debug, Clone, PartialEq)]
 pub struct KernelCompile {
-    /// Short kernel name (`k0`).
+    /// Kernel name (`gemm_x1`).
     pub name: String,
     /// Source file name.
     pub file: String,
@@ -101,6 +102,7 @@ impl BlockExecutor {
             });
             kernels.push(Loaded { spec: spec.clone(), kernel });
         }
+        kernels.extend(bind::staging_copies(device, manifest)?);
         Ok(BlockExecutor { manifest: manifest.clone(), kernels, report, plans: Default::default() })
     }
 

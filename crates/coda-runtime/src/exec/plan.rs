@@ -3,22 +3,24 @@
 //!
 //! A [`Plan`] is keyed by the run-time dims and each binding's dtype,
 //! shape, strides and 16-byte alignment (which decides whether a staging
-//! buffer aliases its input or is copied). It holds where every buffer's
-//! address comes from (a binding, the input a staging buffer aliases, or an
-//! offset in the workspace region), the launch configurations, and each
-//! kernel's argument structs with their pointer fields left to fill in.
+//! buffer aliases its tensor or is a copy). It holds where every buffer's
+//! address comes from (a binding, the tensor a staging buffer aliases, or
+//! an offset in the workspace region), the launch configurations, and each
+//! kernel's argument structs with their pointer fields left to fill in. A
+//! staging buffer that is a copy adds a launch of the staging copy
+//! ([`crate::staging`]): from its input before the block's kernels, or into
+//! its output after them.
 //! Filling a plan ([`Plan::fill`]) writes the addresses and encodes the
 //! tensor maps, which embed them; nothing else is evaluated again, so a
 //! call from PyTorch costs little host time beyond the launches.
 
 use super::bind::{invalid, size, usize_of, Launch, WORKSPACE_ALIGN};
 use super::graph::Graphs;
-use super::BlockExecutor;
 use crate::error::{Result, RuntimeError};
 use crate::launch::LaunchConfig;
 use crate::params::ParamBlock;
 use crate::tensor::{describe, DType, TensorArg};
-use coda_manifest::manifest::{BufferSpec, FieldValue, KernelSpec};
+use coda_manifest::manifest::{BlockManifest, BufferSpec, FieldValue, KernelSpec};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
@@ -121,18 +123,21 @@ impl Plan {
     /// Checks the bindings of `key` against the manifest and plans every
     /// buffer and launch.
     pub(super) fn build(
-        executor: &BlockExecutor,
+        manifest: &BlockManifest,
         key: &PlanKey,
         dims: &BTreeMap<String, i64>,
         sms: u32,
     ) -> Result<Plan> {
-        let manifest = &executor.manifest;
         let mut places = Vec::new();
         let mut layouts: Vec<Layout> = Vec::new();
         let mut index: BTreeMap<&str, usize> = BTreeMap::new();
         let mut workspace_bytes = 0usize;
         let mut counters = Vec::new();
-        let mut aliased = Vec::new();
+        // The staging copies that run before and after the block's kernels;
+        // the executor's copy kernels follow the manifest's, one per staging
+        // buffer in manifest order (`bind::staging_copies`).
+        let (mut before, mut after) = (Vec::new(), Vec::new());
+        let mut next_copy = manifest.kernels.len();
         let mut next_binding = 0;
         for b in &manifest.buffers {
             let (place, layout) = match b.role.as_str() {
@@ -153,11 +158,11 @@ impl Plan {
                     if role == "staging" && source.is_none() {
                         return Err(invalid(format!("staging buffer `{}` without its input", b.name)));
                     }
+                    if role == "staging" {
+                        next_copy += 1;
+                    }
                     match readable {
-                        Some(i) if role == "staging" => {
-                            aliased.push(b.name.as_str());
-                            (Place::Alias(i), layouts[i])
-                        }
+                        Some(i) if role == "staging" => (Place::Alias(i), layouts[i]),
                         _ => {
                             let (layout, bytes) = host_layout(b, dims)?;
                             let offset = workspace_bytes.next_multiple_of(WORKSPACE_ALIGN);
@@ -166,6 +171,13 @@ impl Plan {
                                 .ok_or_else(|| invalid(format!("buffer `{}` is too large", b.name)))?;
                             if role == "counter" {
                                 counters.push((offset, bytes));
+                            }
+                            if let (Some(tensor), "staging") = (source, role) {
+                                let copy = StagingCopy { kernel: next_copy - 1, staging: places.len(), tensor };
+                                match manifest.buffers[tensor].role.as_str() {
+                                    "output" => after.push(copy),
+                                    _ => before.push(copy),
+                                }
                             }
                             (Place::Workspace(offset), layout)
                         }
@@ -177,11 +189,14 @@ impl Plan {
             layouts.push(layout);
         }
         let mut launches = Vec::new();
-        for (kernel, loaded) in executor.kernels.iter().enumerate() {
-            if loaded.spec.when.as_ref().is_some_and(|w| aliased.contains(&w.as_str())) {
-                continue;
-            }
-            launches.push(plan_launch(kernel, &loaded.spec, &index, &layouts, dims, sms)?);
+        for copy in &before {
+            launches.extend(copy.launch((copy.tensor, copy.staging), manifest, &layouts, dims)?);
+        }
+        for (kernel, spec) in manifest.kernels.iter().enumerate() {
+            launches.push(plan_launch(kernel, spec, &index, &layouts, dims, sms)?);
+        }
+        for copy in &after {
+            launches.extend(copy.launch((copy.staging, copy.tensor), manifest, &layouts, dims)?);
         }
         let alignment = key.bindings.iter().map(|b| (b.dtype.size_bytes() as u64, b.aligned)).collect();
         Ok(Plan {
@@ -317,6 +332,40 @@ fn host_layout(b: &BufferSpec, dims: &BTreeMap<String, i64>) -> Result<(Layout, 
     Ok((Layout { ld, dtype }, bytes))
 }
 
+/// A staging buffer that is a copy of its tensor in this plan.
+#[derive(Debug, Clone, Copy)]
+struct StagingCopy {
+    /// The executor's copy kernel for it.
+    kernel: usize,
+    /// The staging buffer and the input or output it stands for (manifest
+    /// indices).
+    staging: usize,
+    tensor: usize,
+}
+
+impl StagingCopy {
+    /// The copy from buffer `src` to buffer `dst` (the staging buffer and
+    /// its tensor, in the copy's direction), if there is anything to copy.
+    fn launch(
+        &self,
+        (src, dst): (usize, usize),
+        manifest: &BlockManifest,
+        layouts: &[Layout],
+        dims: &BTreeMap<String, i64>,
+    ) -> Result<Option<LaunchPlan>> {
+        let b = &manifest.buffers[self.staging];
+        if layouts[src].dtype != layouts[dst].dtype {
+            return Err(invalid(format!("staging buffer `{}` and its tensor differ in element type", b.name)));
+        }
+        let (rows, cols) = (size(&b.shape[0], dims)?, size(&b.shape[1], dims)?);
+        let Some((cfg, args)) = crate::staging::launch(rows, cols, layouts[src].ld, layouts[dst].ld) else {
+            return Ok(None);
+        };
+        let pointers = vec![(0, crate::staging::SRC_FIELD, src), (0, crate::staging::DST_FIELD, dst)];
+        Ok(Some(LaunchPlan { kernel: self.kernel, cfg, params: vec![args], pointers, maps: Vec::new() }))
+    }
+}
+
 /// One kernel's launch configuration, argument structs and tensor maps; a
 /// persistent grid is capped at `sms`.
 fn plan_launch(
@@ -401,4 +450,81 @@ fn plan_launch(
         smem_bytes: spec.smem_bytes,
     };
     Ok(LaunchPlan { kernel, cfg, params, pointers, maps })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A GEMM reading an input through a staging buffer and storing into
+    /// an output's staging buffer, both 12 columns wide (padded to 16).
+    const MANIFEST: &str = r#"{"schema": 3, "source": "g.coda", "arch": "sm_90a", "blocks": [{"block": "g", "kind": "block", "dims": ["M"],
+        "buffers": [
+            {"name": "a", "role": "input", "dtype": "bf16", "rank": 2, "shape": ["M", "12"]},
+            {"name": "y", "role": "output", "dtype": "f32", "rank": 2, "shape": ["M", "12"]},
+            {"name": "a.staged", "role": "staging", "dtype": "bf16", "rank": 2, "shape": ["M", "12"],
+             "ld": "16", "staging_of": "a"},
+            {"name": "tmp.y", "role": "staging", "dtype": "f32", "rank": 2, "shape": ["M", "12"],
+             "ld": "16", "staging_of": "y"}],
+        "kernels": [{"name": "gemm_y", "kind": "gemm", "entry": "coda_g_gemm_y", "file": "g_gemm_y.cu",
+            "summary": "", "grid": ["M", "1", "1"], "block": [128, 1, 1], "smem_bytes": 0,
+            "args": [{"name": "Params", "size": 16, "fields": [
+                {"name": "a", "kind": "ptr", "value": {"ptr": "a.staged"}},
+                {"name": "y", "kind": "ptr", "value": {"ptr": "tmp.y"}}]}]}]}]}"#;
+
+    fn planned(row_stride: isize, aligned: bool) -> Plan {
+        let manifest = coda_manifest::manifest::Manifest::from_json(MANIFEST).unwrap_or_else(|e| panic!("{e}"));
+        let Some(manifest) = manifest.blocks.first() else { panic!("no block") };
+        let binding = |dtype| Binding { dtype, shape: vec![5, 12], strides: vec![row_stride, 1], aligned };
+        let key = PlanKey { dims: vec![5], bindings: vec![binding(DType::Bf16), binding(DType::F32)] };
+        let dims = BTreeMap::from([("M".to_string(), 5)]);
+        Plan::build(manifest, &key, &dims, 132).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// The i64 fields of a staging copy's argument: `src_ld`, `dst_ld`,
+    /// `rows`, `cols`, and its two addresses.
+    fn copy_fields(launch: &Launch) -> ([i64; 4], [u64; 2]) {
+        let bytes = launch.params[0].to_bytes();
+        let word = |i: usize| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&bytes[8 * i..8 * i + 8]);
+            w
+        };
+        let int = |i| i64::from_ne_bytes(word(i));
+        ([int(1), int(3), int(4), int(5)], [u64::from_ne_bytes(word(0)), u64::from_ne_bytes(word(2))])
+    }
+
+    /// Misaligned tensors: the input is copied into its staging buffer
+    /// before the GEMM and the output's staging buffer into the output
+    /// after it, by the executor's copy kernels (after the manifest's).
+    #[test]
+    fn misaligned_tensors_are_copied_around_the_kernels() {
+        let plan = planned(12, true);
+        assert_eq!(plan.workspace_bytes(), 256 + 5 * 16 * 4);
+        let launches = plan.fill(&[0x1000, 0x2000], 0x10000).unwrap_or_else(|e| panic!("{e}"));
+        let kernels: Vec<usize> = launches.iter().map(|l| l.kernel).collect();
+        assert_eq!(kernels, [1, 0, 2]);
+        assert_eq!(copy_fields(&launches[0]), ([12, 16, 5, 12], [0x1000, 0x10000]));
+        assert_eq!(copy_fields(&launches[2]), ([16, 12, 5, 12], [0x10100, 0x2000]));
+        assert_eq!(launches[0].cfg.grid, (5, 1, 1));
+        // The GEMM reads and writes the staging buffers.
+        let gemm = launches[1].params[0].to_bytes();
+        assert_eq!(gemm[..8], 0x10000u64.to_ne_bytes());
+        assert_eq!(gemm[8..16], 0x10100u64.to_ne_bytes());
+    }
+
+    /// Aligned tensors with a row stride that is a multiple of 8: the
+    /// staging buffers are the tensors, and nothing is copied.
+    #[test]
+    fn aligned_tensors_are_read_in_place() {
+        let plan = planned(16, true);
+        assert_eq!(plan.workspace_bytes(), 0);
+        let launches = plan.fill(&[0x1000, 0x2000], 0).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(launches.len(), 1);
+        let gemm = launches[0].params[0].to_bytes();
+        assert_eq!(gemm[..8], 0x1000u64.to_ne_bytes());
+        assert_eq!(gemm[8..16], 0x2000u64.to_ne_bytes());
+        // A base that is not 16-byte aligned copies whatever the stride.
+        assert_eq!(planned(16, false).fill(&[0x1002, 0x2000], 0x10000).map(|l| l.len()).ok(), Some(3));
+    }
 }
