@@ -37,9 +37,12 @@ fn rmsnorm_matches_the_textbook_formula() {
 #[test]
 fn shorthands_match_their_textbook_formulas() {
     let src = "dim M\ndim N = 5\nblock b(x: f32[M, N]) -> (sq: f32[M, N], cl: f32[M, N], lo: f32[M, N], \
-               p: f32[M, N], lp: f32[M, N], pc: f32[M, N]) {\n\
+               p: f32[M, N], lp: f32[M, N], pc: f32[M, N], p3: f32[M, N], pm2: f32[M, N], p13: f32[M, N], \
+               pf: f32[M, N], ph: f32[M, N], pmh: f32[M, N]) {\n\
                sq = square(x)\n cl = clamp(x, -0.5, 0.25)\n lo = clamp(x, min=0.1)\n\
-               p = softmax(x)\n lp = log_softmax(x, axis=-1)\n pc = softmax(x, axis=0)\n}";
+               p = softmax(x)\n lp = log_softmax(x, axis=-1)\n pc = softmax(x, axis=0)\n\
+               p3 = pow(x, 3)\n pm2 = pow(x, exponent=-2)\n p13 = pow(x, 13)\n\
+               pf = pow(abs(x) + 1.0, 1.5)\n ph = pow(abs(x), 0.5)\n pmh = pow(abs(x) + 1.0, -0.5)\n}";
     let (i, o) = run(src, &[("M", 3)], 4);
     let x = &i["x"];
     for r in 0..3 {
@@ -53,6 +56,12 @@ fn shorthands_match_their_textbook_formulas() {
             close(o["p"].get(r, c), v.exp() / row_sum, "softmax over a row");
             close(o["lp"].get(r, c), v - row_sum.ln(), "log_softmax");
             close(o["pc"].get(r, c), v.exp() / col_sum, "softmax over a column");
+            close(o["p3"].get(r, c), v.powi(3), "pow 3");
+            close(o["pm2"].get(r, c), v.powi(-2), "pow -2");
+            close(o["p13"].get(r, c), v.powi(13), "pow 13");
+            close(o["pf"].get(r, c), (v.abs() + 1.0).powf(1.5), "pow 1.5");
+            close(o["ph"].get(r, c), v.abs().sqrt(), "pow 0.5");
+            close(o["pmh"].get(r, c), 1.0 / (v.abs() + 1.0).sqrt(), "pow -0.5");
         }
     }
 }

@@ -36,6 +36,7 @@ pub(crate) const FUNCTIONS: &[&str] = &[
     "mean",
     "logsumexp",
     "square",
+    "pow",
     "clamp",
     "softmax",
     "log_softmax",

@@ -9,8 +9,8 @@
 /// What to write instead of `name`, when the language has a way.
 pub(crate) fn instead_of(name: &str) -> Option<&'static str> {
     Some(match name {
-        "pow" | "power" | "float_power" => {
-            "there is no `pow`: write `square(x)` for a square (a constant exponent is repeated multiplication), `sqrt(x)` and `rsqrt(x)` for 0.5 and -0.5, and for a positive `x`, `exp(p * log(x))` is `x` to the power `p`"
+        "power" | "float_power" => {
+            "write `pow(x, p)` for a number `p`; for a tensor exponent `e` and a positive `x`, `exp(e * log(x))`"
         }
         "clip" | "clamp_min" | "clamp_max" => "write `clamp(x, min=lo, max=hi)`; either bound may be left out",
         "topk" | "argmax" | "argsort" | "sort" => {

@@ -50,7 +50,7 @@ impl Lowerer<'_> {
     }
 
     /// A tensor argument that must be a float.
-    fn tensor_arg(&mut self, m: &Matched<'_>, slot: usize) -> Option<Value> {
+    pub(crate) fn tensor_arg(&mut self, m: &Matched<'_>, slot: usize) -> Option<Value> {
         let v = self.lower_expr(m.expr(slot)?)?;
         self.numeric(v, m.spans[slot])?;
         Some(v)
