@@ -11,17 +11,20 @@
 //! example per-row values before a column loop) are reused inside it.
 
 mod chunk;
+mod reduce;
+mod rope;
+mod values;
 
 use super::code::{Code, Line};
 use super::names::Namer;
-use super::ops::{binary, double_lit, float_lit, perm_args, unary_reg};
+use super::ops::{binary, float_lit, perm_args};
 use super::params::ParamTable;
 use crate::error::CodegenError;
-use crate::kir::{BlockIr, Kernel, NodeId, Op, PartialKind, Space};
+use crate::kir::{BlockIr, Kernel, NodeId, Op, Space};
 pub(crate) use chunk::chunk_width;
 use chunk::Chunk;
 use coda_diagnostics::SourceFile;
-use coda_ir::{BinaryOp, Block, DType, Dim, ReduceOp, RopeSpec, RopeStyle, RopeTable, UnaryOp, Value};
+use coda_ir::{Block, Dim, RopeSpec, UnaryOp, Value};
 use std::collections::HashMap;
 
 /// Memo key: node and normalized indices.
@@ -242,18 +245,6 @@ impl<'a> Emitter<'a> {
 
     fn lookup(&self, key: &Key) -> Option<Code> {
         self.scopes.iter().rev().find_map(|s| s.get(key).cloned())
-    }
-
-    /// The shared array a block-wide reduction over `tpr` threads exchanges
-    /// its partial results through: `red` beyond a warp, which the kernel
-    /// must then declare ([`Self::block_reductions`]), else none.
-    pub(crate) fn reduction_scratch(&mut self, tpr: u32) -> &'static str {
-        if tpr > 32 {
-            self.block_reductions = true;
-            "red"
-        } else {
-            "nullptr"
-        }
     }
 
     /// A fresh local named after IR value `value`.
@@ -514,254 +505,6 @@ impl<'a> Emitter<'a> {
             _ => Vec::new(),
         }
     }
-
-    fn rope_args(&mut self, spec: &RopeSpec) -> String {
-        let start = self.dim_int(&spec.start);
-        let end = self.dim_int(&spec.end);
-        let inter = spec.style == RopeStyle::Interleaved;
-        format!("{start}, {end}, {}, {inter}", spec.head_dim)
-    }
-
-    fn rope_table(&mut self, spec: &RopeSpec, table: RopeTable, k: &Code) -> Code {
-        let args = self.rope_args(spec);
-        let text = match table {
-            RopeTable::Freq => format!("cg::rope_freq({k}, {args}, {})", freq_exponent(spec)),
-            RopeTable::Sign => format!("cg::rope_sign({k}, {args})"),
-        };
-        Code::of(text, [k])
-    }
-
-    fn finish_row(&mut self, kind: PartialKind, bufs: &[usize], m: &Code) -> Result<Code, CodegenError> {
-        let tpr = self.coop;
-        let red = self.reduction_scratch(tpr);
-        let first = *bufs.first().ok_or_else(|| self.internal("partial without a buffer"))?;
-        let b = self.buf(first);
-        let quad = self.quad_rows && tpr == 1;
-        let reads = [m.clone(), scratch_code(red)];
-        let text = match kind {
-            PartialKind::RowSum | PartialKind::RowSumSq | PartialKind::RowPick | PartialKind::ColSum if quad => {
-                format!("cg::finish_sum_quad({b}, {b}_ld, {m}, {b}_cols)")
-            }
-            PartialKind::RowSum | PartialKind::RowSumSq | PartialKind::RowPick | PartialKind::ColSum => {
-                format!("cg::finish_sum<{tpr}>({b}, {b}_ld, {m}, {b}_cols, {red})")
-            }
-            PartialKind::RowMax if quad => format!("cg::finish_max_quad({b}, {b}_ld, {m}, {b}_cols)"),
-            PartialKind::RowMax => format!("cg::finish_max<{tpr}>({b}, {b}_ld, {m}, {b}_cols, {red})"),
-            PartialKind::RowLse => {
-                let second = *bufs.get(1).ok_or_else(|| self.internal("lse partial without its sums"))?;
-                let s = self.buf(second);
-                format!("cg::finish_lse<{tpr}>({b}, {s}, {b}_ld, {m}, {b}_cols, {red})")
-            }
-        };
-        Ok(Code::of(text, &reads))
-    }
-
-    fn unary(&mut self, op: UnaryOp, a: NodeId, m: &str, k: &str) -> Result<Code, CodegenError> {
-        if matches!(op, UnaryOp::Sin | UnaryOp::Cos) {
-            if let Some((x, spec)) = self.rope_angle(a) {
-                let xv = self.eval(x, m, k)?;
-                // Partners share their frequency: `cos(x · freq[kp])` is `cos(x · freq[k])`.
-                let k = match self.rope_partners.get(k) {
-                    Some((col, partner_spec)) if *partner_spec == spec => col.clone(),
-                    _ => k.to_string(),
-                };
-                let k = k.as_str();
-                let args = self.rope_args(&spec);
-                let lookup = Code::of(self.rope_freq_lookup(&spec, k, &args), [&Code::index(k)]);
-                // One local per column for the sine and the cosine (and
-                // hoisted out of the row loop of a GEMM epilogue).
-                let key = (a, "rope_freq".to_string(), k.to_string());
-                let freq = match self.lookup(&key) {
-                    Some(local) => local,
-                    None => {
-                        let local = self.locals.fresh("freq");
-                        let value = self.kernel.nodes[a].value;
-                        self.define("float2", &local, lookup, Some(value));
-                        if let Some(scope) = self.scopes.last_mut() {
-                            scope.insert(key, Code::local(&local));
-                        }
-                        Code::local(local)
-                    }
-                };
-                let f = if op == UnaryOp::Sin { "sin_angle" } else { "cos_angle" };
-                return Ok(Code::of(format!("cg::{f}({xv}, {freq})"), [&xv, &freq]));
-            }
-        }
-        let a = self.eval(a, m, k)?;
-        Ok(Code::of(unary_reg(op, &a), [&a]))
-    }
-
-    /// `(x, spec)` when `node` is `x * freq` with `freq` a rotary frequency
-    /// table (possibly broadcast): the angle is then formed in double.
-    fn rope_angle(&self, node: NodeId) -> Option<(NodeId, RopeSpec)> {
-        let Op::Binary(BinaryOp::Mul, a, b) = &self.kernel.nodes.get(node)?.op else { return None };
-        let freq_of = |mut id: NodeId| loop {
-            match &self.kernel.nodes.get(id)?.op {
-                Op::Broadcast(x) => id = *x,
-                Op::Rope(spec, RopeTable::Freq) => return Some(spec.clone()),
-                _ => return None,
-            }
-        };
-        match (freq_of(*b), freq_of(*a)) {
-            (Some(spec), _) if self.kernel.nodes.get(*a)?.reg.is_none() => Some((*a, spec)),
-            (_, Some(spec)) if self.kernel.nodes.get(*b)?.reg.is_none() => Some((*b, spec)),
-            _ => None,
-        }
-    }
-
-    pub(crate) fn cast(&self, to: DType, a: &str, value: Value) -> Result<String, CodegenError> {
-        Ok(match to {
-            DType::BF16 => format!("cg::to_bf16({a})"),
-            DType::F16 => format!("cg::to_f16({a})"),
-            DType::F32 => a.to_string(),
-            DType::I32 => format!("cg::to_i32({a})"),
-            DType::Bool => format!("cg::to_bool({a})"),
-            DType::E4M3 | DType::E5M2 => {
-                return Err(CodegenError::Unsupported {
-                    block: self.block.name.clone(),
-                    location: self.loc(value),
-                    what: format!("a cast to {to}"),
-                    reason: "fp8 types are reserved".into(),
-                })
-            }
-        })
-    }
-
-    /// The part of a concatenation that holds every column of the current
-    /// loop piece ([`Self::k_range`]), when it is evaluated at `k` itself
-    /// and its offsets are constants.
-    fn part_covering_k(&self, parts: &[(NodeId, Dim)], k: &str) -> Option<usize> {
-        let (lo, hi) = self.k_range.filter(|_| k == "k")?;
-        let starts: Vec<i64> = parts.iter().map(|(_, off)| off.as_const()).collect::<Option<_>>()?;
-        (0..parts.len()).find(|&i| starts[i] <= lo && starts.get(i + 1).is_none_or(|&next| hi <= next))
-    }
-
-    fn concat(&mut self, parts: &[(NodeId, Dim)], m: &str, k: &str) -> Result<Code, CodegenError> {
-        let ki = Code::index(k);
-        if let Some(part) = self.part_covering_k(parts, k) {
-            let (node, offset) = &parts[part];
-            let off = self.dim_int(offset);
-            let idx = if off == "0" || self.is_constant(*node) {
-                ki
-            } else {
-                let idx = self.index("kq", Code::of(format!("{k} - {off}"), [&ki]));
-                if let Some(offset) = offset.as_const() {
-                    self.chunk_shift(&idx, k, -offset);
-                }
-                idx
-            };
-            return self.eval(*node, m, &idx);
-        }
-        let mut values = Vec::new();
-        for (part, offset) in parts {
-            let off = self.dim_int(offset);
-            // A constant part (the zero padding of a gradient) needs no index.
-            let idx = if off == "0" || self.is_constant(*part) {
-                ki.clone()
-            } else {
-                self.index("kq", Code::of(format!("{k} - {off}"), [&ki]))
-            };
-            values.push((self.eval(*part, m, &idx)?, off));
-        }
-        let mut expr = values.last().map(|(v, _)| v.clone()).unwrap_or_else(|| Code::lit("0.0f"));
-        for i in (0..values.len().saturating_sub(1)).rev() {
-            let next_off = &values[i + 1].1;
-            let text = format!("({k} < {next_off} ? {} : {expr})", values[i].0);
-            expr = Code::of(text, [&ki, &values[i].0, &expr]);
-        }
-        Ok(expr)
-    }
-
-    /// Whether `node` is a constant, possibly broadcast: its value does not
-    /// depend on the row or column it is evaluated at.
-    fn is_constant(&self, mut node: NodeId) -> bool {
-        while let Some(Op::Broadcast(a)) = self.kernel.nodes.get(node).map(|n| &n.op) {
-            node = *a;
-        }
-        matches!(self.kernel.nodes.get(node).map(|n| &n.op), Some(Op::Const(_)))
-    }
-
-    /// A whole-row (`row == true`, over columns `k`) or whole-column
-    /// reduction at the current row `m` / column `k`.
-    fn reduce(
-        &mut self,
-        node: NodeId,
-        op: ReduceOp,
-        arg: NodeId,
-        extent: &Dim,
-        at: &str,
-        row: bool,
-    ) -> Result<Code, CodegenError> {
-        let value = self.kernel.nodes[node].value;
-        let tpr = self.coop;
-        let red = self.reduction_scratch(tpr);
-        let name = self.local_for(value);
-        // A whole-row reduction of a CTA-per-row kernel runs in chunks; it
-        // streams few tensors: chunked as if one.
-        let chunk_width = extent.as_const().and_then(|w| chunk::chunk_width(0, w, tpr, 1));
-        let chunk_width = chunk_width.filter(|_| row && tpr == crate::kir::CTA_THREADS && self.chunk.is_none());
-        let extent = self.dim_int(extent);
-        let start = match op {
-            ReduceOp::LogSumExp => format!("float {name}_m = coda::neg_inf(), {name}_s = 0.0f, {name}_bad = 0.0f;"),
-            ReduceOp::Sum => format!("float {name}_acc = 0.0f;"),
-            ReduceOp::Max => format!("float {name}_acc = coda::neg_inf();"),
-        };
-        self.stmt(Code::lit(start), value);
-        let i = self.locals.fresh(if row { "kk" } else { "mm" });
-        // A reduction inside a chunked loop's elements runs plain.
-        let outer_chunk = self.chunk.take();
-        if let Some(width) = chunk_width {
-            self.open_chunks(&i, ("", &extent), (tpr, width), &[]);
-        } else {
-            let header = format!("for (int {i} = cg::lane<{tpr}>(); {i} < {extent}; {i} += {tpr})");
-            match row {
-                true => self.open_column_loop(header),
-                false => self.open(header),
-            }
-        }
-        let saved = std::mem::replace(&mut self.coop, 1);
-        let x = if row { self.eval(arg, at, &i)? } else { self.eval(arg, &i, at)? };
-        self.coop = saved;
-        let (acc, m, s, bad) = (format!("{name}_acc"), format!("{name}_m"), format!("{name}_s"), format!("{name}_bad"));
-        let step = match op {
-            ReduceOp::Sum => Code::of(format!("{acc} += {x};"), [&x]).reading(&[&acc]),
-            ReduceOp::Max => Code::of(format!("{acc} = cg::maximum({acc}, {x});"), [&x]).reading(&[&acc]),
-            ReduceOp::LogSumExp => {
-                Code::of(format!("cg::lse_push({m}, {s}, {bad}, {x});"), [&x]).reading(&[&m, &s, &bad])
-            }
-        };
-        self.line_of(step);
-        if chunk_width.is_some() {
-            self.close_chunk_elements();
-        }
-        self.close();
-        self.chunk = outer_chunk;
-        let red_code = scratch_code(red);
-        let finish = match op {
-            ReduceOp::Sum => Code::of(format!("cg::block_sum<{tpr}>({acc}, {red})"), [&red_code]).reading(&[&acc]),
-            ReduceOp::Max => Code::of(format!("cg::block_max<{tpr}>({acc}, {red})"), [&red_code]).reading(&[&acc]),
-            ReduceOp::LogSumExp => {
-                let text = format!("{bad} = cg::block_sum<{tpr}>({bad} != 0.0f ? 1.0f : 0.0f, {red});");
-                self.line_of(Code::of(text, [&red_code]).reading(&[&bad]));
-                let text = format!("cg::block_lse<{tpr}>({m}, {s}, {red});");
-                self.line_of(Code::of(text, [&red_code]).reading(&[&m, &s]));
-                Code::lit(format!("cg::lse_finish({m}, {s}, {bad})")).reading(&[&m, &s, &bad])
-            }
-        };
-        self.define("float", &name, finish, Some(value));
-        let (m, k) = if row { (at.to_string(), "0".to_string()) } else { ("0".to_string(), at.to_string()) };
-        self.bind(node, &m, &k, Code::local(&name));
-        Ok(Code::local(name))
-    }
-}
-
-/// The shared array of a block-wide reduction
-/// ([`Emitter::reduction_scratch`]) as code: `red`, or a null pointer.
-fn scratch_code(red: &str) -> Code {
-    match red {
-        "red" => Code::local(red),
-        _ => Code::lit(red),
-    }
 }
 
 /// Indices normalized to a space.
@@ -772,63 +515,4 @@ fn normalize(space: Space, m: &str, k: &str) -> (String, String) {
         Space::Col => ("0".into(), k.into()),
         Space::Tile => (m.into(), k.into()),
     }
-}
-
-/// `-2 log2(base) / head_dim`: a rotary frequency is `2^(pair * this)`.
-impl Emitter<'_> {
-    /// The name of a file-scope table of the `head_dim / 2` rotary
-    /// frequencies `base^(-2 i / head_dim)`, computed here in double exactly
-    /// as the interpreter does and stored as float pairs `{hi, lo}` with
-    /// `hi + lo` the double to about 2^-48 (what `cg::reduced_angle` needs),
-    /// so the epilogue looks a frequency up instead of evaluating an `exp2`
-    /// or converting doubles per element.
-    /// The expression of the `{hi, lo}` frequency pair of column `k`: a
-    /// look-up in a table of the head's `head_dim / 2` frequencies emitted
-    /// beside the kernel, or, for a head too wide for a table of at most
-    /// [`MAX_ROPE_TABLE_PAIRS`] (the emitted code would grow with the
-    /// head's width), the frequency computed in double.
-    fn rope_freq_lookup(&mut self, spec: &RopeSpec, k: &str, args: &str) -> String {
-        if spec.head_dim / 2 > MAX_ROPE_TABLE_PAIRS {
-            let decl = "// base ^ (-2 i / hd) of column n computed in double (a table of hd / 2 pairs would be too large)\n\
-                __device__ __forceinline__ float2 coda_rope_freq2(int n, int start, int end, int hd, bool interleaved, double c) {\n    \
-                const double f = cg::rope_freq_d(n, start, end, hd, interleaved, c);\n    \
-                const float hi = (float)f;\n    \
-                return make_float2(hi, (float)(f - (double)hi));\n}\n";
-            self.globals.entry("coda_rope_freq2".to_string()).or_insert_with(|| decl.to_string());
-            return format!("coda_rope_freq2({k}, {args}, {})", freq_exponent(spec));
-        }
-        let name = format!("coda_rope_freq2_{}_{}", spec.head_dim, spec.base.to_bits());
-        if !self.globals.contains_key(&name) {
-            let values: Vec<String> = (0..spec.head_dim / 2)
-                .map(|i| float_pair_lit(spec.base.powf(-((2 * i) as f64) / spec.head_dim as f64)))
-                .collect();
-            let decl = format!(
-                "// base {} ^ (-2 i / {}), i < {}, as {{hi, lo}} float pairs\n__device__ const float2 {name}[{}] = {{{}}};\n",
-                double_lit(spec.base),
-                spec.head_dim,
-                spec.head_dim / 2,
-                spec.head_dim / 2,
-                values.join(", ")
-            );
-            self.globals.insert(name.clone(), decl);
-        }
-        format!("cg::rope_freq_tab({k}, {args}, {name})")
-    }
-}
-
-/// The most frequency pairs a rotary table emitted beside a kernel holds
-/// (32 KiB of constants, about 140 KB of source; heads are 64 to 256 wide
-/// in practice). Wider heads compute their frequencies instead.
-const MAX_ROPE_TABLE_PAIRS: i64 = 4096;
-
-/// `{hi, lo}`: the float nearest `x` and the float nearest the rest, as C
-/// literals with 9 significant digits (enough to read back the same float).
-fn float_pair_lit(x: f64) -> String {
-    let hi = x as f32;
-    let lo = (x - f64::from(hi)) as f32;
-    format!("{{{:.8e}f, {:.8e}f}}", hi, lo)
-}
-
-fn freq_exponent(spec: &RopeSpec) -> String {
-    double_lit(-2.0 * spec.base.log2() / spec.head_dim as f64)
 }

@@ -1,0 +1,130 @@
+//! Reductions in the statement writer: a whole-row or whole-column
+//! reduction as a loop over the row (or column) with a block-wide exchange,
+//! and a GEMM's row partials finished where they are read.
+
+use super::{chunk, Emitter};
+use crate::emit::code::Code;
+use crate::error::CodegenError;
+use crate::kir::{NodeId, PartialKind};
+use coda_ir::{Dim, ReduceOp};
+
+impl Emitter<'_> {
+    /// The shared array a block-wide reduction over `tpr` threads exchanges
+    /// its partial results through: `red` beyond a warp, which the kernel
+    /// must then declare ([`Self::block_reductions`]), else none.
+    pub(crate) fn reduction_scratch(&mut self, tpr: u32) -> &'static str {
+        if tpr > 32 {
+            self.block_reductions = true;
+            "red"
+        } else {
+            "nullptr"
+        }
+    }
+
+    pub(super) fn finish_row(&mut self, kind: PartialKind, bufs: &[usize], m: &Code) -> Result<Code, CodegenError> {
+        let tpr = self.coop;
+        let red = self.reduction_scratch(tpr);
+        let first = *bufs.first().ok_or_else(|| self.internal("partial without a buffer"))?;
+        let b = self.buf(first);
+        let quad = self.quad_rows && tpr == 1;
+        let reads = [m.clone(), scratch_code(red)];
+        let text = match kind {
+            PartialKind::RowSum | PartialKind::RowSumSq | PartialKind::RowPick | PartialKind::ColSum if quad => {
+                format!("cg::finish_sum_quad({b}, {b}_ld, {m}, {b}_cols)")
+            }
+            PartialKind::RowSum | PartialKind::RowSumSq | PartialKind::RowPick | PartialKind::ColSum => {
+                format!("cg::finish_sum<{tpr}>({b}, {b}_ld, {m}, {b}_cols, {red})")
+            }
+            PartialKind::RowMax if quad => format!("cg::finish_max_quad({b}, {b}_ld, {m}, {b}_cols)"),
+            PartialKind::RowMax => format!("cg::finish_max<{tpr}>({b}, {b}_ld, {m}, {b}_cols, {red})"),
+            PartialKind::RowLse => {
+                let second = *bufs.get(1).ok_or_else(|| self.internal("lse partial without its sums"))?;
+                let s = self.buf(second);
+                format!("cg::finish_lse<{tpr}>({b}, {s}, {b}_ld, {m}, {b}_cols, {red})")
+            }
+        };
+        Ok(Code::of(text, &reads))
+    }
+
+    /// A whole-row (`row == true`, over columns `k`) or whole-column
+    /// reduction at the current row `m` / column `k`.
+    pub(super) fn reduce(
+        &mut self,
+        node: NodeId,
+        op: ReduceOp,
+        arg: NodeId,
+        extent: &Dim,
+        at: &str,
+        row: bool,
+    ) -> Result<Code, CodegenError> {
+        let value = self.kernel.nodes[node].value;
+        let tpr = self.coop;
+        let red = self.reduction_scratch(tpr);
+        let name = self.local_for(value);
+        // A whole-row reduction of a CTA-per-row kernel runs in chunks; it
+        // streams few tensors: chunked as if one.
+        let chunk_width = extent.as_const().and_then(|w| chunk::chunk_width(0, w, tpr, 1));
+        let chunk_width = chunk_width.filter(|_| row && tpr == crate::kir::CTA_THREADS && self.chunk.is_none());
+        let extent = self.dim_int(extent);
+        let start = match op {
+            ReduceOp::LogSumExp => format!("float {name}_m = coda::neg_inf(), {name}_s = 0.0f, {name}_bad = 0.0f;"),
+            ReduceOp::Sum => format!("float {name}_acc = 0.0f;"),
+            ReduceOp::Max => format!("float {name}_acc = coda::neg_inf();"),
+        };
+        self.stmt(Code::lit(start), value);
+        let i = self.locals.fresh(if row { "kk" } else { "mm" });
+        // A reduction inside a chunked loop's elements runs plain.
+        let outer_chunk = self.chunk.take();
+        if let Some(width) = chunk_width {
+            self.open_chunks(&i, ("", &extent), (tpr, width), &[]);
+        } else {
+            let header = format!("for (int {i} = cg::lane<{tpr}>(); {i} < {extent}; {i} += {tpr})");
+            match row {
+                true => self.open_column_loop(header),
+                false => self.open(header),
+            }
+        }
+        let saved = std::mem::replace(&mut self.coop, 1);
+        let x = if row { self.eval(arg, at, &i)? } else { self.eval(arg, &i, at)? };
+        self.coop = saved;
+        let (acc, m, s, bad) = (format!("{name}_acc"), format!("{name}_m"), format!("{name}_s"), format!("{name}_bad"));
+        let step = match op {
+            ReduceOp::Sum => Code::of(format!("{acc} += {x};"), [&x]).reading(&[&acc]),
+            ReduceOp::Max => Code::of(format!("{acc} = cg::maximum({acc}, {x});"), [&x]).reading(&[&acc]),
+            ReduceOp::LogSumExp => {
+                Code::of(format!("cg::lse_push({m}, {s}, {bad}, {x});"), [&x]).reading(&[&m, &s, &bad])
+            }
+        };
+        self.line_of(step);
+        if chunk_width.is_some() {
+            self.close_chunk_elements();
+        }
+        self.close();
+        self.chunk = outer_chunk;
+        let red_code = scratch_code(red);
+        let finish = match op {
+            ReduceOp::Sum => Code::of(format!("cg::block_sum<{tpr}>({acc}, {red})"), [&red_code]).reading(&[&acc]),
+            ReduceOp::Max => Code::of(format!("cg::block_max<{tpr}>({acc}, {red})"), [&red_code]).reading(&[&acc]),
+            ReduceOp::LogSumExp => {
+                let text = format!("{bad} = cg::block_sum<{tpr}>({bad} != 0.0f ? 1.0f : 0.0f, {red});");
+                self.line_of(Code::of(text, [&red_code]).reading(&[&bad]));
+                let text = format!("cg::block_lse<{tpr}>({m}, {s}, {red});");
+                self.line_of(Code::of(text, [&red_code]).reading(&[&m, &s]));
+                Code::lit(format!("cg::lse_finish({m}, {s}, {bad})")).reading(&[&m, &s, &bad])
+            }
+        };
+        self.define("float", &name, finish, Some(value));
+        let (m, k) = if row { (at.to_string(), "0".to_string()) } else { ("0".to_string(), at.to_string()) };
+        self.bind(node, &m, &k, Code::local(&name));
+        Ok(Code::local(name))
+    }
+}
+
+/// The shared array of a block-wide reduction
+/// ([`Emitter::reduction_scratch`]) as code: `red`, or a null pointer.
+fn scratch_code(red: &str) -> Code {
+    match red {
+        "red" => Code::local(red),
+        _ => Code::lit(red),
+    }
+}
