@@ -93,9 +93,15 @@ impl Lowerer<'_> {
         let dtype = match DType::from_name(&ty.dtype.name) {
             Some(DType::E4M3 | DType::E5M2) => {
                 self.diagnostics.push(
-                    Diagnostic::error("E0102", format!("`{}` is not supported yet", ty.dtype.name))
-                        .with_primary(ty.dtype.span, "fp8 types are reserved for a later release")
-                        .with_help("use bf16, f16 or f32"),
+                    Diagnostic::error(
+                        "E0102",
+                        format!("`{}` tensors cannot be block inputs or outputs yet", ty.dtype.name),
+                    )
+                    .with_primary(ty.dtype.span, "an fp8 declaration")
+                    .with_help(format!(
+                        "declare it bf16, f16 or f32 and cast inside the block: `{}(x)` rounds to fp8 as PyTorch does",
+                        ty.dtype.name
+                    )),
                 );
                 return None;
             }

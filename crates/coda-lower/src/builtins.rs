@@ -75,14 +75,6 @@ impl Lowerer<'_> {
             let m = match_args(name, span, args, &[req("x")], self.diagnostics)?;
             return self.unary(op, m.expr(0)?, span);
         }
-        if let Some(DType::E4M3 | DType::E5M2) = DType::from_name(name) {
-            self.diagnostics.push(
-                Diagnostic::error("E0102", format!("`{name}` is not supported yet"))
-                    .with_primary(callee.span, "fp8 types are reserved for a later release")
-                    .with_help("cast to bf16, f16 or f32"),
-            );
-            return None;
-        }
         if let Some(dtype) = DType::from_name(name) {
             let m = match_args(name, span, args, &[req("x")], self.diagnostics)?;
             let x = self.lower_expr(m.expr(0)?)?;

@@ -148,7 +148,7 @@ pub(crate) struct EvalArgs {
     /// Write outputs to DIR/NAME.npy.
     #[arg(long, value_name = "DIR")]
     pub(crate) out: Option<PathBuf>,
-    /// Round each value to its storage type where the program stores it (bf16/f16 GEMM operands, casts, outputs).
+    /// Round each value to its storage type where the program stores it (bf16/f16 GEMM operands, casts, fp8 casts included, outputs).
     #[arg(long)]
     pub(crate) bf16_rounding: bool,
     /// Evaluate only this block (default: every block in the file).

@@ -94,8 +94,9 @@
 //! binade, or the subnormal quantum below the normal range), rounded to an
 //! integer with ties to even, and scaled back; a magnitude that rounds above
 //! the largest finite value becomes infinity. NaN stays NaN, infinities and
-//! signed zeros are kept. fp8 types (`e4m3`, `e5m2`) are reserved: rounding
-//! to them is [`EvalError::Unsupported`].
+//! signed zeros are kept. The fp8 types follow PyTorch's conversions:
+//! `e5m2` overflows to infinity like the others, `e4m3` (`float8_e4m3fn`,
+//! which has no infinity) saturates at ±448, infinities included.
 //!
 //! # Resources
 //!

@@ -19,26 +19,42 @@ const BF16: Format = Format { mant_bits: 7, emin: -126, max_finite: 3.389_531_38
 /// IEEE binary16: 5 exponent bits, 10 mantissa bits.
 const F16: Format = Format { mant_bits: 10, emin: -14, max_finite: 65504.0 };
 
+/// fp8 e4m3 (`float8_e4m3fn`): 4 exponent bits, 3 mantissa bits, no
+/// infinities (the all-ones pattern is NaN), so the largest value is 448.
+const E4M3: Format = Format { mant_bits: 3, emin: -6, max_finite: 448.0 };
+
+/// fp8 e5m2: 5 exponent bits, 2 mantissa bits, with infinities.
+const E5M2: Format = Format { mant_bits: 2, emin: -14, max_finite: 57344.0 };
+
 /// `x` rounded to `dtype` as a store or cast with rounding on would: floats
-/// to nearest even (overflowing to infinity), `i32` toward zero with
-/// saturation (NaN → 0), `bool` to `x != 0`. fp8 types are unsupported.
+/// to nearest even, overflowing to infinity, except e4m3, which has none
+/// and saturates at ±448 (infinities too; NaN stays NaN), as PyTorch's
+/// conversion to `float8_e4m3fn` does; `i32` toward zero with saturation
+/// (NaN → 0); `bool` to `x != 0`.
 #[inline]
 pub fn round_to_dtype(x: f64, dtype: DType) -> Result<f64, EvalError> {
-    match dtype {
-        DType::F32 => Ok(f64::from(x as f32)),
-        DType::BF16 => Ok(round_float(x, &BF16)),
-        DType::F16 => Ok(round_float(x, &F16)),
-        DType::I32 => Ok(truncate_i32(x)),
-        DType::Bool => Ok(to_bool(x)),
-        DType::E4M3 | DType::E5M2 => Err(unsupported(dtype)),
+    Ok(match dtype {
+        DType::F32 => f64::from(x as f32),
+        DType::BF16 => round_float(x, &BF16),
+        DType::F16 => round_float(x, &F16),
+        DType::E4M3 => saturate(round_float(x, &E4M3), E4M3.max_finite),
+        DType::E5M2 => round_float(x, &E5M2),
+        DType::I32 => truncate_i32(x),
+        DType::Bool => to_bool(x),
+    })
+}
+
+/// An infinity as the largest finite value of its sign.
+fn saturate(x: f64, max_finite: f64) -> f64 {
+    if x.is_infinite() {
+        max_finite.copysign(x)
+    } else {
+        x
     }
 }
 
 /// Rounds every element of `data` to `dtype` in place.
 pub(super) fn round_slice(data: &mut [f64], dtype: DType) -> Result<(), EvalError> {
-    if matches!(dtype, DType::E4M3 | DType::E5M2) {
-        return Err(unsupported(dtype));
-    }
     for x in data {
         *x = round_to_dtype(*x, dtype)?;
     }
@@ -67,13 +83,6 @@ fn to_bool(x: f64) -> f64 {
         1.0
     } else {
         0.0
-    }
-}
-
-fn unsupported(dtype: DType) -> EvalError {
-    EvalError::Unsupported {
-        what: format!("rounding to {dtype}"),
-        message: "fp8 types are reserved and not supported by the interpreter yet".into(),
     }
 }
 

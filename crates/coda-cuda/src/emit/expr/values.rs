@@ -59,7 +59,7 @@ impl Emitter<'_> {
                     block: self.block.name.clone(),
                     location: self.loc(value),
                     what: format!("a cast to {to}"),
-                    reason: "fp8 types are reserved".into(),
+                    reason: "fp8 kernels are not generated yet; the interpreter (`codac eval`, or a block on CPU tensors from Python) evaluates fp8 casts".into(),
                 })
             }
         })

@@ -103,9 +103,45 @@ fn rounding_by_bits_agrees_with_rounding_by_scaling() -> TestResult {
     Ok(())
 }
 
+/// Values PyTorch's `x.to(torch.float8_e4m3fn)` and `x.to(torch.float8_e5m2)`
+/// give back as floats (torch 2.11, CPU): ties to even, subnormals down to
+/// 2^-9 (e4m3) and 2^-16 (e5m2), e4m3 saturating at 448 (infinities too),
+/// e5m2 overflowing to infinity from the midpoint 61440 on.
 #[test]
-fn fp8_rounding_is_unsupported() {
-    assert!(matches!(round_to_dtype(1.0, DType::E4M3), Err(EvalError::Unsupported { .. })));
+fn fp8_rounding_matches_pytorch() -> TestResult {
+    let inf = f64::INFINITY;
+    let cases: [(f64, f64, f64); 22] = [
+        (447.0, 448.0, 448.0),
+        (449.0, 448.0, 448.0),
+        (463.9, 448.0, 448.0),
+        (464.0, 448.0, 448.0),
+        (479.9, 448.0, 448.0),
+        (480.0, 448.0, 512.0),
+        (500.0, 448.0, 512.0),
+        (inf, 448.0, inf),
+        (-inf, -448.0, -inf),
+        (-464.0, -448.0, -448.0),
+        (1e-9, 0.0, 0.0),
+        (2f64.powi(-9), 2f64.powi(-9), 2f64.powi(-9)),
+        (2f64.powi(-10), 0.0, 2f64.powi(-10)),
+        (3.0 * 2f64.powi(-11), 2f64.powi(-9), 1.5 * 2f64.powi(-10)),
+        (57344.0, 448.0, 57344.0),
+        (61439.0, 448.0, 57344.0),
+        (61440.0, 448.0, inf),
+        (65536.0, 448.0, inf),
+        (0.3, 0.3125, 0.3125),
+        (-0.3, -0.3125, -0.3125),
+        (1.0625, 1.0, 1.0),
+        (1.1875, 1.25, 1.25),
+    ];
+    for (x, e4m3, e5m2) in cases {
+        assert_eq!(round_to_dtype(x, DType::E4M3)?, e4m3, "e4m3 of {x:e}");
+        assert_eq!(round_to_dtype(x, DType::E5M2)?, e5m2, "e5m2 of {x:e}");
+    }
+    assert!(round_to_dtype(f64::NAN, DType::E4M3)?.is_nan());
+    assert!(round_to_dtype(f64::NAN, DType::E5M2)?.is_nan());
+    assert_eq!(round_to_dtype(-0.0, DType::E4M3)?.to_bits(), (-0.0f64).to_bits());
+    Ok(())
 }
 
 #[test]

@@ -1,0 +1,49 @@
+"""fp8 casts in the interpreter against PyTorch's own conversions, bit for
+bit: rounding to nearest even, subnormals, e4m3's saturation at ±448 (no
+infinity), e5m2's overflow to infinity, signed zeros and NaN."""
+
+from __future__ import annotations
+
+import torch
+
+import codac
+
+SOURCE = """
+dim M
+dim N = 256
+block quantize(x: f32[M, N]) -> (a: f32[M, N], b: f32[M, N]) {
+    a = f32(e4m3(x))
+    b = f32(e5m2(x))
+}
+"""
+
+
+def sweep() -> torch.Tensor:
+    """Floats of both signs across every binade that reaches fp8 (2^-28 up to
+    2^32), 256 mantissas in each (the top bits swept, the low bits varied),
+    the halfway points and edges of the fp8 formats, and the specials."""
+    exponents = torch.arange(127 - 28, 127 + 33, dtype=torch.int64)
+    mantissas = torch.arange(256, dtype=torch.int64) * (1 << 15) + torch.arange(256, dtype=torch.int64) * 97
+    bits = (exponents[:, None] << 23) | mantissas[None, :]
+    magnitudes = bits.to(torch.int32).view(torch.float32).flatten()
+    edges = torch.tensor(
+        [0.0, 448.0, 464.0, 479.99, 480.0, 57344.0, 61439.0, 61440.0, 65536.0, 2.0**-9, 2.0**-10, 2.0**-16, 2.0**-17,
+         1.0625, 1.1875, float("inf"), float("nan")],
+        dtype=torch.float32,
+    )
+    values = torch.cat([magnitudes, -magnitudes, edges, -edges])
+    padding = (-values.numel()) % 256
+    return torch.cat([values, torch.zeros(padding)]).reshape(-1, 256)
+
+
+def same_floats(got: torch.Tensor, expected: torch.Tensor) -> None:
+    assert torch.equal(got.isnan(), expected.isnan())
+    keep = ~expected.isnan()
+    assert torch.equal(got[keep].view(torch.int32), expected[keep].view(torch.int32))
+
+
+def test_fp8_casts_round_as_pytorch_converts() -> None:
+    x = sweep()
+    a, b = codac.load(SOURCE).block("quantize")(x)
+    same_floats(a, x.to(torch.float8_e4m3fn).to(torch.float32))
+    same_floats(b, x.to(torch.float8_e5m2).to(torch.float32))
