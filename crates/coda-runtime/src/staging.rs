@@ -53,7 +53,7 @@ extern "C" __global__ void __launch_bounds__(256) coda_staging_copy_4(CopyArgs a
 "#;
 
 /// Threads per CTA.
-const THREADS: u32 = 256;
+pub(crate) const THREADS: u32 = 256;
 
 /// The most CTAs a copy launches; each takes every `MAX_CTAS`-th row.
 const MAX_CTAS: i64 = 1 << 16;

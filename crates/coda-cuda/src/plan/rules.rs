@@ -417,7 +417,7 @@ impl Planner<'_> {
         self.operands(v).into_iter().all(|o| match self.home(o) {
             Home::Row(x) if *x == c => !transpose,
             Home::Param => true,
-            Home::Inline => self.avail(o) <= c || self.broadcast_of(o, c) || self.row_computes(o, c),
+            Home::Inline => self.avail(o) <= c || self.row_computes(o, c),
             other => other.kernel().is_some_and(|x| x < c),
         })
     }

@@ -83,7 +83,7 @@ pub(super) fn staging_copies(device: &Device, manifest: &BlockManifest) -> Resul
             summary: format!("staging copy of {tensor} (only when it is not aligned)"),
             config: None,
             grid: [b.shape[0].clone(), "1".into(), "1".into()],
-            block: [256, 1, 1],
+            block: [crate::staging::THREADS, 1, 1],
             smem_bytes: 0,
             persistent: false,
             tensor_maps: Vec::new(),
