@@ -12,7 +12,7 @@ if [ -z "${CUDA_HOME:-}" ]; then
         python3 -m venv "$venv"
     fi
     if ! "$venv/bin/python" -c 'import nvidia' 2>/dev/null || [ ! -d "$("$venv/bin/python" -c 'import nvidia, os; print(os.path.dirname(nvidia.__path__[0]))')/nvidia/cu13/include/cccl" ]; then
-        "$venv/bin/pip" install --quiet --disable-pip-version-check \
+        "$venv/bin/pip" install --quiet --disable-pip-version-check --no-cache-dir \
             "nvidia-cuda-nvrtc==13.0.88" "nvidia-cuda-runtime==13.0.*" "nvidia-cuda-cccl==13.0.*"
     fi
     CUDA_HOME="$("$venv/bin/python" -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], "cu13"))')"
@@ -34,7 +34,7 @@ if [ ! -x "$py/bin/python" ]; then
     python3 -m venv "$py"
 fi
 if ! "$py/bin/python" -c 'import torch, numpy, pytest, maturin' 2>/dev/null; then
-    "$py/bin/pip" install --quiet --disable-pip-version-check torch numpy pytest maturin
+    "$py/bin/pip" install --quiet --disable-pip-version-check --no-cache-dir torch numpy pytest maturin
 fi
-PATH="$PWD/$py/bin:$PATH" "$py/bin/pip" install --quiet --disable-pip-version-check --no-build-isolation ./python
+PATH="$PWD/$py/bin:$PATH" "$py/bin/pip" install --quiet --disable-pip-version-check --no-cache-dir --no-build-isolation ./python
 "$py/bin/python" -m pytest -q -rs python/tests
