@@ -338,6 +338,12 @@ impl Emu<'_> {
                     0.0
                 }
             }
+            Op::GroupReduce { op, groups, arg, cols } => {
+                let columns = (0..self.d(cols)).filter(|c| groups.group_of(*c) == k);
+                let xs: Vec<f64> = columns.map(|c| f64::from(self.eval(*arg, m, c))).collect();
+                reduce(*op, &xs)
+            }
+            Op::GroupExpand(groups, a) => f64::from(self.eval(*a, m, groups.group_of(k))),
             Op::RowReduce { op, arg, width } => {
                 let xs: Vec<f64> = (0..self.d(width)).map(|c| f64::from(self.eval(*arg, m, c))).collect();
                 reduce(*op, &xs)

@@ -161,7 +161,7 @@ fn elementwise_leaves(fwd: &Block, x: Value, stops: &[Value]) -> Option<Vec<Valu
     walk_back(fwd, x, |v, inst| match inst {
         _ if v != x && stops.contains(&v) => Step::Take,
         Inst::Param(_) => Step::Take,
-        Inst::MatMul { .. } | Inst::Reduce { .. } => Step::Fail,
+        Inst::MatMul { .. } | Inst::Reduce { .. } | Inst::GroupReduce { .. } => Step::Fail,
         _ => Step::Descend,
     })
 }
@@ -175,7 +175,7 @@ fn saved_sources(fwd: &Block, x: Value, points: &[Value]) -> Option<Vec<Value>> 
     walk_back(fwd, x, |v, inst| match inst {
         _ if points.contains(&v) => Step::Take,
         Inst::MatMul { .. } | Inst::Param(_) => Step::Skip,
-        Inst::Reduce { .. } => Step::Fail,
+        Inst::Reduce { .. } | Inst::GroupReduce { .. } => Step::Fail,
         _ => Step::Descend,
     })
 }

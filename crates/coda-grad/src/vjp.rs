@@ -8,7 +8,7 @@
 use crate::builder::Builder;
 use crate::GradError;
 use coda_diagnostics::Span;
-use coda_ir::{Axis, BinaryOp, Block, DType, Dim, Inst, ReduceOp, Shape, UnaryOp, Value};
+use coda_ir::{Axis, BinaryOp, Block, ColGroups, DType, Dim, Inst, ReduceOp, Shape, UnaryOp, Value};
 
 /// Walks the forward in reverse, propagating every finished gradient.
 pub(crate) fn sweep(b: &mut Builder<'_>) -> Result<(), GradError> {
@@ -62,6 +62,12 @@ fn rule(b: &mut Builder<'_>, v: Value, inst: &Inst, g: Value) -> Result<(), Grad
             b.accumulate(*arg, dx)
         }
         Inst::Reduce { op, axis, arg } => reduce(b, v, *op, *axis, *arg, g, span),
+        Inst::GroupReduce { op, groups, arg } => group_reduce(b, v, *op, *groups, *arg, g, span),
+        // y[:, n] = x[:, group(n)]  ⇒  dx[:, j] = Σ over the columns n of group j of g[:, n]
+        Inst::GroupExpand { groups, arg, .. } => {
+            let dx = b.emit(Inst::GroupReduce { op: ReduceOp::Sum, groups: *groups, arg: g }, span)?;
+            b.accumulate(*arg, dx)
+        }
         Inst::SliceCols { arg, start, len, step } => slice(b, v, *arg, start, len, *step, g, span),
         // y = [p₀ | p₁ | …]  ⇒  dpᵢ = g[:, offsetᵢ .. offsetᵢ + colsᵢ]
         Inst::ConcatCols { parts } => {
@@ -334,6 +340,47 @@ fn reduce(
             let ones = b.mask(hit, one, span)?;
             let count = b.reduce(ReduceOp::Sum, axis, ones, span)?;
             let share = b.bin(BinaryOp::Div, g, count, span)?;
+            b.mask(hit, share, span)?
+        }
+    };
+    b.accumulate(arg, dx)
+}
+
+/// Reductions over groups of columns, as [`reduce`] with `ŷ`, `ĝ` expanded
+/// back over each group's columns instead of broadcast.
+fn group_reduce(
+    b: &mut Builder<'_>,
+    v: Value,
+    op: ReduceOp,
+    groups: ColGroups,
+    arg: Value,
+    g: Value,
+    span: Span,
+) -> Result<(), GradError> {
+    let cols = b.fwd.ty(arg).shape.cols.clone();
+    let (x, y) = (b.primal(arg), b.primal(v));
+    let expand =
+        |b: &mut Builder<'_>, value: Value| b.emit(Inst::GroupExpand { groups, arg: value, cols: cols.clone() }, span);
+    let dx = match op {
+        // y = Σ x over a group  ⇒  dx = ĝ
+        ReduceOp::Sum => expand(b, g)?,
+        // y = log Σ e^x over a group  ⇒  dx = ĝ e^(x - ŷ) (the group's softmax)
+        ReduceOp::LogSumExp => {
+            let y_hat = expand(b, y)?;
+            let shifted = b.bin(BinaryOp::Sub, x, y_hat, span)?;
+            let softmax = b.un(UnaryOp::Exp, shifted, span)?;
+            let g_hat = expand(b, g)?;
+            b.bin(BinaryOp::Mul, g_hat, softmax, span)?
+        }
+        // y = max x over a group  ⇒  dx = [x = ŷ] ĝ / #{x = ŷ} (split evenly between tied maxima)
+        ReduceOp::Max => {
+            let y_hat = expand(b, y)?;
+            let hit = b.bin(BinaryOp::Eq, x, y_hat, span)?;
+            let one = b.konst(1.0, span)?;
+            let ones = b.mask(hit, one, span)?;
+            let count = b.emit(Inst::GroupReduce { op: ReduceOp::Sum, groups, arg: ones }, span)?;
+            let share = b.bin(BinaryOp::Div, g, count, span)?;
+            let share = expand(b, share)?;
             b.mask(hit, share, span)?
         }
     };

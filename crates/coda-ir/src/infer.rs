@@ -90,6 +90,20 @@ pub fn infer(block: &Block, inst: &Inst) -> Result<Ty, TypeError> {
             };
             Ok(f32_ty(shape))
         }
+        Inst::GroupReduce { groups, arg, .. } => {
+            let a = ty(*arg)?;
+            float_operand(a)?;
+            let count = groups.count(&a.shape.cols).map_err(|_| not_heads(*groups, &a.shape.cols))?;
+            Ok(f32_ty(Shape::new(a.shape.rows.clone(), count)))
+        }
+        Inst::GroupExpand { groups, arg, cols } => {
+            let a = ty(*arg)?;
+            let count = groups.count(cols).map_err(|_| not_heads(*groups, cols))?;
+            if a.shape.cols != count {
+                return err(format!("{groups} of {cols} columns are {count} groups, not {}", a.shape.cols));
+            }
+            Ok(Ty { dtype: a.dtype, shape: Shape::new(a.shape.rows.clone(), cols.clone()) })
+        }
         Inst::SliceCols { arg, len, step, .. } => {
             let a = ty(*arg)?;
             if *step < 1 {
@@ -166,6 +180,10 @@ fn permutable(perm: &crate::inst::PairPerm, axis: &Dim) -> Result<(), TypeError>
         Some(len) if perm.is_valid() && perm.end <= len => Ok(()),
         _ => err(format!("pair permutation ({perm}) does not fit an axis of length {axis}")),
     }
+}
+
+fn not_heads(groups: crate::inst::ColGroups, cols: &Dim) -> TypeError {
+    TypeError(format!("{cols} columns are not a whole number of heads of {}", groups.width()))
 }
 
 fn same_shape(a: &Ty, b: &Ty) -> Result<(), TypeError> {

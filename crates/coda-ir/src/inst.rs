@@ -266,6 +266,57 @@ impl std::fmt::Display for PairPerm {
     }
 }
 
+/// How the columns of a tensor of heads side by side form groups.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ColGroups {
+    /// Column `n` is in group `n / width`: one group per head of `width`
+    /// consecutive columns (per-head statistics, as QK-norm takes them).
+    Heads(i64),
+    /// Column `n` is in group `n % width`: one group per feature, holding
+    /// that feature of every head (a gain shared by all heads).
+    Lanes(i64),
+}
+
+impl ColGroups {
+    /// The head width.
+    pub fn width(self) -> i64 {
+        match self {
+            ColGroups::Heads(w) | ColGroups::Lanes(w) => w,
+        }
+    }
+
+    /// The group of column `n`.
+    pub fn group_of(self, n: i64) -> i64 {
+        match self {
+            ColGroups::Heads(w) => n / w,
+            ColGroups::Lanes(w) => n % w,
+        }
+    }
+
+    /// The number of groups of `cols` columns (a whole number of heads).
+    pub fn count(self, cols: &Dim) -> Result<Dim, crate::dim::DimError> {
+        let heads = cols.div_exact(&Dim::constant(self.width()))?;
+        Ok(match self {
+            ColGroups::Heads(_) => heads,
+            ColGroups::Lanes(w) => Dim::constant(w),
+        })
+    }
+
+    /// The name in the printed IR.
+    pub fn name(self) -> &'static str {
+        match self {
+            ColGroups::Heads(_) => "heads",
+            ColGroups::Lanes(_) => "lanes",
+        }
+    }
+}
+
+impl std::fmt::Display for ColGroups {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} of {}", self.name(), self.width())
+    }
+}
+
 /// One instruction.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Inst {
@@ -341,6 +392,28 @@ pub enum Inst {
         axis: Axis,
         /// Operand.
         arg: Value,
+    },
+    /// `out[:, g] = op(arg[:, n] for the columns n of group g)`: per-head
+    /// statistics, or a per-feature reduction over heads. The columns of
+    /// `arg` are a whole number of heads. Type: `f32[rows, groups]`.
+    GroupReduce {
+        /// The reduction.
+        op: ReduceOp,
+        /// How columns form groups.
+        groups: ColGroups,
+        /// Operand.
+        arg: Value,
+    },
+    /// `out[:, n] = arg[:, group(n)]`: a per-head value over its head's
+    /// columns, or a per-feature value over every head; the adjoint of a
+    /// [`Inst::GroupReduce`] sum. Type: `arg`'s dtype, `[rows, cols]`.
+    GroupExpand {
+        /// How columns form groups.
+        groups: ColGroups,
+        /// Operand, one column per group.
+        arg: Value,
+        /// Width of the result, a whole number of heads.
+        cols: Dim,
     },
     /// Columns `start, start+step, …` (`len` of them). Type: same dtype, `[rows, len]`.
     SliceCols {
@@ -442,6 +515,8 @@ impl Inst {
             | Inst::Broadcast { arg, .. }
             | Inst::Transpose { arg }
             | Inst::Reduce { arg, .. }
+            | Inst::GroupReduce { arg, .. }
+            | Inst::GroupExpand { arg, .. }
             | Inst::SliceCols { arg, .. }
             | Inst::RopePartner { arg, .. }
             | Inst::PermuteRows { arg, .. }
@@ -474,6 +549,8 @@ impl Inst {
             | Inst::Broadcast { arg, .. }
             | Inst::Transpose { arg }
             | Inst::Reduce { arg, .. }
+            | Inst::GroupReduce { arg, .. }
+            | Inst::GroupExpand { arg, .. }
             | Inst::SliceCols { arg, .. }
             | Inst::RopePartner { arg, .. }
             | Inst::PermuteRows { arg, .. }

@@ -107,6 +107,12 @@ fn describe(block: &Block, inst: &Inst) -> String {
             };
             format!("reduce.{}.{axis} {arg}", op.name())
         }
+        Inst::GroupReduce { op, groups, arg } => {
+            format!("group_reduce.{}.{} {arg}, width {}", op.name(), groups.name(), groups.width())
+        }
+        Inst::GroupExpand { groups, arg, cols } => {
+            format!("group_expand.{} {arg}, width {}, cols {cols}", groups.name(), groups.width())
+        }
         Inst::SliceCols { arg, start, len, step } => {
             format!("slice_cols {arg}, start {start}, len {len}, step {step}")
         }

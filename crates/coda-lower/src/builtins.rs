@@ -42,6 +42,7 @@ pub(crate) const FUNCTIONS: &[&str] = &[
     "log_softmax",
     "concat",
     "take",
+    "expand_heads",
     "rmsnorm",
     "layernorm",
     "swiglu",
@@ -100,6 +101,7 @@ impl Lowerer<'_> {
             "where" => self.where_(args, span),
             "concat" => self.concat(args, span),
             "take" => self.take(args, span),
+            "expand_heads" => self.expand_heads(args, span),
             "rmsnorm" | "layernorm" | "swiglu" | "geglu" | "rope" | "cross_entropy" => self.sugar(name, args, span),
             _ if crate::shorthand::SHORTHANDS.contains(&name) => self.shorthand(name, args, span),
             _ if crate::kernel::is_primitive(name) => self.kernel_primitive(callee, args, span),
@@ -129,11 +131,24 @@ impl Lowerer<'_> {
     }
 
     fn reduction(&mut self, name: &str, args: &[Arg], span: Span) -> Option<Value> {
-        const FORMALS: [Formal; 2] = [req("x"), kw("axis")];
+        const FORMALS: [Formal; 3] = [req("x"), kw("axis"), kw("head_dim")];
         let m = match_args(name, span, args, &FORMALS, self.diagnostics)?;
         let x = self.lower_expr(m.expr(0)?)?;
         self.numeric(x, m.spans[0])?;
         let axes: Vec<Axis> = if m.given(1) { vec![self.axis(&m, 1)?] } else { vec![Axis::Cols, Axis::Rows] };
+        if m.given(2) {
+            if axes != [Axis::Cols] {
+                self.diagnostics.push(
+                    Diagnostic::error("E0208", format!("`{name}` over heads needs `axis=-1`"))
+                        .with_primary(m.spans[2], "heads are groups of columns")
+                        .with_help(format!("`{name}(x, axis=-1, head_dim=W)` gives one value per head of each row")),
+                );
+                return None;
+            }
+            let cols = self.block.ty(x).shape.cols.clone();
+            let groups = self.head_groups(&m, 2, &cols, name)??;
+            return self.group_reduce(name, x, groups, span);
+        }
         let mut v = x;
         for axis in axes {
             v = self.reduce(name, v, axis, span)?;

@@ -14,6 +14,7 @@ mod builtins;
 mod dims;
 mod expr;
 mod grad;
+mod heads;
 mod kernel;
 mod missing;
 mod names;

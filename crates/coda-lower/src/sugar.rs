@@ -5,6 +5,8 @@
 //! - `layernorm(x, g, b, eps=1e-5) = (x − μ) · rsqrt(σ² + eps) · g + b`, with
 //!   `μ = sum(x)/N` and the biased variance `σ² = sum((x − μ)²)/N`
 //! - a norm's gain `g` and bias `b` may be left out: no product, no sum
+//! - `head_dim=W` normalizes each head of `W` columns instead of the row
+//!   ([`crate::heads`])
 //! - `swiglu(z) = silu(z[:, :F]) · z[:, F:]` for `z: [M, 2F]`; `swiglu(gate, up) = silu(gate) · up`
 //! - `geglu` likewise with the erf form of `gelu`
 //! - `rope(x, pos, head_dim=, base=10000, cols=a:b, style=half|interleaved)
@@ -16,7 +18,7 @@
 use crate::args::{kw, literal, match_args, opt, req, word, Formal, Matched};
 use crate::block::Lowerer;
 use coda_diagnostics::{Diagnostic, Span};
-use coda_ir::{Axis, BinaryOp, Dim, Inst, ReduceOp, RopeSpec, RopeStyle, RopeTable, UnaryOp, Value};
+use coda_ir::{Axis, BinaryOp, ColGroups, Dim, Inst, ReduceOp, RopeSpec, RopeStyle, RopeTable, UnaryOp, Value};
 use coda_syntax::ast::{Arg, ArgValue};
 
 impl Lowerer<'_> {
@@ -56,30 +58,39 @@ impl Lowerer<'_> {
         Some(v)
     }
 
-    /// `x · rsqrt(mean(x·x) + eps)` along columns: the normalization shared by both norms.
-    fn normalize(&mut self, centered: Value, eps: f64, span: Span) -> Option<Value> {
+    /// `x · rsqrt(mean(x·x) + eps)` along each row's columns, or each
+    /// head's: the normalization shared by both norms.
+    fn normalize(&mut self, centered: Value, eps: f64, heads: Option<ColGroups>, span: Span) -> Option<Value> {
+        let cols = self.block.ty(centered).shape.cols.clone();
         let square = self.binary(BinaryOp::Mul, centered, centered, span, span, span)?;
-        let mean_square = self.reduce("mean", square, Axis::Cols, span)?;
+        let mean_square = self.mean_over(square, heads, span)?;
         let eps = self.constant(eps, span)?;
         let shifted = self.binary(BinaryOp::Add, mean_square, eps, span, span, span)?;
         let scale = self.apply(UnaryOp::Rsqrt, shifted, span)?;
+        let scale = self.spread(scale, heads, &cols, span)?;
         self.binary(BinaryOp::Mul, centered, scale, span, span, span)
     }
 
     fn rmsnorm(&mut self, args: &[Arg], span: Span) -> Option<Value> {
-        const FORMALS: [Formal; 3] = [req("x"), opt("g"), opt("eps")];
+        const FORMALS: [Formal; 4] = [req("x"), opt("g"), opt("eps"), kw("head_dim")];
         let m = match_args("rmsnorm", span, args, &FORMALS, self.diagnostics)?;
         self.warn_gain_like_eps("rmsnorm", &m, 1, 2);
         let x = self.tensor_arg(&m, 0);
         let g = self.optional_tensor_arg(&m, 1, 1.0);
         let eps = self.number_arg(&m, 2, 1e-6, "eps")?;
         let (x, g) = (x?, g?);
-        let normalized = self.normalize(x, eps, span)?;
-        self.affine(normalized, g.map(|g| (g, m.spans[1])), None, span)
+        let cols = self.block.ty(x).shape.cols.clone();
+        let heads = self.head_groups(&m, 3, &cols, "rmsnorm")?;
+        let normalized = self.normalize(x, eps, heads, span)?;
+        let g = match g {
+            Some(g) => Some((self.over_heads(g, heads, &cols, m.spans[1])?, m.spans[1])),
+            None => None,
+        };
+        self.affine(normalized, g, None, span)
     }
 
     fn layernorm(&mut self, args: &[Arg], span: Span) -> Option<Value> {
-        const FORMALS: [Formal; 4] = [req("x"), opt("g"), opt("b"), opt("eps")];
+        const FORMALS: [Formal; 5] = [req("x"), opt("g"), opt("b"), opt("eps"), kw("head_dim")];
         let m = match_args("layernorm", span, args, &FORMALS, self.diagnostics)?;
         self.warn_gain_like_eps("layernorm", &m, 1, 3);
         let x = self.tensor_arg(&m, 0);
@@ -87,10 +98,21 @@ impl Lowerer<'_> {
         let b = self.optional_tensor_arg(&m, 2, 0.0);
         let eps = self.number_arg(&m, 3, 1e-5, "eps")?;
         let (x, g, b) = (x?, g?, b?);
-        let mean = self.reduce("mean", x, Axis::Cols, span)?;
+        let cols = self.block.ty(x).shape.cols.clone();
+        let heads = self.head_groups(&m, 4, &cols, "layernorm")?;
+        let mean = self.mean_over(x, heads, span)?;
+        let mean = self.spread(mean, heads, &cols, span)?;
         let centered = self.binary(BinaryOp::Sub, x, mean, span, span, span)?;
-        let normalized = self.normalize(centered, eps, span)?;
-        self.affine(normalized, g.map(|g| (g, m.spans[1])), b.map(|b| (b, m.spans[2])), span)
+        let normalized = self.normalize(centered, eps, heads, span)?;
+        let g = match g {
+            Some(g) => Some((self.over_heads(g, heads, &cols, m.spans[1])?, m.spans[1])),
+            None => None,
+        };
+        let b = match b {
+            Some(b) => Some((self.over_heads(b, heads, &cols, m.spans[2])?, m.spans[2])),
+            None => None,
+        };
+        self.affine(normalized, g, b, span)
     }
 
     /// `Some(tensor)` for a given argument, `Some(None)` for one left out

@@ -174,6 +174,9 @@ fn row_body(
         }
     }
     em.coop = 1;
+    if tpr == THREADS {
+        stage_group_reductions(em, tail)?;
+    }
     let stores = em.kernel.stores.clone();
     let guard = if tpr > 1 { format!("if (threadIdx.x % {tpr} == 0) ") } else { String::new() };
     let narrow: Vec<&Store> = stores.iter().filter(|s| is_narrow(em, s) && !tail[s.node]).collect();
@@ -213,6 +216,29 @@ fn row_body(
     }
     em.pop_scope();
     Ok(em.take_lines())
+}
+
+/// Computes each per-head reduction of a CTA-per-row kernel once for the
+/// row, before the column loops: thread `g` reduces group `g` (one loop
+/// over its columns, in column order) into a shared array, which every
+/// later read of the reduction indexes ([`Emitter::group_arrays`]). A
+/// number of groups that is not a constant leaves the reduction to be
+/// evaluated where it is read.
+fn stage_group_reductions(em: &mut Emitter<'_>, tail: &[bool]) -> Result<(), CodegenError> {
+    for (id, node) in em.kernel.nodes.clone().iter().enumerate() {
+        let Op::GroupReduce { groups, cols, .. } = &node.op else { continue };
+        let count = groups.count(cols).ok().and_then(|c| c.as_const());
+        let Some(count) = count.filter(|_| !tail[id] && node.reg.is_none()) else { continue };
+        let array = format!("{}_s", em.local_for(node.value));
+        em.line(format!("__shared__ float {array}[{count}];"));
+        em.open(format!("for (int g = (int)threadIdx.x; g < {count}; g += {THREADS})"));
+        let v = em.eval(id, "m", "g")?;
+        em.line_of(Code::of(format!("{array}[g] = {v};"), [&v]).reading(&["g"]));
+        em.close();
+        em.line("__syncthreads();");
+        em.group_arrays.insert(id, array);
+    }
+    Ok(())
 }
 
 /// A column loop of stores in chunks ([`chunk`]): each store's elements

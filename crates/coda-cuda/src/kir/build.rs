@@ -442,7 +442,7 @@ impl Builder<'_> {
             KernelPlan::Gemm { matmul, a, b } => KernelKind::Gemm(self.gemm_spec(ctx.k, *matmul, a, b)?),
             KernelPlan::Row { rows } => {
                 let wide = |n: &Node| matches!(n.space, Space::Tile | Space::Col);
-                let reduces = ctx.nodes.iter().any(|n| matches!(n.op, Op::RowReduce { .. }));
+                let reduces = ctx.nodes.iter().any(|n| matches!(n.op, Op::RowReduce { .. } | Op::GroupReduce { .. }));
                 let stores_wide = stores.iter().any(|s| ctx.nodes.get(s.node).is_some_and(wide));
                 let grid_reduces = ctx.nodes.iter().any(|n| matches!(n.op, Op::GridReduce { .. }));
                 let columns_apart =
@@ -755,6 +755,11 @@ impl Builder<'_> {
             Inst::UnpermuteCols { arg, perm } => Op::Unpermute(perm, n(self, arg)?),
             Inst::PermuteCols { arg, perm } => Op::Permute(perm, n(self, arg)?),
             Inst::PermuteRows { .. } => return Err(self.internal("rows in pair order outside a GEMM operand")),
+            Inst::GroupReduce { op, groups, arg } => {
+                let cols = self.block.ty(arg).shape.cols.clone();
+                Op::GroupReduce { op, groups, arg: n(self, arg)?, cols }
+            }
+            Inst::GroupExpand { groups, arg, .. } => Op::GroupExpand(groups, n(self, arg)?),
             Inst::Reduce { op, axis: Axis::Cols, arg } => {
                 let width = self.block.ty(arg).shape.cols.clone();
                 Op::RowReduce { op, arg: n(self, arg)?, width }

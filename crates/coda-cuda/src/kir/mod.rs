@@ -19,6 +19,9 @@
 //!   interleave, rotary partner; in a GEMM epilogue the ones that stay
 //!   inside a thread's adjacent column pair `(2j, 2j+1)` are *pair ops*
 //!   (`even`/`odd` halves give half-width values, `interleave` joins them);
+//! * per-head reductions ([`Op::GroupReduce`], row kernels: one thread's
+//!   loop over a group of columns) and their expansion back over the
+//!   group's columns ([`Op::GroupExpand`], an index transform);
 //! * whole-row reductions ([`Op::RowReduce`], row kernels) and whole-column
 //!   reductions ([`Op::ColReduce`], column-reduction kernels), computed
 //!   cooperatively in a fixed order;
@@ -44,7 +47,7 @@ mod uses;
 
 use crate::config::TileConfig;
 use crate::symexpr::SymExpr;
-use coda_ir::{BinaryOp, BlockKind, DType, Dim, PairPerm, ReduceOp, RopeSpec, RopeTable, UnaryOp, Value};
+use coda_ir::{BinaryOp, BlockKind, ColGroups, DType, Dim, PairPerm, ReduceOp, RopeSpec, RopeTable, UnaryOp, Value};
 
 /// Threads per CTA of row and column kernels.
 pub const CTA_THREADS: u32 = 256;
@@ -188,6 +191,21 @@ pub enum Op {
         /// Columns of the result.
         width: Dim,
     },
+    /// A reduction over the columns of group `k` of the operand (per-head
+    /// statistics), one thread's loop over the group (row kernels).
+    GroupReduce {
+        /// The reduction.
+        op: ReduceOp,
+        /// How the operand's columns form groups.
+        groups: ColGroups,
+        /// Operand (tile space).
+        arg: NodeId,
+        /// Columns of the operand.
+        cols: Dim,
+    },
+    /// The operand at the group of column `k` (a per-head value over its
+    /// head, or a per-feature value over every head).
+    GroupExpand(ColGroups, NodeId),
     /// A reduction over all columns of the current row (row kernels).
     RowReduce {
         /// The reduction.
@@ -230,6 +248,7 @@ impl Op {
                 vec![*arg]
             }
             Op::RowReduce { arg, .. } | Op::ColReduce { arg, .. } | Op::GridReduce { arg, .. } => vec![*arg],
+            Op::GroupReduce { arg, .. } | Op::GroupExpand(_, arg) => vec![*arg],
             Op::Binary(_, a, b) | Op::Interleave(a, b) => vec![*a, *b],
             Op::Take { arg, index, .. } | Op::Scatter { arg, index, .. } => vec![*arg, *index],
             Op::Select(c, a, b) => vec![*c, *a, *b],

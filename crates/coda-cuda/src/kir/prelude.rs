@@ -59,7 +59,7 @@ pub(crate) fn fuse_row_preludes(ir: &mut BlockIr, dims: &BTreeMap<String, i64>) 
 
 /// Whether `row` can run as the prelude of `gemm`: `row` is a row kernel
 /// without grid reductions over the GEMM's rows, storing only per-row
-/// values and rows (no `+=`); `gemm` is a cooperative Hopper GEMM without
+/// values and rows (no `+=`) and no per-head reductions; `gemm` is a cooperative Hopper GEMM without
 /// another prelude that reads those outputs only as its A
 /// operand (`[M, K]`, untransposed) or as per-row vectors of its epilogue;
 /// and the two kernels write nothing the other reads.
@@ -74,7 +74,14 @@ fn fusable(row: &Kernel, gemm: &Kernel, buffers: &[Buffer]) -> bool {
         row.stores.iter().all(|s| !s.accumulate && matches!(row.nodes[s.node].space, Space::Row | Space::Tile));
     let outs: BTreeSet<BufId> = row.stores.iter().map(|s| s.buf).collect();
     let outputs_are_scratch = outs.iter().all(|b| buffers[*b].role == Role::Scratch);
-    row_stores_rows && outputs_are_scratch && reads_row_locally(gemm, spec, &outs) && !gemm_writes_any(gemm, row)
+    // Per-head reductions are staged through shared memory by a whole CTA
+    // per row (`emit::rowk`), which a prelude's warp per row is not.
+    let per_head = row.nodes.iter().any(|n| matches!(n.op, Op::GroupReduce { .. }));
+    row_stores_rows
+        && outputs_are_scratch
+        && !per_head
+        && reads_row_locally(gemm, spec, &outs)
+        && !gemm_writes_any(gemm, row)
 }
 
 /// Whether the row kernel's traffic is small beside the GEMM's work

@@ -291,6 +291,11 @@ impl<'a> Machine<'a> {
             Inst::Transpose { arg } => Ok(layout::transpose(self.operand(*arg)?)),
             Inst::Broadcast { arg, .. } => layout::broadcast(self.operand(*arg)?, rows, cols).map_err(shape_error),
             Inst::Reduce { op, axis, arg } => Ok(ops::reduce(*op, *axis, self.operand(*arg)?)),
+            Inst::GroupReduce { op, groups, arg } => Ok(ops::group_reduce(*op, *groups, self.operand(*arg)?, cols)),
+            Inst::GroupExpand { groups, arg, .. } => {
+                let columns: Vec<usize> = (0..cols as i64).map(|n| groups.group_of(n) as usize).collect();
+                layout::gather_cols(self.operand(*arg)?, &columns).map_err(shape_error)
+            }
             Inst::SliceCols { arg, start, step, .. } => {
                 self.slice(value, *arg, eval_dim(start, &self.dims)?, cols, *step)
             }

@@ -1,7 +1,7 @@
 //! Elementwise functions, reductions and column gathers, on `f64`.
 
 use super::tensor::HostTensor;
-use crate::inst::{Axis, BinaryOp, ReduceOp, UnaryOp};
+use crate::inst::{Axis, BinaryOp, ColGroups, ReduceOp, UnaryOp};
 
 /// Above this, `softplus(x)` is `x` (the correction is below `e^-20`).
 const SOFTPLUS_THRESHOLD: f64 = 20.0;
@@ -131,6 +131,27 @@ pub(super) fn reduce(op: ReduceOp, axis: Axis, arg: &HostTensor) -> Vec<f64> {
             })
             .collect(),
     }
+}
+
+/// Reduces each group of columns of each row to one of `groups` columns,
+/// the columns of a group in index order.
+pub(super) fn group_reduce(op: ReduceOp, groups: ColGroups, arg: &HostTensor, count: usize) -> Vec<f64> {
+    let mut out = Vec::with_capacity(arg.rows.saturating_mul(count));
+    let mut lane = Vec::new();
+    for row in arg.data.chunks(arg.cols.max(1)) {
+        for g in 0..count {
+            lane.clear();
+            match groups {
+                ColGroups::Heads(w) => {
+                    let w = w as usize;
+                    lane.extend(row.iter().skip(g * w).take(w));
+                }
+                ColGroups::Lanes(w) => lane.extend(row.iter().skip(g).step_by(w as usize)),
+            }
+            out.push(reduce_lane(op, &lane));
+        }
+    }
+    out
 }
 
 /// Reduces one row or column, in index order.

@@ -84,6 +84,9 @@ pub(crate) struct Emitter<'a> {
     /// it exchanges partial results through the shared array `red`, which
     /// the kernel then declares.
     pub(crate) block_reductions: bool,
+    /// The shared array that holds each per-head reduction of the current
+    /// row, where a row kernel stages them (`emit::rowk`), by node.
+    pub(crate) group_arrays: HashMap<NodeId, String>,
 }
 
 impl<'a> Emitter<'a> {
@@ -110,6 +113,7 @@ impl<'a> Emitter<'a> {
             unroll_columns: None,
             chunk: None,
             block_reductions: false,
+            group_arrays: HashMap::new(),
         }
     }
 
@@ -439,6 +443,18 @@ impl<'a> Emitter<'a> {
                 let a = self.eval(*arg, &m, "0")?;
                 Code::of(format!("({k} == {t} ? {a} : 0.0f)"), [&ki, &t, &a])
             }
+            Op::GroupExpand(groups, a) => {
+                let op = match groups {
+                    coda_ir::ColGroups::Heads(_) => "/",
+                    coda_ir::ColGroups::Lanes(_) => "%",
+                };
+                let idx = self.index("kg", Code::of(format!("{k} {op} {}", groups.width()), [&ki]));
+                return self.eval(*a, &m, &idx);
+            }
+            Op::GroupReduce { op, groups, arg, cols } => match self.group_arrays.get(&node) {
+                Some(array) => return Ok(Code::of(format!("{array}[{k}]"), [&ki]).reading(&[array])),
+                None => return self.group_reduce(node, *op, *groups, *arg, cols, &m, &k),
+            },
             Op::RowReduce { op, arg, width } => return self.reduce(node, *op, *arg, width, &m, true),
             Op::ColReduce { op, arg, height } => return self.reduce(node, *op, *arg, height, &k, false),
             Op::Acc => return Err(self.internal("accumulator outside a GEMM epilogue")),

@@ -6,7 +6,7 @@ use super::{chunk, Emitter};
 use crate::emit::code::Code;
 use crate::error::CodegenError;
 use crate::kir::{NodeId, PartialKind};
-use coda_ir::{Dim, ReduceOp};
+use coda_ir::{ColGroups, Dim, ReduceOp};
 
 impl Emitter<'_> {
     /// The shared array a block-wide reduction over `tpr` threads exchanges
@@ -116,6 +116,66 @@ impl Emitter<'_> {
         self.define("float", &name, finish, Some(value));
         let (m, k) = if row { (at.to_string(), "0".to_string()) } else { ("0".to_string(), at.to_string()) };
         self.bind(node, &m, &k, Code::local(&name));
+        Ok(Code::local(name))
+    }
+}
+
+impl Emitter<'_> {
+    /// A reduction over the columns of group `g` of `arg` (`cols` columns)
+    /// at row `m`: one thread's loop, in column order, as the interpreter
+    /// reduces a group. A head is at most a few hundred columns, and the
+    /// row kernel's threads take different groups.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn group_reduce(
+        &mut self,
+        node: NodeId,
+        op: ReduceOp,
+        groups: ColGroups,
+        arg: NodeId,
+        cols: &Dim,
+        m: &str,
+        g: &str,
+    ) -> Result<Code, CodegenError> {
+        let value = self.kernel.nodes[node].value;
+        let name = self.local_for(value);
+        let gi = Code::index(g);
+        let j = self.locals.fresh("kj");
+        let (count, column) = match groups {
+            ColGroups::Heads(w) => (w.to_string(), format!("{g} * {w} + {j}")),
+            ColGroups::Lanes(w) => {
+                let heads = cols.div_exact(&Dim::constant(w)).map_err(|e| self.internal(e.to_string()))?;
+                (self.dim_int(&heads), format!("{g} + {j} * {w}"))
+            }
+        };
+        let start = match op {
+            ReduceOp::LogSumExp => format!("float {name}_m = coda::neg_inf(), {name}_s = 0.0f, {name}_bad = 0.0f;"),
+            ReduceOp::Sum => format!("float {name}_acc = 0.0f;"),
+            ReduceOp::Max => format!("float {name}_acc = coda::neg_inf();"),
+        };
+        self.stmt(Code::lit(start), value);
+        self.open(format!("for (int {j} = 0; {j} < {count}; ++{j})"));
+        let (outer_coop, outer_chunk) = (std::mem::replace(&mut self.coop, 1), self.chunk.take());
+        let c = self.index("kc", Code::of(column, [&gi]).reading(&[&j]));
+        let x = self.eval(arg, m, &c)?;
+        self.coop = outer_coop;
+        self.chunk = outer_chunk;
+        let (acc, mx, s, bad) =
+            (format!("{name}_acc"), format!("{name}_m"), format!("{name}_s"), format!("{name}_bad"));
+        let step = match op {
+            ReduceOp::Sum => Code::of(format!("{acc} += {x};"), [&x]).reading(&[&acc]),
+            ReduceOp::Max => Code::of(format!("{acc} = cg::maximum({acc}, {x});"), [&x]).reading(&[&acc]),
+            ReduceOp::LogSumExp => {
+                Code::of(format!("cg::lse_push({mx}, {s}, {bad}, {x});"), [&x]).reading(&[&mx, &s, &bad])
+            }
+        };
+        self.line_of(step);
+        self.close();
+        let finish = match op {
+            ReduceOp::Sum | ReduceOp::Max => Code::local(&acc),
+            ReduceOp::LogSumExp => Code::lit(format!("cg::lse_finish({mx}, {s}, {bad})")).reading(&[&mx, &s, &bad]),
+        };
+        self.define("float", &name, finish, Some(value));
+        self.bind(node, m, g, Code::local(&name));
         Ok(Code::local(name))
     }
 }
