@@ -81,3 +81,49 @@ def test_per_head_norms_match_the_model_code(m: int) -> None:
     for name, got, expected in zip(["q_proj", "k_proj", "g_q", "g_k", "b_k"], ours, theirs):
         assert got.grad is not None, name
         torch.testing.assert_close(got.grad.double(), expected.grad, rtol=1e-4, atol=1e-4, msg=name)
+
+
+NEOX_HEAD = 32
+NEOX_HEADS = 3
+NEOX_ROTARY = 8  # rotary_pct = 0.25
+NEOX_BASE = 10_000.0
+
+NEOX_SOURCE = f"""
+dim M
+dim HD = {NEOX_HEAD}
+dim H = {NEOX_HEADS}
+block neox_rope(q_proj: f32[M, H * HD], pos: i32[M]) -> (q: f32[M, H * HD]) {{
+    q = rope(q_proj, pos, head_dim=HD, rotary_dim={NEOX_ROTARY}, base={NEOX_BASE})
+}}
+grad neox_rope_grad = neox_rope wrt (q_proj)
+"""
+
+
+def neox_reference(q_proj: Tensor, pos: Tensor) -> Tensor:
+    """GPT-NeoX's partial rotary: the first `rotary_ndims` features of each
+    head turn with the frequencies of a head of that width."""
+    m = q_proj.shape[0]
+    q = q_proj.view(m, NEOX_HEADS, NEOX_HEAD)
+    q_rot, q_pass = q[..., :NEOX_ROTARY], q[..., NEOX_ROTARY:]
+    inv_freq = 1.0 / (NEOX_BASE ** (torch.arange(0, NEOX_ROTARY, 2, dtype=torch.float64) / NEOX_ROTARY))
+    angles = pos.to(torch.float64)[:, None] * inv_freq[None, :]
+    emb = torch.cat((angles, angles), dim=-1)[:, None, :]
+    q_rot = q_rot * emb.cos() + rotate_half(q_rot) * emb.sin()
+    return torch.cat((q_rot, q_pass), dim=-1).reshape(m, -1)
+
+
+@pytest.mark.parametrize("m", [1, 19])
+def test_partial_rotary_matches_gpt_neox(m: int) -> None:
+    gen = torch.Generator().manual_seed(100 + m)
+    q_proj = torch.randn((m, NEOX_HEADS * NEOX_HEAD), generator=gen, dtype=torch.float64)
+    pos = torch.randint(0, 2048, (m,), generator=gen, dtype=torch.int32)
+    ours = q_proj.float().requires_grad_()
+    q = codac.load(NEOX_SOURCE).block("neox_rope")(ours, pos)
+    theirs = q_proj.clone().requires_grad_()
+    q_ref = neox_reference(theirs, pos)
+    torch.testing.assert_close(q.double(), q_ref, rtol=1e-5, atol=1e-5)
+    dq = torch.randn(q_ref.shape, generator=gen, dtype=torch.float64)
+    q.backward(dq.float())
+    q_ref.backward(dq)
+    assert ours.grad is not None and theirs.grad is not None
+    torch.testing.assert_close(ours.grad.double(), theirs.grad, rtol=1e-5, atol=1e-5)

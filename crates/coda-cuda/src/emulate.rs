@@ -402,12 +402,15 @@ fn rope_col(spec: &RopeSpec, n: i64, dims: &BTreeMap<String, i64>) -> (f64, f64,
         return (0.0, 0.0, n);
     }
     let j = (n - start) % spec.head_dim;
-    let half = spec.head_dim / 2;
+    if j >= spec.rotary_dim {
+        return (0.0, 0.0, n);
+    }
+    let half = spec.rotary_dim / 2;
     let (pair, first, off) = match spec.style {
         RopeStyle::Half => (j % half, j < half, half),
         RopeStyle::Interleaved => (j / 2, j % 2 == 0, 1),
     };
-    let freq = spec.base.powf(-((2 * pair) as f64) / spec.head_dim as f64);
+    let freq = spec.base.powf(-((2 * pair) as f64) / spec.rotary_dim as f64);
     (freq, if first { -1.0 } else { 1.0 }, if first { n + off } else { n - off })
 }
 

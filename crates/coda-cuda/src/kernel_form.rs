@@ -116,11 +116,11 @@ impl Rule<'_> {
                     "each thread holds fixed columns of the matmul's result: combine values of the same columns, or the halves `even(t)` and `odd(t)` of the same columns",
                 )
             }
-            Refusal::RopeHalf(head_dim) => Diagnostic::error(
+            Refusal::RopeHalf(rotary_dim) => Diagnostic::error(
                 "E0406",
                 "in a kernel, rotate-half `rope` needs columns that other threads hold",
             )
-            .with_primary(span, format!("pairs column n with column n ± {}", head_dim / 2))
+            .with_primary(span, format!("pairs column n with column n ± {}", rotary_dim / 2))
             .with_help(
                 "write `style=interleaved` (each pair is two adjacent columns of one thread), or write a `block`: the compiler then reads the weight's rows in pair order",
             ),

@@ -30,7 +30,7 @@ pub fn check_dims(block: &Block, source: &SourceFile) -> Result<(), CodegenError
         let ty = block.ty(v);
         let mut dims: Vec<(&Dim, &str)> = vec![(&ty.shape.rows, "rows"), (&ty.shape.cols, "columns")];
         let mut constants: Vec<(i64, &str)> = Vec::new();
-        let rope = |spec: &RopeSpec| (spec.head_dim, "a rotary head dimension");
+        let rope = |spec: &RopeSpec| (spec.head_dim.max(spec.rotary_dim), "a rotary head dimension");
         match inst {
             Inst::DimValue(d) => dims.push((d, "a dimension's value")),
             Inst::SliceCols { start, len, step, .. } => {

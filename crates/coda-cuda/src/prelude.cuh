@@ -528,6 +528,34 @@ __device__ __forceinline__ float2 rope_freq_tab(int n, int start, int end, int h
     const RopeCol r = rope_col(n, start, end, hd, interleaved);
     return r.in ? __ldg(table + r.pair) : make_float2(0.0f, 0.0f);
 }
+// Partial rotary: only the first rd features of each head of hd turn, as a
+// head of rd would; the others are outside the rotated range.
+__device__ __forceinline__ RopeCol rope_col(int n, int start, int end, int hd, int rd, bool interleaved) {
+    const bool turns = n >= start && n < end && (n - start) % hd < rd;
+    const int head = turns ? (n - start) / hd * hd : 0;
+    RopeCol r = rope_col(n - head, start, turns ? start + rd : start, rd, interleaved);
+    r.partner += head;
+    return r;
+}
+__device__ __forceinline__ double rope_freq_d(int n, int start, int end, int hd, int rd, bool interleaved, double c) {
+    const RopeCol r = rope_col(n, start, end, hd, rd, interleaved);
+    return r.in ? exp2((double)r.pair * c) : 0.0;
+}
+__device__ __forceinline__ float rope_freq(int n, int start, int end, int hd, int rd, bool interleaved, double c) {
+    return (float)rope_freq_d(n, start, end, hd, rd, interleaved, c);
+}
+__device__ __forceinline__ float rope_sign(int n, int start, int end, int hd, int rd, bool interleaved) {
+    const RopeCol r = rope_col(n, start, end, hd, rd, interleaved);
+    return r.in ? (r.first ? -1.0f : 1.0f) : 0.0f;
+}
+__device__ __forceinline__ int rope_partner(int n, int start, int end, int hd, int rd, bool interleaved) {
+    return rope_col(n, start, end, hd, rd, interleaved).partner;
+}
+__device__ __forceinline__ float2 rope_freq_tab(int n, int start, int end, int hd, int rd, bool interleaved,
+                                                const float2* table) {
+    const RopeCol r = rope_col(n, start, end, hd, rd, interleaved);
+    return r.in ? __ldg(table + r.pair) : make_float2(0.0f, 0.0f);
+}
 // x * freq reduced to about [-pi, pi], then the SFU sine / cosine (absolute
 // error below 4e-7 on [-pi, pi]).  The angle is formed in fp32 pieces, not in
 // double (the conversions and rounding of the double form ran at a quarter

@@ -188,11 +188,17 @@ pub enum RopeStyle {
     Interleaved,
 }
 
-/// A rotary embedding applied to the columns `start..end`, head by head.
+/// A rotary embedding applied to the columns `start..end`, head by head:
+/// the first `rotary_dim` features of each head turn, the rest pass
+/// through (partial rotary: GPT-NeoX, Phi, Persimmon).
 #[derive(Debug, Clone, PartialEq)]
 pub struct RopeSpec {
     /// Width of one head (a constant, even).
     pub head_dim: i64,
+    /// Rotated features at the start of each head (a constant, even, at
+    /// most `head_dim`); pairs and frequencies are those of a head of this
+    /// width.
+    pub rotary_dim: i64,
     /// Frequency base θ: pair `i` turns at `base^(-2i/head_dim)` radians per position.
     pub base: f64,
     /// First rotated column (a multiple of `head_dim` from 0).

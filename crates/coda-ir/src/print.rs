@@ -142,8 +142,12 @@ fn rope(spec: &RopeSpec) -> String {
         RopeStyle::Half => "half",
         RopeStyle::Interleaved => "interleaved",
     };
+    let rotary = match spec.rotary_dim == spec.head_dim {
+        true => String::new(),
+        false => format!(", rotary_dim {}", spec.rotary_dim),
+    };
     format!(
-        "{{{style}, head_dim {}, base {}, cols {}..{}}}",
+        "{{{style}, head_dim {}{rotary}, base {}, cols {}..{}}}",
         spec.head_dim,
         format_float(spec.base),
         spec.start,

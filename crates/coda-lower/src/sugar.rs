@@ -9,7 +9,7 @@
 //!   ([`crate::heads`])
 //! - `swiglu(z) = silu(z[:, :F]) · z[:, F:]` for `z: [M, 2F]`; `swiglu(gate, up) = silu(gate) · up`
 //! - `geglu` likewise with the erf form of `gelu`
-//! - `rope(x, pos, head_dim=, base=10000, cols=a:b, style=half|interleaved)
+//! - `rope(x, pos, head_dim=, base=10000, cols=a:b, style=half|interleaved, rotary_dim=head_dim)
 //!    = x · cos(pos·freq) + partner(x) · sign · sin(pos·freq)` per column
 //! - `cross_entropy(logits, targets, ignore_index=-100, reduction=mean|sum|none)`:
 //!   per row `logsumexp(logits) − logits[target]`, 0 for ignored rows; `mean`
@@ -186,7 +186,8 @@ impl Lowerer<'_> {
     }
 
     fn rope(&mut self, args: &[Arg], span: Span) -> Option<Value> {
-        const FORMALS: [Formal; 6] = [req("x"), req("pos"), kw("head_dim"), kw("base"), kw("cols"), kw("style")];
+        const FORMALS: [Formal; 7] =
+            [req("x"), req("pos"), kw("head_dim"), kw("base"), kw("cols"), kw("style"), kw("rotary_dim")];
         let m = match_args("rope", span, args, &FORMALS, self.diagnostics)?;
         let x = self.tensor_arg(&m, 0);
         let pos = self.tensor_arg(&m, 1);
@@ -219,6 +220,21 @@ impl Lowerer<'_> {
                 Diagnostic::error("E0306", "`rope` needs `head_dim`, a positive even constant")
                     .with_primary(if m.given(2) { m.spans[2] } else { span }, "head_dim missing or invalid")
                     .with_help("for example `rope(q, pos, head_dim=128)`"),
+            );
+            return None;
+        };
+        let rotary_dim = match m.expr(6) {
+            Some(e) => self.dims.eval(e, self.diagnostics)?.as_const(),
+            None => Some(head_dim),
+        };
+        let Some(rotary_dim) = rotary_dim.filter(|r| *r > 0 && r % 2 == 0 && *r <= head_dim) else {
+            self.diagnostics.push(
+                Diagnostic::error("E0306", "`rotary_dim` must be a positive even constant up to `head_dim`")
+                    .with_primary(m.spans[6], format!("head_dim is {head_dim}"))
+                    .with_help(
+                        "the first rotary_dim features of each head turn, the rest pass through: GPT-NeoX's \
+                         `rotary_pct = 0.25` on heads of 128 is `rotary_dim=32`",
+                    ),
             );
             return None;
         };
@@ -270,7 +286,7 @@ impl Lowerer<'_> {
             );
             return None;
         }
-        Some(RopeSpec { head_dim, base, start, end, style })
+        Some(RopeSpec { head_dim, rotary_dim, base, start, end, style })
     }
 
     /// A per-row vector `[M, 1]` from a length-M vector given either way.

@@ -87,7 +87,9 @@ fn wanted_perm(block: &Block, users: &[Vec<Value>], v: Value, n: i64) -> Option<
                         return Some(Choice { perm: PairPerm { start: 0, end: n, group: n }, rule: RULE_GATED });
                     }
                 }
-                Inst::RopePartner { spec, .. } if spec.style == RopeStyle::Half => {
+                // Partial rotary pairs only part of each head: no one
+                // permutation group per head.
+                Inst::RopePartner { spec, .. } if spec.style == RopeStyle::Half && spec.rotary_dim == spec.head_dim => {
                     let (start, end) = (spec.start.as_const()?, spec.end.as_const()?);
                     let perm = PairPerm { start, end, group: spec.head_dim };
                     if perm.is_valid() && end <= n {

@@ -373,6 +373,7 @@ impl Rewriter<'_> {
 fn same_rope(spec: &RopeSpec, perm: PairPerm) -> bool {
     spec.style == RopeStyle::Half
         && spec.head_dim == perm.group
+        && spec.rotary_dim == spec.head_dim
         && spec.start.as_const() == Some(perm.start)
         && spec.end.as_const() == Some(perm.end)
 }

@@ -32,7 +32,7 @@ pub(crate) enum Refusal {
     RopeRuntimeStart,
     /// Interleaved rotary pairs that do not start at an even column.
     RopeOddStart,
-    /// Rotate-half RoPE with this head width.
+    /// Rotate-half RoPE turning this many features of each head.
     RopeHalf(i64),
     /// A broadcast of a register value.
     Broadcast,
@@ -79,10 +79,10 @@ impl fmt::Display for Refusal {
             Refusal::RopeOddStart => {
                 write!(f, "the interleaved rotary pairs do not start at an even accumulator column")
             }
-            Refusal::RopeHalf(head_dim) => write!(
+            Refusal::RopeHalf(rotary_dim) => write!(
                 f,
                 "rotate-half RoPE pairs column n with column n ± {} (columns of other threads)",
-                head_dim / 2
+                rotary_dim / 2
             ),
             Refusal::Broadcast => write!(f, "it broadcasts an accumulator value across rows or columns"),
             Refusal::Transpose => write!(f, "it transposes an accumulator value"),

@@ -285,7 +285,7 @@ impl Planner<'_> {
                         Err(Refusal::RopeOddStart)
                     }
                 }
-                RopeStyle::Half => Err(Refusal::RopeHalf(spec.head_dim)),
+                RopeStyle::Half => Err(Refusal::RopeHalf(spec.rotary_dim)),
             },
             // Only stored: the store writes column `c` to `perm.source(c)`.
             Inst::UnpermuteCols { .. } if first.offset == 0 && first.stride == 1 => Ok(first),

@@ -55,15 +55,15 @@
 //! * `TakeCols`: `out[m] = arg[m, index[m]]` when `index[m]` is an integer in
 //!   `0..N`, else `0.0`. `ScatterCols` is its adjoint: `out[m, c] = arg[m]`
 //!   where `c == index[m]`, `0.0` elsewhere.
-//! * `RopeTable` / `RopePartner` with `RopeSpec { head_dim: hd, base, start,
-//!   end, style }`: a column `n` with `start <= n < end` has `j = (n - start)
-//!   mod hd`. Half style: pair `i = j mod (hd/2)`, first member iff
-//!   `j < hd/2`, partner `n + hd/2` (first) or `n - hd/2` (second).
-//!   Interleaved: `i = j div 2`, first iff `j` is even, partner `n + 1` or
-//!   `n - 1`. `freq = base.powf(-2 i / hd)` (computed as
-//!   `base.powf(-(2 i) as f64 / hd as f64)`), `sign = -1` for the first
-//!   member and `+1` for the second. Outside `start..end`: freq 0, sign 0,
-//!   partner `n`. A partner outside `0..cols` is an error. (The lowering
+//! * `RopeTable` / `RopePartner` with `RopeSpec { head_dim: hd, rotary_dim:
+//!   rd, base, start, end, style }`: a column `n` with `start <= n < end`
+//!   has `j = (n - start) mod hd`; it turns when `j < rd`. Half style: pair
+//!   `i = j mod (rd/2)`, first member iff `j < rd/2`, partner `n + rd/2`
+//!   (first) or `n - rd/2` (second). Interleaved: `i = j div 2`, first iff
+//!   `j` is even, partner `n + 1` or `n - 1`. `freq = base.powf(-2 i / rd)`
+//!   (computed as `base.powf(-(2 i) as f64 / rd as f64)`), `sign = -1` for
+//!   the first member and `+1` for the second. Outside `start..end`, and
+//!   for `j >= rd`: freq 0, sign 0, partner `n`. A partner outside `0..cols` is an error. (The lowering
 //!   builds `rope(x) = x cos(pos freq) + partner(x) sign sin(pos freq)`.)
 //!
 //! # Outputs

@@ -8,6 +8,7 @@ use crate::inst::{RopeSpec, RopeStyle, RopeTable};
 /// A [`RopeSpec`] with its dims evaluated.
 pub(super) struct Rope {
     head_dim: i64,
+    rotary_dim: i64,
     base: f64,
     start: i64,
     end: i64,
@@ -17,7 +18,7 @@ pub(super) struct Rope {
 /// What a rope says about one column.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(super) struct RopeColumn {
-    /// `base^(-2i/hd)`, or 0 outside the rotated range.
+    /// `base^(-2i/rd)` (`rd` the rotary width), or 0 where nothing turns.
     pub(super) freq: f64,
     /// -1 (first member of a pair), +1 (second) or 0 (outside the range).
     pub(super) sign: f64,
@@ -31,8 +32,13 @@ pub(super) fn bind_rope(spec: &RopeSpec, dims: &DimBindings, what: &str) -> Resu
         let message = format!("rope head_dim {} is not a positive even number", spec.head_dim);
         return Err(EvalError::BadRope { what: what.to_string(), message });
     }
+    if spec.rotary_dim <= 0 || spec.rotary_dim % 2 != 0 || spec.rotary_dim > spec.head_dim {
+        let message = format!("rope rotary_dim {} is not a positive even number up to the head_dim", spec.rotary_dim);
+        return Err(EvalError::BadRope { what: what.to_string(), message });
+    }
     Ok(Rope {
         head_dim: spec.head_dim,
+        rotary_dim: spec.rotary_dim,
         base: spec.base,
         start: eval_dim(&spec.start, dims)?,
         end: eval_dim(&spec.end, dims)?,
@@ -47,12 +53,15 @@ impl Rope {
             return RopeColumn { freq: 0.0, sign: 0.0, partner: n };
         }
         let j = (n - self.start) % self.head_dim;
-        let half = self.head_dim / 2;
+        if j >= self.rotary_dim {
+            return RopeColumn { freq: 0.0, sign: 0.0, partner: n };
+        }
+        let half = self.rotary_dim / 2;
         let (pair, first, offset) = match self.style {
             RopeStyle::Half => (j % half, j < half, half),
             RopeStyle::Interleaved => (j / 2, j % 2 == 0, 1),
         };
-        let exponent = -((2 * pair) as f64) / self.head_dim as f64;
+        let exponent = -((2 * pair) as f64) / self.rotary_dim as f64;
         RopeColumn {
             freq: self.base.powf(exponent),
             sign: if first { -1.0 } else { 1.0 },

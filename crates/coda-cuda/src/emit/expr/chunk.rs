@@ -150,11 +150,13 @@ impl Emitter<'_> {
     /// In a chunked loop, the rotary partner column of column local `k`
     /// as `kpv + e`, with the partner chunk's start `kpv` hoisted, when
     /// every chunk's partner is a chunk ("rotate half" with constant range
-    /// bounds and half heads that are multiples of the chunk width).
+    /// bounds and half heads that are multiples of the chunk width, every
+    /// feature of a head rotated).
     pub(crate) fn chunk_partner(&mut self, spec: &RopeSpec, k: &str, args: &str) -> Option<Code> {
         let width = self.chunk.as_ref()?.width;
         let aligned = |d: &coda_ir::Dim| d.as_const().is_some_and(|c| c % width == 0);
         let fits = spec.style == RopeStyle::Half
+            && spec.rotary_dim == spec.head_dim
             && (spec.head_dim / 2) % width == 0
             && aligned(&spec.start)
             && aligned(&spec.end);

@@ -10,12 +10,16 @@ use coda_ir::{BinaryOp, RopeSpec, RopeStyle, RopeTable};
 
 impl Emitter<'_> {
     /// The `start, end, head_dim, interleaved` arguments of the
-    /// `cg::rope_*` helpers.
+    /// `cg::rope_*` helpers, with `rotary_dim` after `head_dim` for a
+    /// partial rotary embedding (the helpers' overloads that take it).
     pub(super) fn rope_args(&mut self, spec: &RopeSpec) -> String {
         let start = self.dim_int(&spec.start);
         let end = self.dim_int(&spec.end);
         let inter = spec.style == RopeStyle::Interleaved;
-        format!("{start}, {end}, {}, {inter}", spec.head_dim)
+        match spec.rotary_dim == spec.head_dim {
+            true => format!("{start}, {end}, {}, {inter}", spec.head_dim),
+            false => format!("{start}, {end}, {}, {}, {inter}", spec.head_dim, spec.rotary_dim),
+        }
     }
 
     /// A rotary table (frequency or sign) at column `k`.
@@ -47,8 +51,8 @@ impl Emitter<'_> {
     }
 
     /// The expression of the `{hi, lo}` frequency pair of column `k`: a
-    /// look-up in a file-scope table of the head's `head_dim / 2`
-    /// frequencies `base^(-2 i / head_dim)`, computed here in double exactly
+    /// look-up in a file-scope table of the head's `rotary_dim / 2`
+    /// frequencies `base^(-2 i / rotary_dim)`, computed here in double exactly
     /// as the interpreter does and stored as float pairs with `hi + lo` the
     /// double to about 2^-48 (what `cg::reduced_angle` needs), so the
     /// epilogue looks a frequency up instead of evaluating an `exp2` or
@@ -56,26 +60,32 @@ impl Emitter<'_> {
     /// of at most [`MAX_ROPE_TABLE_PAIRS`] (the emitted code would grow with
     /// the head's width), the frequency computed in double.
     pub(super) fn rope_freq_lookup(&mut self, spec: &RopeSpec, k: &str, args: &str) -> String {
-        if spec.head_dim / 2 > MAX_ROPE_TABLE_PAIRS {
-            let decl = "// base ^ (-2 i / hd) of column n computed in double (a table of hd / 2 pairs would be too large)\n\
-                __device__ __forceinline__ float2 coda_rope_freq2(int n, int start, int end, int hd, bool interleaved, double c) {\n    \
-                const double f = cg::rope_freq_d(n, start, end, hd, interleaved, c);\n    \
-                const float hi = (float)f;\n    \
-                return make_float2(hi, (float)(f - (double)hi));\n}\n";
-            self.globals.entry("coda_rope_freq2".to_string()).or_insert_with(|| decl.to_string());
-            return format!("coda_rope_freq2({k}, {args}, {})", freq_exponent(spec));
-        }
-        let name = format!("coda_rope_freq2_{}_{}", spec.head_dim, spec.base.to_bits());
-        if !self.globals.contains_key(&name) {
-            let values: Vec<String> = (0..spec.head_dim / 2)
-                .map(|i| float_pair_lit(spec.base.powf(-((2 * i) as f64) / spec.head_dim as f64)))
-                .collect();
+        let rd = spec.rotary_dim;
+        if rd / 2 > MAX_ROPE_TABLE_PAIRS {
+            let partial = rd != spec.head_dim;
+            let (name, rd_param, rd_arg, width) = match partial {
+                true => ("coda_rope_freq2_part", " int rd,", " rd,", "rd"),
+                false => ("coda_rope_freq2", "", "", "hd"),
+            };
             let decl = format!(
-                "// base {} ^ (-2 i / {}), i < {}, as {{hi, lo}} float pairs\n__device__ const float2 {name}[{}] = {{{}}};\n",
+                "// base ^ (-2 i / {width}) of column n computed in double (a table of {width} / 2 pairs would be too large)\n\
+                __device__ __forceinline__ float2 {name}(int n, int start, int end, int hd,{rd_param} bool interleaved, double c) {{\n    \
+                const double f = cg::rope_freq_d(n, start, end, hd,{rd_arg} interleaved, c);\n    \
+                const float hi = (float)f;\n    \
+                return make_float2(hi, (float)(f - (double)hi));\n}}\n"
+            );
+            self.globals.entry(name.to_string()).or_insert(decl);
+            return format!("{name}({k}, {args}, {})", freq_exponent(spec));
+        }
+        let name = format!("coda_rope_freq2_{rd}_{}", spec.base.to_bits());
+        if !self.globals.contains_key(&name) {
+            let values: Vec<String> =
+                (0..rd / 2).map(|i| float_pair_lit(spec.base.powf(-((2 * i) as f64) / rd as f64))).collect();
+            let decl = format!(
+                "// base {} ^ (-2 i / {rd}), i < {}, as {{hi, lo}} float pairs\n__device__ const float2 {name}[{}] = {{{}}};\n",
                 double_lit(spec.base),
-                spec.head_dim,
-                spec.head_dim / 2,
-                spec.head_dim / 2,
+                rd / 2,
+                rd / 2,
                 values.join(", ")
             );
             self.globals.insert(name.clone(), decl);
@@ -97,7 +107,7 @@ fn float_pair_lit(x: f64) -> String {
     format!("{{{:.8e}f, {:.8e}f}}", hi, lo)
 }
 
-/// `-2 log2(base) / head_dim`: a rotary frequency is `2^(pair * this)`.
+/// `-2 log2(base) / rotary_dim`: a rotary frequency is `2^(pair * this)`.
 fn freq_exponent(spec: &RopeSpec) -> String {
-    double_lit(-2.0 * spec.base.log2() / spec.head_dim as f64)
+    double_lit(-2.0 * spec.base.log2() / spec.rotary_dim as f64)
 }

@@ -5,7 +5,7 @@ use crate::block::DimDef;
 use crate::inst::{BinaryOp, RopeSpec, RopeStyle, RopeTable, UnaryOp};
 
 fn spec(style: RopeStyle, head_dim: i64, base: f64, start: Dim, end: Dim) -> RopeSpec {
-    RopeSpec { head_dim, base, start, end, style }
+    RopeSpec { head_dim, rotary_dim: head_dim, base, start, end, style }
 }
 
 /// Freq and sign tables and the partner of `[0, 1, ..., cols-1]`.
