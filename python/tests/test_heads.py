@@ -127,3 +127,37 @@ def test_partial_rotary_matches_gpt_neox(m: int) -> None:
     q_ref.backward(dq)
     assert ours.grad is not None and theirs.grad is not None
     torch.testing.assert_close(ours.grad.double(), theirs.grad, rtol=1e-5, atol=1e-5)
+
+
+NEOX_QKV_SOURCE = f"""
+dim M
+dim HD = {NEOX_HEAD}
+dim H = {NEOX_HEADS}
+block neox_attn_in(qkv: f32[M, H * 3 * HD], pos: i32[M]) -> (q: f32[M, H * HD], k: f32[M, H * HD], v: f32[M, H * HD]) {{
+    q = rope(head_slice(qkv, cols=0:HD, head_dim=3 * HD), pos, head_dim=HD, rotary_dim={NEOX_ROTARY}, base={NEOX_BASE})
+    k = rope(head_slice(qkv, cols=HD:2 * HD, head_dim=3 * HD), pos, head_dim=HD, rotary_dim={NEOX_ROTARY}, base={NEOX_BASE})
+    v = head_slice(qkv, cols=2 * HD:3 * HD, head_dim=3 * HD)
+}}
+grad neox_attn_in_grad = neox_attn_in wrt (qkv)
+"""
+
+
+def test_per_head_qkv_split_matches_gpt_neox() -> None:
+    """GPT-NeoX views its fused projection as `[M, heads, 3 * head]` and
+    chunks each head into q, k and v."""
+    m = 11
+    gen = torch.Generator().manual_seed(7)
+    qkv = torch.randn((m, NEOX_HEADS * 3 * NEOX_HEAD), generator=gen, dtype=torch.float64)
+    pos = torch.randint(0, 2048, (m,), generator=gen, dtype=torch.int32)
+    ours = qkv.float().requires_grad_()
+    got = codac.load(NEOX_QKV_SOURCE).block("neox_attn_in")(ours, pos)
+    theirs = qkv.clone().requires_grad_()
+    q, k, v = theirs.view(m, NEOX_HEADS, 3 * NEOX_HEAD).chunk(3, dim=-1)
+    expected = (neox_reference(q.reshape(m, -1), pos), neox_reference(k.reshape(m, -1), pos), v.reshape(m, -1))
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a.double(), b, rtol=1e-5, atol=1e-5)
+    grads = [torch.randn(b.shape, generator=gen, dtype=torch.float64) for b in expected]
+    torch.autograd.backward(list(got), [g.float() for g in grads])
+    torch.autograd.backward(list(expected), grads)
+    assert ours.grad is not None and theirs.grad is not None
+    torch.testing.assert_close(ours.grad.double(), theirs.grad, rtol=1e-5, atol=1e-5)

@@ -344,6 +344,8 @@ impl Emu<'_> {
                 reduce(*op, &xs)
             }
             Op::GroupExpand(groups, a) => f64::from(self.eval(*a, m, groups.group_of(k))),
+            Op::SliceHeads(part, a) => f64::from(self.eval(*a, m, part.source(k))),
+            Op::PadHeads(part, a) => part.position(k).map_or(0.0, |c| f64::from(self.eval(*a, m, c))),
             Op::RowReduce { op, arg, width } => {
                 let xs: Vec<f64> = (0..self.d(width)).map(|c| f64::from(self.eval(*arg, m, c))).collect();
                 reduce(*op, &xs)

@@ -68,6 +68,17 @@ fn rule(b: &mut Builder<'_>, v: Value, inst: &Inst, g: Value) -> Result<(), Grad
             let dx = b.emit(Inst::GroupReduce { op: ReduceOp::Sum, groups: *groups, arg: g }, span)?;
             b.accumulate(*arg, dx)
         }
+        // y = the parts of every head  ⇒  dx = g in those parts, 0 elsewhere
+        Inst::SliceHeads { arg, part } => {
+            let cols = b.fwd.ty(*arg).shape.cols.clone();
+            let dx = b.emit(Inst::PadHeads { arg: g, part: *part, cols }, span)?;
+            b.accumulate(*arg, dx)
+        }
+        // y = x placed in the parts of every head  ⇒  dx = the parts of g
+        Inst::PadHeads { arg, part, .. } => {
+            let dx = b.emit(Inst::SliceHeads { arg: g, part: *part }, span)?;
+            b.accumulate(*arg, dx)
+        }
         Inst::SliceCols { arg, start, len, step } => slice(b, v, *arg, start, len, *step, g, span),
         // y = [p₀ | p₁ | …]  ⇒  dpᵢ = g[:, offsetᵢ .. offsetᵢ + colsᵢ]
         Inst::ConcatCols { parts } => {

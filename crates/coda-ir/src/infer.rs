@@ -104,6 +104,21 @@ pub fn infer(block: &Block, inst: &Inst) -> Result<Ty, TypeError> {
             }
             Ok(Ty { dtype: a.dtype, shape: Shape::new(a.shape.rows.clone(), cols.clone()) })
         }
+        Inst::SliceHeads { arg, part } => {
+            let a = ty(*arg)?;
+            let heads = heads_of(part, &a.shape.cols)?;
+            let cols = heads.mul(&Dim::constant(part.width)).map_err(|e| TypeError(e.to_string()))?;
+            Ok(Ty { dtype: a.dtype, shape: Shape::new(a.shape.rows.clone(), cols) })
+        }
+        Inst::PadHeads { arg, part, cols } => {
+            let a = ty(*arg)?;
+            float_operand(a)?;
+            let heads = heads_of(part, cols)?;
+            if a.shape.cols != heads.mul(&Dim::constant(part.width)).map_err(|e| TypeError(e.to_string()))? {
+                return err(format!("{} columns are not the {part} of {cols} columns", a.shape.cols));
+            }
+            Ok(f32_ty(Shape::new(a.shape.rows.clone(), cols.clone())))
+        }
         Inst::SliceCols { arg, len, step, .. } => {
             let a = ty(*arg)?;
             if *step < 1 {
@@ -180,6 +195,15 @@ fn permutable(perm: &crate::inst::PairPerm, axis: &Dim) -> Result<(), TypeError>
         Some(len) if perm.is_valid() && perm.end <= len => Ok(()),
         _ => err(format!("pair permutation ({perm}) does not fit an axis of length {axis}")),
     }
+}
+
+/// The number of heads of a part's `cols` columns.
+fn heads_of(part: &crate::inst::HeadPart, cols: &Dim) -> Result<Dim, TypeError> {
+    if !part.is_valid() {
+        return err(format!("{part} is not inside a head"));
+    }
+    cols.div_exact(&Dim::constant(part.head))
+        .map_err(|_| TypeError(format!("{cols} columns are not a whole number of heads of {}", part.head)))
 }
 
 fn not_heads(groups: crate::inst::ColGroups, cols: &Dim) -> TypeError {

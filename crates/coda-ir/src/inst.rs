@@ -323,6 +323,44 @@ impl std::fmt::Display for ColGroups {
     }
 }
 
+/// Columns `start .. start + width` of each head of `head` columns: one
+/// part of every head, as `x.view(M, H, head)[..., start:start + width]`
+/// takes it (GPT-NeoX's per-head `[q | k | v]` projection).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct HeadPart {
+    /// Width of one head.
+    pub head: i64,
+    /// First column of the part within its head.
+    pub start: i64,
+    /// Columns of the part.
+    pub width: i64,
+}
+
+impl HeadPart {
+    /// The column of the whole tensor that column `c` of the parts holds.
+    pub fn source(&self, c: i64) -> i64 {
+        (c / self.width) * self.head + self.start + c % self.width
+    }
+
+    /// The column of the parts that column `n` of the whole tensor is, if
+    /// it is in a part.
+    pub fn position(&self, n: i64) -> Option<i64> {
+        let j = n % self.head - self.start;
+        (0..self.width).contains(&j).then_some((n / self.head) * self.width + j)
+    }
+
+    /// Whether the part lies inside a head.
+    pub fn is_valid(&self) -> bool {
+        self.head > 0 && self.start >= 0 && self.width > 0 && self.start + self.width <= self.head
+    }
+}
+
+impl std::fmt::Display for HeadPart {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "cols {}..{} of heads of {}", self.start, self.start + self.width, self.head)
+    }
+}
+
 /// One instruction.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Inst {
@@ -418,6 +456,25 @@ pub enum Inst {
         groups: ColGroups,
         /// Operand, one column per group.
         arg: Value,
+        /// Width of the result, a whole number of heads.
+        cols: Dim,
+    },
+    /// `out[:, c] = arg[:, part.source(c)]`: one part of every head, side
+    /// by side. The columns of `arg` are a whole number of heads. Type:
+    /// same dtype, `[rows, heads * part.width]`.
+    SliceHeads {
+        /// Operand.
+        arg: Value,
+        /// The part of each head.
+        part: HeadPart,
+    },
+    /// `out[:, n] = arg[:, part.position(n)]`, 0 outside the parts: the
+    /// adjoint of [`Inst::SliceHeads`]. Type: `f32[rows, cols]`.
+    PadHeads {
+        /// The parts side by side.
+        arg: Value,
+        /// The part of each head.
+        part: HeadPart,
         /// Width of the result, a whole number of heads.
         cols: Dim,
     },
@@ -523,6 +580,8 @@ impl Inst {
             | Inst::Reduce { arg, .. }
             | Inst::GroupReduce { arg, .. }
             | Inst::GroupExpand { arg, .. }
+            | Inst::SliceHeads { arg, .. }
+            | Inst::PadHeads { arg, .. }
             | Inst::SliceCols { arg, .. }
             | Inst::RopePartner { arg, .. }
             | Inst::PermuteRows { arg, .. }
@@ -557,6 +616,8 @@ impl Inst {
             | Inst::Reduce { arg, .. }
             | Inst::GroupReduce { arg, .. }
             | Inst::GroupExpand { arg, .. }
+            | Inst::SliceHeads { arg, .. }
+            | Inst::PadHeads { arg, .. }
             | Inst::SliceCols { arg, .. }
             | Inst::RopePartner { arg, .. }
             | Inst::PermuteRows { arg, .. }

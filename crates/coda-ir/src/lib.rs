@@ -24,5 +24,7 @@ pub mod verify;
 pub use arena::{Arena, Handle};
 pub use block::{Block, BlockKind, DimDef, Module, Output, SavedProduct, Tensor};
 pub use dim::{Dim, DimError};
-pub use inst::{Axis, BinaryOp, ColGroups, Inst, PairPerm, ReduceOp, RopeSpec, RopeStyle, RopeTable, UnaryOp, Value};
+pub use inst::{
+    Axis, BinaryOp, ColGroups, HeadPart, Inst, PairPerm, ReduceOp, RopeSpec, RopeStyle, RopeTable, UnaryOp, Value,
+};
 pub use ty::{DType, Shape, ShapeClass, Ty};

@@ -113,6 +113,8 @@ fn describe(block: &Block, inst: &Inst) -> String {
         Inst::GroupExpand { groups, arg, cols } => {
             format!("group_expand.{} {arg}, width {}, cols {cols}", groups.name(), groups.width())
         }
+        Inst::SliceHeads { arg, part } => format!("slice_heads {arg}, {part}"),
+        Inst::PadHeads { arg, part, cols } => format!("pad_heads {arg}, {part}, cols {cols}"),
         Inst::SliceCols { arg, start, len, step } => {
             format!("slice_cols {arg}, start {start}, len {len}, step {step}")
         }

@@ -6,6 +6,8 @@
 //!   value per head, `[M, H]`;
 //! - `expand_heads(s, head_dim=W)`: each column of `s: [M, H]` repeated
 //!   over its head's `W` columns, `[M, H · W]`;
+//! - `head_slice(x, cols=a:b, head_dim=W)`: the columns `a..b` of every
+//!   head, side by side, `[M, H · (b − a)]` (`x.view(M, H, W)[..., a:b]`);
 //! - `rmsnorm(x, g, eps, head_dim=W)`, `layernorm(x, g, b, eps,
 //!   head_dim=W)`: the norm of each head (QK-norm); a gain or bias of `W`
 //!   elements is shared by every head, one of `H · W` is per column.
@@ -16,8 +18,8 @@
 use crate::args::{kw, match_args, req, Formal, Matched};
 use crate::block::Lowerer;
 use coda_diagnostics::{Diagnostic, Span};
-use coda_ir::{Axis, BinaryOp, ColGroups, Dim, Inst, ReduceOp, Value};
-use coda_syntax::ast::Arg;
+use coda_ir::{Axis, BinaryOp, ColGroups, Dim, HeadPart, Inst, ReduceOp, Value};
+use coda_syntax::ast::{Arg, ArgValue};
 
 impl Lowerer<'_> {
     /// The `head_dim=` argument in `slot`, if given: the heads of `x`'s
@@ -120,5 +122,42 @@ impl Lowerer<'_> {
         };
         let groups = ColGroups::Heads(width.as_const()?);
         self.emit(Inst::GroupExpand { groups, arg: s, cols }, span)
+    }
+
+    /// `head_slice(x, cols=a:b, head_dim=W)`.
+    pub(crate) fn head_slice(&mut self, args: &[Arg], span: Span) -> Option<Value> {
+        const FORMALS: [Formal; 3] = [req("x"), kw("cols"), kw("head_dim")];
+        let m = match_args("head_slice", span, args, &FORMALS, self.diagnostics)?;
+        let x = self.tensor_arg(&m, 0)?;
+        let cols = self.block.ty(x).shape.cols.clone();
+        let head = match m.expr(2) {
+            Some(e) => self.dims.eval(e, self.diagnostics)?.as_const(),
+            None => None,
+        };
+        let range = match m.slots.get(1).copied().flatten() {
+            Some(ArgValue::Range(a, b)) => {
+                let a = self.dims.eval(a, self.diagnostics)?;
+                let b = self.dims.eval(b, self.diagnostics)?;
+                a.as_const().zip(b.as_const())
+            }
+            _ => None,
+        };
+        let part = head.zip(range).map(|(head, (a, b))| HeadPart { head, start: a, width: b - a });
+        match part {
+            Some(part) if part.is_valid() && cols.div_exact(&Dim::constant(part.head)).is_ok() => {
+                self.emit(Inst::SliceHeads { arg: x, part }, span)
+            }
+            _ => {
+                self.diagnostics.push(
+                    Diagnostic::error("E0306", "`head_slice` needs `cols=a:b` inside a head and `head_dim`")
+                        .with_primary(span, format!("the tensor has {cols} columns"))
+                        .with_help(
+                            "`head_slice(qkv, cols=0:HD, head_dim=3 * HD)` takes the first HD columns of every head of \
+                             3 * HD: the q of GPT-NeoX's per-head [q | k | v] layout",
+                        ),
+                );
+                None
+            }
+        }
     }
 }

@@ -50,7 +50,7 @@ fn unexpected(tok: &Tok<'_>, span: Span, expected: &[String]) -> Diagnostic {
 fn power(start: usize, end: usize) -> Diagnostic {
     Diagnostic::error("E0002", "there is no power operator `**`")
         .with_primary(Span::new(start, end), "not an operator")
-        .with_help("for a square write `x * x`; `sqrt(x)` and `rsqrt(x)` are functions, and `exp(p * log(x))` is `x` to the power `p` for a positive `x`")
+        .with_help("write `pow(x, p)` for a number `p` (`pow(x, 2)` is `x * x`), or `square(x)`")
 }
 
 fn describe(tok: &Tok<'_>) -> String {

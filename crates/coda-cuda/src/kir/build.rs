@@ -760,6 +760,8 @@ impl Builder<'_> {
                 Op::GroupReduce { op, groups, arg: n(self, arg)?, cols }
             }
             Inst::GroupExpand { groups, arg, .. } => Op::GroupExpand(groups, n(self, arg)?),
+            Inst::SliceHeads { arg, part } => Op::SliceHeads(part, n(self, arg)?),
+            Inst::PadHeads { arg, part, .. } => Op::PadHeads(part, n(self, arg)?),
             Inst::Reduce { op, axis: Axis::Cols, arg } => {
                 let width = self.block.ty(arg).shape.cols.clone();
                 Op::RowReduce { op, arg: n(self, arg)?, width }

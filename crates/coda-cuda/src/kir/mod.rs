@@ -15,8 +15,8 @@
 //!   target pick, over the tiles in fixed order);
 //! * fp32 elementwise ops, selects and casts (a cast to a 16-bit type rounds
 //!   and widens again);
-//! * index transforms: broadcast, transpose, column slices, concatenation,
-//!   interleave, rotary partner; in a GEMM epilogue the ones that stay
+//! * index transforms: broadcast, transpose, column slices (of the whole
+//!   tensor or of every head), concatenation, interleave, rotary partner; in a GEMM epilogue the ones that stay
 //!   inside a thread's adjacent column pair `(2j, 2j+1)` are *pair ops*
 //!   (`even`/`odd` halves give half-width values, `interleave` joins them);
 //! * per-head reductions ([`Op::GroupReduce`], row kernels: one thread's
@@ -47,7 +47,9 @@ mod uses;
 
 use crate::config::TileConfig;
 use crate::symexpr::SymExpr;
-use coda_ir::{BinaryOp, BlockKind, ColGroups, DType, Dim, PairPerm, ReduceOp, RopeSpec, RopeTable, UnaryOp, Value};
+use coda_ir::{
+    BinaryOp, BlockKind, ColGroups, DType, Dim, HeadPart, PairPerm, ReduceOp, RopeSpec, RopeTable, UnaryOp, Value,
+};
 
 /// Threads per CTA of row and column kernels.
 pub const CTA_THREADS: u32 = 256;
@@ -206,6 +208,10 @@ pub enum Op {
     /// The operand at the group of column `k` (a per-head value over its
     /// head, or a per-feature value over every head).
     GroupExpand(ColGroups, NodeId),
+    /// The operand at column `part.source(k)`: one part of every head.
+    SliceHeads(HeadPart, NodeId),
+    /// The operand at column `part.position(k)`, 0 outside the parts.
+    PadHeads(HeadPart, NodeId),
     /// A reduction over all columns of the current row (row kernels).
     RowReduce {
         /// The reduction.
@@ -249,6 +255,7 @@ impl Op {
             }
             Op::RowReduce { arg, .. } | Op::ColReduce { arg, .. } | Op::GridReduce { arg, .. } => vec![*arg],
             Op::GroupReduce { arg, .. } | Op::GroupExpand(_, arg) => vec![*arg],
+            Op::SliceHeads(_, arg) | Op::PadHeads(_, arg) => vec![*arg],
             Op::Binary(_, a, b) | Op::Interleave(a, b) => vec![*a, *b],
             Op::Take { arg, index, .. } | Op::Scatter { arg, index, .. } => vec![*arg, *index],
             Op::Select(c, a, b) => vec![*c, *a, *b],

@@ -296,6 +296,20 @@ impl<'a> Machine<'a> {
                 let columns: Vec<usize> = (0..cols as i64).map(|n| groups.group_of(n) as usize).collect();
                 layout::gather_cols(self.operand(*arg)?, &columns).map_err(shape_error)
             }
+            Inst::SliceHeads { arg, part } => {
+                let columns: Vec<usize> = (0..cols as i64).map(|c| part.source(c) as usize).collect();
+                layout::gather_cols(self.operand(*arg)?, &columns).map_err(shape_error)
+            }
+            Inst::PadHeads { arg, part, .. } => {
+                let arg = self.operand(*arg)?;
+                let mut out = vec![0.0; rows * cols];
+                for (n, from) in (0..cols as i64).filter_map(|n| Some((n as usize, part.position(n)? as usize))) {
+                    for r in 0..rows {
+                        out[r * cols + n] = arg.data.get(r * arg.cols + from).copied().unwrap_or(f64::NAN);
+                    }
+                }
+                Ok(out)
+            }
             Inst::SliceCols { arg, start, step, .. } => {
                 self.slice(value, *arg, eval_dim(start, &self.dims)?, cols, *step)
             }

@@ -451,6 +451,18 @@ impl<'a> Emitter<'a> {
                 let idx = self.index("kg", Code::of(format!("{k} {op} {}", groups.width()), [&ki]));
                 return self.eval(*a, &m, &idx);
             }
+            Op::SliceHeads(part, a) => {
+                let (w, h, s) = (part.width, part.head, part.start);
+                let idx = self.index("kh", Code::of(format!("{k} / {w} * {h} + {s} + {k} % {w}"), [&ki]));
+                return self.eval(*a, &m, &idx);
+            }
+            Op::PadHeads(part, a) => {
+                let (w, h, s) = (part.width, part.head, part.start);
+                let j = self.index("kj", Code::of(format!("{k} % {h} - {s}"), [&ki]));
+                let idx = self.index("kh", Code::of(format!("{k} / {h} * {w} + {j}"), [&ki, &j]));
+                let v = self.eval(*a, &m, &idx)?;
+                Code::of(format!("(({j}) >= 0 && ({j}) < {w} ? {v} : 0.0f)"), [&j, &v])
+            }
             Op::GroupReduce { op, groups, arg, cols } => match self.group_arrays.get(&node) {
                 Some(array) => return Ok(Code::of(format!("{array}[{k}]"), [&ki]).reading(&[array])),
                 None => return self.group_reduce(node, *op, *groups, *arg, cols, &m, &k),
