@@ -19,6 +19,8 @@ Polynomial = tuple[tuple[int, tuple[str, ...]], ...]
 DTYPES: dict[str, torch.dtype] = {
     "bf16": torch.bfloat16,
     "f16": torch.float16,
+    "e4m3": torch.float8_e4m3fn,
+    "e5m2": torch.float8_e5m2,
     "f32": torch.float32,
     "i32": torch.int32,
 }

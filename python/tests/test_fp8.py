@@ -47,3 +47,36 @@ def test_fp8_casts_round_as_pytorch_converts() -> None:
     a, b = codac.load(SOURCE).block("quantize")(x)
     same_floats(a, x.to(torch.float8_e4m3fn).to(torch.float32))
     same_floats(b, x.to(torch.float8_e5m2).to(torch.float32))
+
+
+LINEAR = """
+dim M
+dim D = 64
+dim N = 32
+block fp8_linear(x: bf16[M, D], w: e4m3[N, D], w_scale: f32) -> (y: bf16[M, N], xq: e4m3[M, D]) {
+    let x_scale = 448.0 / max(abs(x))
+    let q = e4m3(x * x_scale)
+    xq = q
+    y = (q @ w.T) / (x_scale * w_scale)
+}
+"""
+
+
+def test_tensorwise_fp8_linear_matches_its_recipe() -> None:
+    """Current tensorwise scaling as torchao's float8 linear computes it: the
+    activation scaled so its amax lands on e4m3's largest value, cast, the
+    product of the two fp8 operands accumulated in fp32, and the result
+    divided by both scales; fp8 tensors in and out of the block."""
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn((9, 64), generator=gen).to(torch.bfloat16)
+    w_hp = torch.randn((32, 64), generator=gen) * 0.05
+    w_scale = 448.0 / w_hp.abs().max()
+    w = (w_hp * w_scale).to(torch.float8_e4m3fn)
+    y, xq = codac.load(LINEAR).block("fp8_linear")(x, w, w_scale)
+    assert xq.dtype == torch.float8_e4m3fn and y.dtype == torch.bfloat16
+
+    x_scale = 448.0 / x.float().abs().max()
+    expected_q = (x.float() * x_scale).to(torch.float8_e4m3fn)
+    same_floats(xq.float(), expected_q.float())
+    expected = ((expected_q.double() @ w.double().T) / (x_scale.double() * w_scale.double())).to(torch.bfloat16)
+    torch.testing.assert_close(y.float(), expected.float(), rtol=1e-2, atol=1e-3)

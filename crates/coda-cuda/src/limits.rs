@@ -8,6 +8,11 @@
 //! index the wrong elements, so it is refused here, with the location of
 //! the first value that has it (`E0601`).
 //!
+//! Types they can take: no fp8 tensor crosses a kernel boundary and no GEMM
+//! reads fp8 operands, because there is no fp8 mainloop or fp8 load and
+//! store yet; such a block is refused at its first fp8 input, output or
+//! matmul, and the interpreter still evaluates it.
+//!
 //! Parameters they can take: every tensor a kernel reads or writes is
 //! passed by value (24 bytes: a pointer, a leading dimension, rows and
 //! columns), and CUDA refuses a kernel whose parameters pass
@@ -72,6 +77,39 @@ pub fn check_dims(block: &Block, source: &SourceFile) -> Result<(), CodegenError
     }
     Ok(())
 }
+
+/// Refuses a block with an fp8 input, output or matmul ([the module
+/// docs](self)); fp8 casts inside a block are refused where they are
+/// written, by the emitter.
+pub fn check_fp8(block: &Block, source: &SourceFile) -> Result<(), CodegenError> {
+    if let Some(output) = block.outputs.iter().find(|o| o.tensor.dtype.is_fp8()) {
+        return Err(CodegenError::Unsupported {
+            block: block.name.clone(),
+            location: source.location(output.span),
+            what: format!("the {} output `{}`", output.tensor.dtype, output.tensor.name),
+            reason: FP8_REASON.into(),
+        });
+    }
+    for (v, inst) in block.insts.iter() {
+        let what = match inst {
+            Inst::Param(_) if block.ty(v).dtype.is_fp8() => format!("the {} input", block.ty(v).dtype),
+            Inst::MatMul { operand_dtype, .. } if operand_dtype.is_fp8() => {
+                format!("a matmul of {operand_dtype} operands")
+            }
+            _ => continue,
+        };
+        return Err(CodegenError::Unsupported {
+            block: block.name.clone(),
+            location: source.location(block.insts.span(v)),
+            what,
+            reason: FP8_REASON.into(),
+        });
+    }
+    Ok(())
+}
+
+const FP8_REASON: &str = "fp8 kernels are not generated yet; the interpreter (`codac eval`, or a block on CPU \
+                          tensors from Python) evaluates fp8 blocks";
 
 /// The most bytes of parameters a kernel may take: 32,764 since CUDA 12.1,
 /// on Volta and every later architecture (NVIDIA, "CUDA 12.1 Supports

@@ -72,8 +72,8 @@ pub fn infer(block: &Block, inst: &Inst) -> Result<Ty, TypeError> {
             if a.cols != b.rows {
                 return err(format!("matmul inner dims differ: {a} @ {b}"));
             }
-            if !operand_dtype.is_half() {
-                return err("matmul operands must be read as bf16 or f16");
+            if !operand_dtype.is_gemm_operand() {
+                return err("matmul operands must be read as bf16, f16, e4m3 or e5m2");
             }
             Ok(f32_ty(Shape::new(a.rows, b.cols)))
         }

@@ -22,9 +22,9 @@ pub enum DType {
     I32,
     /// The result of a comparison; never stored.
     Bool,
-    /// fp8 e4m3 (reserved: parsed, not yet supported).
+    /// fp8 e4m3 (`float8_e4m3fn`: saturating at ±448, no infinity).
     E4M3,
-    /// fp8 e5m2 (reserved: parsed, not yet supported).
+    /// fp8 e5m2 (`float8_e5m2`: overflowing to infinity).
     E5M2,
 }
 
@@ -63,6 +63,18 @@ impl DType {
     /// Whether this is a 16-bit float, the operand type of the GEMM mainloop.
     pub fn is_half(self) -> bool {
         matches!(self, DType::BF16 | DType::F16)
+    }
+
+    /// Whether this is an 8-bit float.
+    pub fn is_fp8(self) -> bool {
+        matches!(self, DType::E4M3 | DType::E5M2)
+    }
+
+    /// Whether a matrix product can read its operands in this type: a
+    /// 16-bit float, or an fp8 one (whose products the interpreter defines;
+    /// the code generator has no fp8 mainloop yet).
+    pub fn is_gemm_operand(self) -> bool {
+        self.is_half() || self.is_fp8()
     }
 
     /// Bytes per element in memory.

@@ -91,26 +91,12 @@ impl Lowerer<'_> {
     /// Resolves a declared type into a dtype and a canonical shape.
     fn tensor_type(&mut self, ty: &ast::TypeExpr) -> Option<(DType, Shape, u8, Vec<String>)> {
         let dtype = match DType::from_name(&ty.dtype.name) {
-            Some(DType::E4M3 | DType::E5M2) => {
-                self.diagnostics.push(
-                    Diagnostic::error(
-                        "E0102",
-                        format!("`{}` tensors cannot be block inputs or outputs yet", ty.dtype.name),
-                    )
-                    .with_primary(ty.dtype.span, "an fp8 declaration")
-                    .with_help(format!(
-                        "declare it bf16, f16 or f32 and cast inside the block: `{}(x)` rounds to fp8 as PyTorch does",
-                        ty.dtype.name
-                    )),
-                );
-                return None;
-            }
             Some(dtype) => dtype,
             None => {
-                let hint = suggest(&ty.dtype.name, ["bf16", "f16", "f32", "i32"].into_iter());
+                let hint = suggest(&ty.dtype.name, ["bf16", "f16", "f32", "i32", "e4m3", "e5m2"].into_iter());
                 let help = match hint {
-                    Some(h) => format!("did you mean `{h}`? element types are bf16, f16, f32 and i32"),
-                    None => "element types are bf16, f16, f32 and i32".to_string(),
+                    Some(h) => format!("did you mean `{h}`? element types are bf16, f16, f32, i32, e4m3 and e5m2"),
+                    None => "element types are bf16, f16, f32, i32, e4m3 and e5m2".to_string(),
                 };
                 self.diagnostics.push(
                     Diagnostic::error("E0101", format!("unknown element type `{}`", ty.dtype.name))

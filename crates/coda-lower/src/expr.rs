@@ -211,7 +211,9 @@ impl Lowerer<'_> {
         result
     }
 
-    /// The 16-bit type the GEMM reads both operands in.
+    /// The 16-bit or fp8 type the GEMM reads both operands in: that of the
+    /// operand that has one (the other is rounded to it); two different
+    /// ones are an error.
     fn matmul_dtype(&mut self, a: Value, b: Value, sa: Span, sb: Span) -> Option<DType> {
         let (da, db) = (self.block.ty(a).dtype, self.block.ty(b).dtype);
         for (d, s) in [(da, sa), (db, sb)] {
@@ -223,7 +225,7 @@ impl Lowerer<'_> {
                 return None;
             }
         }
-        match (da.is_half(), db.is_half()) {
+        match (da.is_gemm_operand(), db.is_gemm_operand()) {
             (true, true) if da != db => {
                 self.diagnostics.push(
                     Diagnostic::error("E0303", format!("matmul operands are {da} and {db}"))
@@ -237,9 +239,9 @@ impl Lowerer<'_> {
             (false, true) => Some(db),
             (false, false) => {
                 self.diagnostics.push(
-                    Diagnostic::error("E0303", "a matmul needs a bf16 or f16 operand")
+                    Diagnostic::error("E0303", "a matmul needs a bf16, f16, e4m3 or e5m2 operand")
                         .with_primary(sa.to(sb), "both operands are f32")
-                        .with_help("the GEMM reads 16-bit operands; cast one: `bf16(x) @ w`"),
+                        .with_help("the GEMM reads 16-bit (or fp8) operands; cast one: `bf16(x) @ w`"),
                 );
                 None
             }

@@ -36,7 +36,7 @@ const BLOCK: usize = 1 << 16;
 /// Float values are rounded to the tensor's dtype (a bf16 param holds
 /// exactly representable values); a value that rounds to zero is drawn again
 /// (at most 8 times), so float tensors hold no zeros. Tensors have their
-/// canonical `(rows, cols)`. fp8 tensors are [`EvalError::Unsupported`].
+/// canonical `(rows, cols)`.
 ///
 /// Precisely: the row-major data is cut into blocks of 65536 elements. Block
 /// `b` of tensor `name` is filled from the SplitMix64 stream started at
