@@ -44,6 +44,11 @@ __all__ = [
     "gemma_mlp",
     "parallel_block",
     "out_proj_residual_rms",
+    "qwen2_layer",
+    "gemma2_layer",
+    "mistral_layer",
+    "phi3_layer",
+    "olmo2_layer",
 ]
 
 
@@ -321,3 +326,233 @@ def out_proj_residual_rms(
     sumsq = x.pow(2).sum(dim=-1)
     return bf16(x), bf16(h), sumsq
 
+
+
+# --------------------------------------------------------------------------
+# Layers of published checkpoints, from their Hugging Face modeling code
+# --------------------------------------------------------------------------
+#
+# Each is the non-attention part of one decoder layer as transformers'
+# ``modeling_<name>.py`` writes it, from the attention output of layer l
+# (before ``o_proj``) to the projections of layer l+1, with the checkpoint's
+# weight layouts. Widths come from the shapes; head widths and RoPE bases
+# are keyword arguments with the checkpoints' values.
+
+
+def _rope_all(x: Tensor, pos: Tensor, head_dim: int, base: float) -> Tensor:
+    """``apply_rotary_pos_emb`` on every head of ``x`` (rotate-half)."""
+    return rope(x, pos, head_dim, base, (0, x.shape[1]), "half")
+
+
+def _gemma_rmsnorm(x: Tensor, w: Tensor, eps: float) -> Tensor:
+    """``Gemma2RMSNorm``: the normalised input times ``1 + weight``."""
+    return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps) * (1.0 + w)
+
+
+def qwen2_layer(
+    attn: Tensor,
+    x0: Tensor,
+    w_o: Tensor,
+    g_post: Tensor,
+    w_gate: Tensor,
+    w_up: Tensor,
+    w_down: Tensor,
+    g_in: Tensor,
+    w_q: Tensor,
+    b_q: Tensor,
+    w_k: Tensor,
+    b_k: Tensor,
+    w_v: Tensor,
+    b_v: Tensor,
+    pos: Tensor,
+    *,
+    head_dim: int = 128,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``examples/qwen2_layer.coda``: Qwen2.5 1.5B (``modeling_qwen2.py``).
+
+    ``Qwen2DecoderLayer`` from the residual add after ``o_proj`` to the next
+    layer's ``q_proj``/``k_proj``/``v_proj`` (with biases, added before
+    RoPE, base 1e6). Returns ``(x2, q, k, v)`` rounded to bf16.
+    """
+    (attn, x0, w_o, g_post, w_gate, w_up, w_down, g_in,
+     w_q, b_q, w_k, b_k, w_v, b_v) = map(
+        _f32,
+        (attn, x0, w_o, g_post, w_gate, w_up, w_down, g_in,
+         w_q, b_q, w_k, b_k, w_v, b_v),
+    )
+    hidden = bf16(x0 + linear(attn, w_o))
+    normed = rmsnorm(hidden, g_post, 1e-6)
+    # Qwen2MLP: down_proj(act_fn(gate_proj(x)) * up_proj(x)), act_fn = silu
+    gate = bf16(linear(normed, w_gate))
+    up = bf16(linear(normed, w_up))
+    hidden = bf16(hidden + linear(F.silu(gate) * up, w_down))
+    # the next layer's input_layernorm and Qwen2Attention's projections
+    normed = rmsnorm(hidden, g_in, 1e-6)
+    q = _rope_all(linear(normed, w_q) + b_q, pos, head_dim, 1000000.0)
+    k = _rope_all(linear(normed, w_k) + b_k, pos, head_dim, 1000000.0)
+    v = linear(normed, w_v) + b_v
+    return bf16(hidden), bf16(q), bf16(k), bf16(v)
+
+
+def gemma2_layer(
+    attn: Tensor,
+    x0: Tensor,
+    w_o: Tensor,
+    g_post_attn: Tensor,
+    g_pre_ffn: Tensor,
+    w_gate: Tensor,
+    w_up: Tensor,
+    w_down: Tensor,
+    g_post_ffn: Tensor,
+    g_in: Tensor,
+    w_q: Tensor,
+    w_k: Tensor,
+    w_v: Tensor,
+    pos: Tensor,
+    *,
+    head_dim: int = 256,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``examples/gemma2_layer.coda``: Gemma-2 2B (``modeling_gemma2.py``).
+
+    ``Gemma2DecoderLayer``'s sandwich norms: ``post_attention_layernorm`` on
+    the ``o_proj`` output before the residual add, ``pre_feedforward_layernorm``
+    and ``post_feedforward_layernorm`` around the MLP, every gain ``1 + w``;
+    the MLP is ``gelu_pytorch_tanh(gate_proj(x)) * up_proj(x)``. Returns
+    ``(x2, q, k, v)`` rounded to bf16.
+    """
+    (attn, x0, w_o, g_post_attn, g_pre_ffn, w_gate, w_up, w_down,
+     g_post_ffn, g_in, w_q, w_k, w_v) = map(
+        _f32,
+        (attn, x0, w_o, g_post_attn, g_pre_ffn, w_gate, w_up, w_down,
+         g_post_ffn, g_in, w_q, w_k, w_v),
+    )
+    eps = 1e-6
+    hidden = bf16(x0 + _gemma_rmsnorm(linear(attn, w_o), g_post_attn, eps))
+    normed = _gemma_rmsnorm(hidden, g_pre_ffn, eps)
+    gate = bf16(linear(normed, w_gate))
+    up = bf16(linear(normed, w_up))
+    mlp = linear(F.gelu(gate, approximate="tanh") * up, w_down)
+    hidden = bf16(hidden + _gemma_rmsnorm(mlp, g_post_ffn, eps))
+    normed = _gemma_rmsnorm(hidden, g_in, eps)
+    q = _rope_all(linear(normed, w_q), pos, head_dim, 10000.0)
+    k = _rope_all(linear(normed, w_k), pos, head_dim, 10000.0)
+    v = linear(normed, w_v)
+    return bf16(hidden), bf16(q), bf16(k), bf16(v)
+
+
+def mistral_layer(
+    attn: Tensor,
+    x0: Tensor,
+    w_o: Tensor,
+    g_post: Tensor,
+    w_gate: Tensor,
+    w_up: Tensor,
+    w_down: Tensor,
+    g_in: Tensor,
+    w_q: Tensor,
+    w_k: Tensor,
+    w_v: Tensor,
+    pos: Tensor,
+    *,
+    head_dim: int = 128,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``examples/mistral_layer.coda``: Mistral 7B v0.1 (``modeling_mistral.py``).
+
+    The Llama layer with the checkpoint's separate ``gate_proj``/``up_proj``
+    and ``q_proj``/``k_proj``/``v_proj`` weights, RMSNorm eps 1e-5, RoPE
+    base 10000. Returns ``(x2, q, k, v)`` rounded to bf16.
+    """
+    attn, x0, w_o, g_post, w_gate, w_up, w_down, g_in, w_q, w_k, w_v = map(
+        _f32, (attn, x0, w_o, g_post, w_gate, w_up, w_down, g_in, w_q, w_k, w_v)
+    )
+    hidden = bf16(x0 + linear(attn, w_o))
+    normed = rmsnorm(hidden, g_post, 1e-5)
+    gate = bf16(linear(normed, w_gate))
+    up = bf16(linear(normed, w_up))
+    hidden = bf16(hidden + linear(F.silu(gate) * up, w_down))
+    normed = rmsnorm(hidden, g_in, 1e-5)
+    q = _rope_all(linear(normed, w_q), pos, head_dim, 10000.0)
+    k = _rope_all(linear(normed, w_k), pos, head_dim, 10000.0)
+    v = linear(normed, w_v)
+    return bf16(hidden), bf16(q), bf16(k), bf16(v)
+
+
+def phi3_layer(
+    attn: Tensor,
+    x0: Tensor,
+    w_o: Tensor,
+    g_post: Tensor,
+    w_gate_up: Tensor,
+    w_down: Tensor,
+    g_in: Tensor,
+    w_qkv: Tensor,
+    pos: Tensor,
+    *,
+    head_dim: int = 96,
+) -> tuple[Tensor, Tensor]:
+    """``examples/phi3_layer.coda``: Phi-3-mini 4k (``modeling_phi3.py``).
+
+    ``Phi3MLP`` splits the fused ``gate_up_proj`` output with
+    ``chunk(2, dim=-1)`` (gate first) and computes ``up * silu(gate)``;
+    ``Phi3Attention`` slices the fused ``qkv_proj`` output into q, k and v
+    (as many k and v heads as q heads) and applies RoPE (base 10000) to q
+    and k. Returns ``(x2, qkv)`` rounded to bf16.
+    """
+    attn, x0, w_o, g_post, w_gate_up, w_down, g_in, w_qkv = map(
+        _f32, (attn, x0, w_o, g_post, w_gate_up, w_down, g_in, w_qkv)
+    )
+    hidden = bf16(x0 + linear(attn, w_o))
+    up_states = bf16(linear(rmsnorm(hidden, g_post, 1e-5), w_gate_up))
+    gate, up_states = up_states.chunk(2, dim=-1)
+    hidden = bf16(hidden + linear(up_states * F.silu(gate), w_down))
+    qkv = linear(rmsnorm(hidden, g_in, 1e-5), w_qkv)
+    query_pos = qkv.shape[1] // 3  # num_attention_heads * head_dim
+    q = _rope_all(qkv[:, :query_pos], pos, head_dim, 10000.0)
+    k = _rope_all(qkv[:, query_pos : 2 * query_pos], pos, head_dim, 10000.0)
+    qkv = torch.cat([q, k, qkv[:, 2 * query_pos :]], dim=1)
+    return bf16(hidden), bf16(qkv)
+
+
+def olmo2_layer(
+    attn: Tensor,
+    x0: Tensor,
+    w_o: Tensor,
+    g_post_attn: Tensor,
+    w_gate: Tensor,
+    w_up: Tensor,
+    w_down: Tensor,
+    g_post_ffn: Tensor,
+    w_q: Tensor,
+    g_q: Tensor,
+    w_k: Tensor,
+    g_k: Tensor,
+    w_v: Tensor,
+    pos: Tensor,
+    *,
+    head_dim: int = 128,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``examples/olmo2_layer.coda``: OLMo-2 1B (``modeling_olmo2.py``).
+
+    ``Olmo2DecoderLayer`` normalises each sublayer's output before the
+    residual add and nothing before (the MLP and the next layer's
+    projections read the residual stream); ``Olmo2Attention`` applies
+    ``q_norm`` and ``k_norm`` to the whole q and k projections before the
+    head reshape, then RoPE (base 500000). Returns ``(x2, q, k, v)`` rounded
+    to bf16.
+    """
+    (attn, x0, w_o, g_post_attn, w_gate, w_up, w_down, g_post_ffn,
+     w_q, g_q, w_k, g_k, w_v) = map(
+        _f32,
+        (attn, x0, w_o, g_post_attn, w_gate, w_up, w_down, g_post_ffn,
+         w_q, g_q, w_k, g_k, w_v),
+    )
+    eps = 1e-6
+    hidden = bf16(x0 + rmsnorm(linear(attn, w_o), g_post_attn, eps))
+    gate = bf16(linear(hidden, w_gate))
+    up = bf16(linear(hidden, w_up))
+    mlp = linear(F.silu(gate) * up, w_down)
+    hidden = bf16(hidden + rmsnorm(mlp, g_post_ffn, eps))
+    q = _rope_all(rmsnorm(linear(hidden, w_q), g_q, eps), pos, head_dim, 500000.0)
+    k = _rope_all(rmsnorm(linear(hidden, w_k), g_k, eps), pos, head_dim, 500000.0)
+    v = linear(hidden, w_v)
+    return bf16(hidden), bf16(q), bf16(k), bf16(v)
