@@ -134,7 +134,7 @@ run examples/lm_head_ce.coda 333 200
 run examples/lm_head_ce.coda 333 200 --no-row-prelude
 run examples/lm_head_ce.coda 1000 200
 run examples/llama3_block.coda 4096 200
-for f in qwen2 gemma2 mistral phi3 olmo2; do
+for f in qwen2 gemma2 mistral phi3 olmo2 qwen3 gptneox; do
     run examples/${f}_layer.coda 333 200
 done
 fi
@@ -147,7 +147,7 @@ run examples/gpt2_block.coda 333 200 --grad
 run examples/lm_head_ce.coda 333 300 --grad
 run examples/gemma_mlp.coda 333 200 --grad
 run examples/parallel_block.coda 333 200 --grad
-for f in qwen2 gemma2 mistral phi3 olmo2; do
+for f in qwen2 gemma2 mistral phi3 olmo2 qwen3 gptneox; do
     run examples/${f}_layer.coda 333 200 --grad
 done
 fi

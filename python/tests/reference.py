@@ -556,3 +556,106 @@ def olmo2_layer(
     k = _rope_all(rmsnorm(linear(hidden, w_k), g_k, eps), pos, head_dim, 500000.0)
     v = linear(hidden, w_v)
     return bf16(hidden), bf16(q), bf16(k), bf16(v)
+
+
+def _per_head_rmsnorm(x: Tensor, w: Tensor, head_dim: int, eps: float) -> Tensor:
+    """``Qwen3RMSNorm(head_dim)`` applied to ``x.view(M, heads, head_dim)``."""
+    m = x.shape[0]
+    heads = x.reshape(m, -1, head_dim)
+    normed = heads * torch.rsqrt(heads.pow(2).mean(dim=-1, keepdim=True) + eps) * w
+    return normed.reshape(m, -1)
+
+
+def qwen3_layer(
+    attn: Tensor,
+    x0: Tensor,
+    w_o: Tensor,
+    g_post: Tensor,
+    w_gate: Tensor,
+    w_up: Tensor,
+    w_down: Tensor,
+    g_in: Tensor,
+    w_q: Tensor,
+    w_k: Tensor,
+    w_v: Tensor,
+    g_q: Tensor,
+    g_k: Tensor,
+    pos: Tensor,
+    *,
+    head_dim: int = 128,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``examples/qwen3_layer.coda``: Qwen3 8B (``modeling_qwen3.py``).
+
+    ``Qwen3DecoderLayer`` from the residual add after ``o_proj`` to the next
+    layer's ``q_proj``/``k_proj``/``v_proj``; ``Qwen3Attention`` applies
+    ``q_norm`` and ``k_norm`` (RMSNorms over ``head_dim`` with a
+    ``[head_dim]`` weight) to each head before RoPE (base 1e6). Returns
+    ``(x2, q, k, v)`` rounded to bf16.
+    """
+    (attn, x0, w_o, g_post, w_gate, w_up, w_down, g_in, w_q, w_k, w_v, g_q, g_k) = map(
+        _f32, (attn, x0, w_o, g_post, w_gate, w_up, w_down, g_in, w_q, w_k, w_v, g_q, g_k)
+    )
+    eps = 1e-6
+    hidden = bf16(x0 + linear(attn, w_o))
+    normed = rmsnorm(hidden, g_post, eps)
+    gate = bf16(linear(normed, w_gate))
+    up = bf16(linear(normed, w_up))
+    hidden = bf16(hidden + linear(F.silu(gate) * up, w_down))
+    normed = rmsnorm(hidden, g_in, eps)
+    q = _rope_all(_per_head_rmsnorm(linear(normed, w_q), g_q, head_dim, eps), pos, head_dim, 1000000.0)
+    k = _rope_all(_per_head_rmsnorm(linear(normed, w_k), g_k, head_dim, eps), pos, head_dim, 1000000.0)
+    v = linear(normed, w_v)
+    return bf16(hidden), bf16(q), bf16(k), bf16(v)
+
+
+def _neox_rope(x: Tensor, pos: Tensor, head_dim: int, rotary: int, base: float) -> Tensor:
+    """GPT-NeoX's partial rotary: the first ``rotary`` features of each head
+    turn (rotate-half over them, with the frequencies of a head of that
+    width); the rest pass through."""
+    m = x.shape[0]
+    heads = x.reshape(m, -1, head_dim)
+    turned = rope(heads[..., :rotary].reshape(m, -1), pos, rotary, base, (0, heads.shape[1] * rotary), "half")
+    return torch.cat([turned.reshape(m, -1, rotary), heads[..., rotary:]], dim=-1).reshape(m, -1)
+
+
+def gptneox_layer(
+    attn: Tensor,
+    x0: Tensor,
+    w_o: Tensor,
+    b_o: Tensor,
+    g_mlp: Tensor,
+    b_mlp: Tensor,
+    w_in: Tensor,
+    b_in: Tensor,
+    w_out: Tensor,
+    b_out: Tensor,
+    g_attn: Tensor,
+    b_attn: Tensor,
+    w_qkv: Tensor,
+    b_qkv: Tensor,
+    pos: Tensor,
+    *,
+    head_dim: int = 128,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``examples/gptneox_layer.coda``: Pythia 1.4B (``modeling_gpt_neox.py``).
+
+    ``GPTNeoXLayer`` with ``use_parallel_residual``: the attention output
+    projection and the MLP both read the residual entering the layer; then
+    the next layer's ``input_layernorm`` and ``query_key_value``, viewed as
+    ``[M, heads, 3 * head_dim]`` and chunked into q, k and v, with rotary
+    on the first quarter of each head of q and k. Returns ``(x2, q, k, v)``
+    rounded to bf16.
+    """
+    (attn, x0, w_o, b_o, g_mlp, b_mlp, w_in, b_in, w_out, b_out, g_attn, b_attn, w_qkv, b_qkv) = map(
+        _f32, (attn, x0, w_o, b_o, g_mlp, b_mlp, w_in, b_in, w_out, b_out, g_attn, b_attn, w_qkv, b_qkv)
+    )
+    eps = 1e-5
+    mlp = linear(bf16(F.gelu(linear(layernorm(x0, g_mlp, b_mlp, eps), w_in) + b_in)), w_out) + b_out
+    hidden = bf16(x0 + (linear(attn, w_o) + b_o) + mlp)
+    qkv = linear(layernorm(hidden, g_attn, b_attn, eps), w_qkv) + b_qkv
+    m = qkv.shape[0]
+    q, k, v = qkv.reshape(m, -1, 3 * head_dim).chunk(3, dim=-1)
+    rotary = head_dim // 4
+    q = _neox_rope(q.reshape(m, -1), pos, head_dim, rotary, 10000.0)
+    k = _neox_rope(k.reshape(m, -1), pos, head_dim, rotary, 10000.0)
+    return bf16(hidden), bf16(q), bf16(k), bf16(v.reshape(m, -1))

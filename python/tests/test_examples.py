@@ -455,9 +455,82 @@ OLMO2 = Example(
     reference_kwargs=_head_kwargs,
 )
 
+QWEN3 = Example(
+    file="qwen3_layer.coda",
+    block="qwen3_layer",
+    args=(
+        _act("attn", "QH * HD"),
+        _act("x0", "D"),
+        Arg("w_o", ("D", "QH * HD"), "weight"),
+        Arg("g_post", ("D",), "gain"),
+        Arg("w_gate", ("F", "D"), "weight"),
+        Arg("w_up", ("F", "D"), "weight"),
+        Arg("w_down", ("D", "F"), "weight"),
+        Arg("g_in", ("D",), "gain"),
+        Arg("w_q", ("QH * HD", "D"), "weight"),
+        Arg("w_k", ("KVH * HD", "D"), "weight"),
+        Arg("w_v", ("KVH * HD", "D"), "weight"),
+        Arg("g_q", ("HD",), "gain"),
+        Arg("g_k", ("HD",), "gain"),
+        Arg("pos", ("M",), "pos"),
+    ),
+    outputs=(
+        Out("x2", ("M", "D")),
+        Out("q", ("M", "QH * HD")),
+        Out("k", ("M", "KVH * HD")),
+        Out("v", ("M", "KVH * HD")),
+    ),
+    wrt=(
+        "attn", "x0", "w_o", "g_post", "w_gate", "w_up", "w_down", "g_in",
+        "w_q", "w_k", "w_v", "g_q", "g_k",
+    ),
+    differentiated=("x2", "q", "k", "v"),
+    small_dims={"D": 64, "F": 96, "HD": 16, "QH": 4, "KVH": 2},
+    real_dims={"D": 4096, "F": 12288, "HD": 128, "QH": 32, "KVH": 8},
+    reference=reference.qwen3_layer,
+    reference_kwargs=_head_kwargs,
+)
+
+GPTNEOX = Example(
+    file="gptneox_layer.coda",
+    block="gptneox_layer",
+    args=(
+        _act("attn", "D"),
+        _act("x0", "D"),
+        Arg("w_o", ("D", "D"), "weight"),
+        Arg("b_o", ("D",), "bias"),
+        Arg("g_mlp", ("D",), "gain"),
+        Arg("b_mlp", ("D",), "bias"),
+        Arg("w_in", ("F", "D"), "weight"),
+        Arg("b_in", ("F",), "bias"),
+        Arg("w_out", ("D", "F"), "weight"),
+        Arg("b_out", ("D",), "bias"),
+        Arg("g_attn", ("D",), "gain"),
+        Arg("b_attn", ("D",), "bias"),
+        Arg("w_qkv", ("3 * D", "D"), "weight"),
+        Arg("b_qkv", ("3 * D",), "bias"),
+        Arg("pos", ("M",), "pos"),
+    ),
+    outputs=(
+        Out("x2", ("M", "D")),
+        Out("q", ("M", "D")),
+        Out("k", ("M", "D")),
+        Out("v", ("M", "D")),
+    ),
+    wrt=(
+        "attn", "x0", "w_o", "b_o", "g_mlp", "b_mlp", "w_in", "b_in",
+        "w_out", "b_out", "g_attn", "b_attn", "w_qkv", "b_qkv",
+    ),
+    differentiated=("x2", "q", "k", "v"),
+    small_dims={"D": 64, "F": 96, "HD": 16},
+    real_dims={"D": 2048, "F": 8192, "HD": 128},
+    reference=reference.gptneox_layer,
+    reference_kwargs=_head_kwargs,
+)
+
 EXAMPLES = (
     LLAMA3, GPT2, LM_HEAD_CE, GEMMA_MLP, PARALLEL, OUT_PROJ,
-    QWEN2, GEMMA2, MISTRAL, PHI3, OLMO2,
+    QWEN2, GEMMA2, MISTRAL, PHI3, OLMO2, QWEN3, GPTNEOX,
 )
 
 

@@ -123,7 +123,11 @@ fn example_dims(file: &str) -> &'static [(&'static str, i64)] {
         "parallel_block.coda" => &[("D", 8), ("F", 6), ("HD", 4), ("H", 2)],
         "gemma_mlp.coda" => &[("D", 6), ("F", 5)],
         "out_proj_kernel.coda" => &[("D", 6)],
-        "qwen2_layer.coda" | "mistral_layer.coda" => &[("D", 8), ("F", 6), ("HD", 4), ("QH", 2), ("KVH", 1)],
+        "qwen2_layer.coda" | "mistral_layer.coda" | "qwen3_layer.coda" => {
+            &[("D", 8), ("F", 6), ("HD", 4), ("QH", 2), ("KVH", 1)]
+        }
+        // Heads of 8, so that the rotated quarter is a pair.
+        "gptneox_layer.coda" => &[("D", 16), ("F", 6), ("HD", 8)],
         // The q projection (QH · HD = 8) wider than the model, as in Gemma-2 2B.
         "gemma2_layer.coda" => &[("D", 6), ("F", 5), ("HD", 4), ("QH", 2), ("KVH", 1)],
         "phi3_layer.coda" | "olmo2_layer.coda" => &[("D", 8), ("F", 6), ("HD", 4), ("H", 2)],
