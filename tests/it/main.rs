@@ -8,6 +8,7 @@ mod cases;
 mod cuda;
 mod examples;
 mod grad;
+mod heads;
 mod interp;
 mod params;
 mod rewrites;
