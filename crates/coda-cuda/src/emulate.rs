@@ -344,6 +344,11 @@ impl Emu<'_> {
                 reduce(*op, &xs)
             }
             Op::GroupExpand(groups, a) => f64::from(self.eval(*a, m, groups.group_of(k))),
+            Op::GatherRows { table, index, rows } => {
+                let i = f64::from(self.eval(*index, m, 0));
+                let row = (i.fract() == 0.0 && i >= 0.0 && i < self.d(rows) as f64).then_some(i as i64);
+                row.map_or(0.0, |r| f64::from(self.eval(*table, r, k)))
+            }
             Op::SliceHeads(part, a) => f64::from(self.eval(*a, m, part.source(k))),
             Op::PadHeads(part, a) => part.position(k).map_or(0.0, |c| f64::from(self.eval(*a, m, c))),
             Op::RowReduce { op, arg, width } => {

@@ -102,7 +102,7 @@ pub fn compile_block(
     options: &CodegenOptions,
 ) -> Result<CompiledBlock, CodegenError> {
     limits::check_dims(block, source)?;
-    limits::check_fp8(block, source)?;
+    limits::check_supported(block, source)?;
     if let Some(bug) = kernel_form::unreachable_error(block, source) {
         return Err(bug);
     }

@@ -8,10 +8,12 @@
 //! index the wrong elements, so it is refused here, with the location of
 //! the first value that has it (`E0601`).
 //!
-//! Types they can take: no fp8 tensor crosses a kernel boundary and no GEMM
-//! reads fp8 operands, because there is no fp8 mainloop or fp8 load and
-//! store yet; such a block is refused at its first fp8 input, output or
-//! matmul, and the interpreter still evaluates it.
+//! Types and operations they can take: no fp8 tensor crosses a kernel
+//! boundary and no GEMM reads fp8 operands, because there is no fp8
+//! mainloop or fp8 load and store yet, and no kernel adds rows by index
+//! (the gradient of an embedding lookup); such a block is refused at its
+//! first fp8 input, output or matmul or its scatter-add, and the
+//! interpreter still evaluates it.
 //!
 //! Parameters they can take: every tensor a kernel reads or writes is
 //! passed by value (24 bytes: a pointer, a leading dimension, rows and
@@ -78,10 +80,10 @@ pub fn check_dims(block: &Block, source: &SourceFile) -> Result<(), CodegenError
     Ok(())
 }
 
-/// Refuses a block with an fp8 input, output or matmul ([the module
-/// docs](self)); fp8 casts inside a block are refused where they are
-/// written, by the emitter.
-pub fn check_fp8(block: &Block, source: &SourceFile) -> Result<(), CodegenError> {
+/// Refuses a block with an fp8 input, output or matmul, or a scatter-add
+/// of rows (an embedding's gradient) ([the module docs](self)); fp8 casts
+/// inside a block are refused where they are written, by the emitter.
+pub fn check_supported(block: &Block, source: &SourceFile) -> Result<(), CodegenError> {
     if let Some(output) = block.outputs.iter().find(|o| o.tensor.dtype.is_fp8()) {
         return Err(CodegenError::Unsupported {
             block: block.name.clone(),
@@ -95,6 +97,16 @@ pub fn check_fp8(block: &Block, source: &SourceFile) -> Result<(), CodegenError>
             Inst::Param(_) if block.ty(v).dtype.is_fp8() => format!("the {} input", block.ty(v).dtype),
             Inst::MatMul { operand_dtype, .. } if operand_dtype.is_fp8() => {
                 format!("a matmul of {operand_dtype} operands")
+            }
+            Inst::ScatterAddRows { .. } => {
+                return Err(CodegenError::Unsupported {
+                    block: block.name.clone(),
+                    location: source.location(block.insts.span(v)),
+                    what: "the gradient of an embedding lookup (a sum of rows by token id)".into(),
+                    reason: "no kernel adds rows by index yet; the interpreter (`codac eval --grad`, or the block on \
+                             CPU tensors from Python) evaluates it, and PyTorch's `index_add_` computes it"
+                        .into(),
+                })
             }
             _ => continue,
         };

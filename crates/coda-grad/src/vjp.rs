@@ -111,6 +111,19 @@ fn rule(b: &mut Builder<'_>, v: Value, inst: &Inst, g: Value) -> Result<(), Grad
             let dx = b.emit(Inst::ScatterCols { arg: g, index: i, cols }, span)?;
             b.accumulate(*arg, dx)
         }
+        // y[m, :] = T[i[m], :]  ⇒  dT[v, :] = Σ_{m : i[m] = v} g[m, :] (the index gets no gradient)
+        Inst::GatherRows { table, index } => {
+            let rows = b.fwd.ty(*table).shape.rows.clone();
+            let i = b.primal(*index);
+            let dt = b.emit(Inst::ScatterAddRows { arg: g, index: i, rows }, span)?;
+            b.accumulate(*table, dt)
+        }
+        // y[v, :] = Σ_{i[m] = v} x[m, :]  ⇒  dx[m, :] = g[i[m], :]
+        Inst::ScatterAddRows { arg, index, .. } => {
+            let i = b.primal(*index);
+            let dx = b.emit(Inst::GatherRows { table: g, index: i }, span)?;
+            b.accumulate(*arg, dx)
+        }
         // y[m, c] = [c = i[m]] x[m]  ⇒  dx[m] = g[m, i[m]]
         Inst::ScatterCols { arg, index, .. } => {
             let i = b.primal(*index);

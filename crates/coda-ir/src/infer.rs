@@ -166,6 +166,21 @@ pub fn infer(block: &Block, inst: &Inst) -> Result<Ty, TypeError> {
             }
             Ok(f32_ty(Shape::new(a.shape.rows.clone(), cols.clone())))
         }
+        Inst::GatherRows { table, index } => {
+            let (t, i) = (ty(*table)?, ty(*index)?);
+            if i.dtype != DType::I32 || !i.shape.cols.is_one() {
+                return err(format!("gather index {} {} is not i32[M, 1]", i.dtype, i.shape));
+            }
+            Ok(Ty { dtype: t.dtype, shape: Shape::new(i.shape.rows.clone(), t.shape.cols.clone()) })
+        }
+        Inst::ScatterAddRows { arg, index, rows } => {
+            let (a, i) = (ty(*arg)?, ty(*index)?);
+            float_operand(a)?;
+            if i.dtype != DType::I32 || i.shape != Shape::new(a.shape.rows.clone(), Dim::constant(1)) {
+                return err(format!("scatter index {} {} does not give one row of {} each", i.dtype, i.shape, a.shape));
+            }
+            Ok(f32_ty(Shape::new(rows.clone(), a.shape.cols.clone())))
+        }
         Inst::RopeTable { cols, .. } => Ok(f32_ty(Shape::new(Dim::constant(1), cols.clone()))),
         Inst::RopePartner { arg, .. } => Ok(ty(*arg)?.clone()),
         Inst::PermuteRows { arg, perm } => {

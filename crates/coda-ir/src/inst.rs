@@ -520,6 +520,26 @@ pub enum Inst {
         /// Width of the result.
         cols: Dim,
     },
+    /// `out[m, :] = table[index[m], :]`, 0 where `index[m]` is outside
+    /// `0..V` (an embedding lookup). `table: [V, D]`, `index: i32[M, 1]`.
+    /// Type: `table`'s dtype, `[M, D]`.
+    GatherRows {
+        /// The table.
+        table: Value,
+        /// One table row per output row.
+        index: Value,
+    },
+    /// `out[v, :] = Σ arg[m, :]` over the rows `m` with `index[m] = v`, in
+    /// increasing `m`: the adjoint of [`Inst::GatherRows`] (an embedding's
+    /// gradient). `arg: [M, D]`, `index: i32[M, 1]`. Type: `f32[rows, D]`.
+    ScatterAddRows {
+        /// One row per index.
+        arg: Value,
+        /// The table row each row adds to.
+        index: Value,
+        /// Rows of the result (the table's).
+        rows: Dim,
+    },
     /// A per-column constant table of a rotary embedding over `cols` columns. Type: `f32[1, cols]`.
     RopeTable {
         /// The embedding.
@@ -591,7 +611,9 @@ impl Inst {
             | Inst::MatMul { lhs: a, rhs: b, .. }
             | Inst::Interleave { even: a, odd: b }
             | Inst::TakeCols { arg: a, index: b }
-            | Inst::ScatterCols { arg: a, index: b, .. } => {
+            | Inst::ScatterCols { arg: a, index: b, .. }
+            | Inst::GatherRows { table: a, index: b }
+            | Inst::ScatterAddRows { arg: a, index: b, .. } => {
                 *a = f(*a);
                 *b = f(*b);
             }
@@ -628,6 +650,8 @@ impl Inst {
             Inst::ConcatCols { parts } => parts.clone(),
             Inst::Interleave { even, odd } => vec![*even, *odd],
             Inst::TakeCols { arg, index } | Inst::ScatterCols { arg, index, .. } => vec![*arg, *index],
+            Inst::GatherRows { table, index } => vec![*table, *index],
+            Inst::ScatterAddRows { arg, index, .. } => vec![*arg, *index],
         }
     }
 }

@@ -124,6 +124,8 @@ fn describe(block: &Block, inst: &Inst) -> String {
         }
         Inst::Interleave { even, odd } => format!("interleave {even}, {odd}"),
         Inst::TakeCols { arg, index } => format!("take_cols {arg}, {index}"),
+        Inst::GatherRows { table, index } => format!("gather_rows {table}, {index}"),
+        Inst::ScatterAddRows { arg, index, rows } => format!("scatter_add_rows {arg}, {index}, rows {rows}"),
         Inst::ScatterCols { arg, index, cols } => format!("scatter_cols {arg}, {index}, cols {cols}"),
         Inst::RopeTable { spec, table, cols } => {
             let table = match table {

@@ -42,6 +42,7 @@ pub(crate) const FUNCTIONS: &[&str] = &[
     "log_softmax",
     "concat",
     "take",
+    "embedding",
     "expand_heads",
     "head_slice",
     "rmsnorm",
@@ -102,6 +103,7 @@ impl Lowerer<'_> {
             "where" => self.where_(args, span),
             "concat" => self.concat(args, span),
             "take" => self.take(args, span),
+            "embedding" => self.embedding(args, span),
             "expand_heads" => self.expand_heads(args, span),
             "head_slice" => self.head_slice(args, span),
             "rmsnorm" | "layernorm" | "swiglu" | "geglu" | "rope" | "cross_entropy" => self.sugar(name, args, span),
@@ -297,11 +299,35 @@ impl Lowerer<'_> {
                 Diagnostic::error("E0302", "one index per row is needed")
                     .with_primary(idx_span, format!("this is {}", self.show_shape(&idx_ty.shape)))
                     .with_note(format!("the indexed tensor has {expected} rows"))
-                    .with_help("`take(x, index)` picks one column per row of `x`; there is no row gather (an embedding lookup): look the rows up outside codac and pass them in as an input"),
+                    .with_help("`take(x, index)` picks one column per row of `x`; `embedding(ids, table)` picks one row of a table per id"),
             );
             return None;
         };
         self.emit(Inst::TakeCols { arg: x, index: idx }, span)
+    }
+
+    /// `embedding(ids, table)`: the rows of `table` that `ids` name, as
+    /// `F.embedding(ids, weight)`; an id outside the table gives zeros.
+    fn embedding(&mut self, args: &[Arg], span: Span) -> Option<Value> {
+        let m = match_args("embedding", span, args, &[req("ids"), req("table")], self.diagnostics)?;
+        let ids = self.lower_expr(m.expr(0)?);
+        let table = self.lower_expr(m.expr(1)?);
+        let (ids, table) = (ids?, table?);
+        self.numeric(table, m.spans[1])?;
+        let ty = self.block.ty(ids).clone();
+        let index = match (ty.dtype, ty.shape.cols.is_one(), ty.shape.rows.is_one()) {
+            (DType::I32, true, _) => ids,
+            (DType::I32, false, true) => self.emit(Inst::Transpose { arg: ids }, m.spans[0])?,
+            _ => {
+                self.diagnostics.push(
+                    Diagnostic::error("E0303", "`embedding` takes i32 token ids, one per row")
+                        .with_primary(m.spans[0], format!("this is {} {}", ty.dtype, self.show_shape(&ty.shape)))
+                        .with_help("declare the ids `i32[M]`: `embedding(ids, table)` gives row `ids[m]` of the table"),
+                );
+                return None;
+            }
+        };
+        self.emit(Inst::GatherRows { table, index }, span)
     }
 
     /// A scalar constant.

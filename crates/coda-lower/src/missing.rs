@@ -22,8 +22,8 @@ pub(crate) fn instead_of(name: &str) -> Option<&'static str> {
         "reshape" | "view" | "flatten" | "unsqueeze" | "squeeze" | "permute" => {
             "there is no reshape: every tensor has two axes; `x[:, a:b]` slices columns, `concat(a, b)` joins them, `.T` transposes and `v[:, None]` makes a vector a column"
         }
-        "gather" | "index_select" | "embedding" => {
-            "there is no row gather (an embedding lookup): `take(x, index)` picks one column per row; look the rows up outside codac and pass them in as an input"
+        "gather" | "index_select" => {
+            "`embedding(ids, table)` picks one row of a table per id (an embedding lookup); `take(x, index)` picks one column per row"
         }
         "matmul" | "mm" | "linear" => "write the matrix product with `@`: `x @ w.T` for an `nn.Linear` weight `w`",
         "cat" | "concatenate" | "hstack" => "write `concat(a, b, …)`; it joins columns",

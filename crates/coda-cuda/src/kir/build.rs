@@ -761,6 +761,13 @@ impl Builder<'_> {
             }
             Inst::GroupExpand { groups, arg, .. } => Op::GroupExpand(groups, n(self, arg)?),
             Inst::SliceHeads { arg, part } => Op::SliceHeads(part, n(self, arg)?),
+            Inst::GatherRows { table, index } => {
+                let rows = self.block.ty(table).shape.rows.clone();
+                Op::GatherRows { table: n(self, table)?, index: n(self, index)?, rows }
+            }
+            Inst::ScatterAddRows { .. } => {
+                return Err(self.internal("a scatter-add of rows reached the kernel IR (`limits` refuses it)"))
+            }
             Inst::PadHeads { arg, part, .. } => Op::PadHeads(part, n(self, arg)?),
             Inst::Reduce { op, axis: Axis::Cols, arg } => {
                 let width = self.block.ty(arg).shape.cols.clone();

@@ -193,6 +193,16 @@ pub enum Op {
         /// Columns of the result.
         width: Dim,
     },
+    /// `table[index[m], k]`, 0 when the index is outside the table's rows
+    /// (an embedding lookup).
+    GatherRows {
+        /// The table.
+        table: NodeId,
+        /// Table row per row.
+        index: NodeId,
+        /// Rows of `table`.
+        rows: Dim,
+    },
     /// A reduction over the columns of group `k` of the operand (per-head
     /// statistics), one thread's loop over the group (row kernels).
     GroupReduce {
@@ -256,6 +266,7 @@ impl Op {
             Op::RowReduce { arg, .. } | Op::ColReduce { arg, .. } | Op::GridReduce { arg, .. } => vec![*arg],
             Op::GroupReduce { arg, .. } | Op::GroupExpand(_, arg) => vec![*arg],
             Op::SliceHeads(_, arg) | Op::PadHeads(_, arg) => vec![*arg],
+            Op::GatherRows { table, index, .. } => vec![*table, *index],
             Op::Binary(_, a, b) | Op::Interleave(a, b) => vec![*a, *b],
             Op::Take { arg, index, .. } | Op::Scatter { arg, index, .. } => vec![*arg, *index],
             Op::Select(c, a, b) => vec![*c, *a, *b],

@@ -484,7 +484,7 @@ impl Planner<'_> {
         if self.uses_in_kernel[o.index()] != 0 || !rows_match || !is_inlinable(inst) {
             return None;
         }
-        if matches!(inst, Inst::TakeCols { .. } | Inst::Transpose { .. }) {
+        if matches!(inst, Inst::TakeCols { .. } | Inst::Transpose { .. } | Inst::GatherRows { .. }) {
             return None;
         }
         self.plan.homes[o.index()] = Home::Row(k);

@@ -321,6 +321,14 @@ impl<'a> Machine<'a> {
                 layout::interleave(self.operand(*even)?, self.operand(*odd)?).map_err(shape_error)
             }
             Inst::TakeCols { arg, index } => self.take(*arg, *index),
+            Inst::GatherRows { table, index } => {
+                let (table, index) = (self.operand(*table)?, self.operand(*index)?);
+                Ok(ops::gather_rows(table, index))
+            }
+            Inst::ScatterAddRows { arg, index, .. } => {
+                let (arg, index) = (self.operand(*arg)?, self.operand(*index)?);
+                Ok(ops::scatter_add_rows(arg, index, rows))
+            }
             Inst::ScatterCols { arg, index, .. } => self.scatter(*arg, *index, cols),
             Inst::RopeTable { spec, table, .. } => {
                 Ok(bind_rope(spec, &self.dims, &self.describe(value))?.table(*table, cols))

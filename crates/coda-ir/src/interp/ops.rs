@@ -201,6 +201,32 @@ pub(super) fn take_cols(arg: &HostTensor, index: &HostTensor) -> Vec<f64> {
         .collect()
 }
 
+/// `out[m, :] = table[index[m], :]`, zeros where the index is not an integer
+/// in `0..rows`.
+pub(super) fn gather_rows(table: &HostTensor, index: &HostTensor) -> Vec<f64> {
+    let mut out = Vec::with_capacity(index.data.len().saturating_mul(table.cols));
+    for &i in &index.data {
+        match column_index(i, table.rows).and_then(|r| table.row(r)) {
+            Some(row) => out.extend_from_slice(row),
+            None => out.extend(std::iter::repeat_n(0.0, table.cols)),
+        }
+    }
+    out
+}
+
+/// `out[v, :] = Σ arg[m, :]` over `index[m] = v` in increasing `m`; rows
+/// whose index is not an integer in `0..rows` add nowhere.
+pub(super) fn scatter_add_rows(arg: &HostTensor, index: &HostTensor, rows: usize) -> Vec<f64> {
+    let mut out = vec![0.0; rows * arg.cols];
+    for (m, &i) in index.data.iter().enumerate() {
+        let (Some(v), Some(row)) = (column_index(i, rows), arg.row(m)) else { continue };
+        for (o, x) in out[v * arg.cols..(v + 1) * arg.cols].iter_mut().zip(row) {
+            *o += x;
+        }
+    }
+    out
+}
+
 /// `out[r, index[r]] = arg[r]`, 0 elsewhere (nothing where the index is not
 /// an integer in `0..cols`); the caller has checked both data lengths.
 pub(super) fn scatter_cols(arg: &HostTensor, index: &HostTensor, cols: usize) -> Vec<f64> {

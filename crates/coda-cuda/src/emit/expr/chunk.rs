@@ -126,9 +126,12 @@ impl Emitter<'_> {
 
     /// In a chunked loop, a load of buffer `id` at row `m` and column `k`
     /// as an element of a hoisted chunk load, when `k` is one of the
-    /// loop's column locals.
+    /// loop's column locals and `m` the kernel's row or a constant (a row
+    /// computed inside the element loop, such as an embedding's table row,
+    /// does not exist where the chunk load goes).
     pub(crate) fn chunk_load(&mut self, id: usize, m: &str, k: &str, value: Value) -> Option<Code> {
-        if self.coherent.contains(&id) {
+        let row_outside = m == "m" || m.chars().all(|c| c.is_ascii_digit());
+        if self.coherent.contains(&id) || !row_outside {
             return None;
         }
         let (start, elem) = self.chunk_col(k)?;

@@ -451,6 +451,13 @@ impl<'a> Emitter<'a> {
                 let idx = self.index("kg", Code::of(format!("{k} {op} {}", groups.width()), [&ki]));
                 return self.eval(*a, &m, &idx);
             }
+            Op::GatherRows { table, index, rows } => {
+                let iv = self.eval(*index, &m, "0")?;
+                let r = self.dim_int(rows);
+                let t = self.index("mr", Code::of(format!("cg::take_index({iv}, {r})"), [&iv]));
+                let v = self.eval(*table, &t, &k)?;
+                Code::of(format!("({t} >= 0 ? {v} : 0.0f)"), [&t, &v])
+            }
             Op::SliceHeads(part, a) => {
                 let (w, h, s) = (part.width, part.head, part.start);
                 let idx = self.index("kh", Code::of(format!("{k} / {w} * {h} + {s} + {k} % {w}"), [&ki]));
