@@ -219,11 +219,11 @@ fn row_body(
 }
 
 /// Computes each per-head reduction of a CTA-per-row kernel once for the
-/// row, before the column loops: thread `g` reduces group `g` (one loop
-/// over its columns, in column order) into a shared array, which every
-/// later read of the reduction indexes ([`Emitter::group_arrays`]). A
-/// number of groups that is not a constant leaves the reduction to be
-/// evaluated where it is read.
+/// row, before the column loops: warp `w` reduces groups `w`, `w + 8`, …
+/// (its lanes striding over the group's columns, then a fixed butterfly)
+/// into a shared array, which every later read of the reduction indexes
+/// ([`Emitter::group_arrays`]). A number of groups that is not a constant
+/// leaves the reduction to one thread's loop where it is read.
 fn stage_group_reductions(em: &mut Emitter<'_>, tail: &[bool]) -> Result<(), CodegenError> {
     for (id, node) in em.kernel.nodes.clone().iter().enumerate() {
         let Op::GroupReduce { groups, cols, .. } = &node.op else { continue };
@@ -231,9 +231,12 @@ fn stage_group_reductions(em: &mut Emitter<'_>, tail: &[bool]) -> Result<(), Cod
         let Some(count) = count.filter(|_| !tail[id] && node.reg.is_none()) else { continue };
         let array = format!("{}_s", em.local_for(node.value));
         em.line(format!("__shared__ float {array}[{count}];"));
-        em.open(format!("for (int g = (int)threadIdx.x; g < {count}; g += {THREADS})"));
-        let v = em.eval(id, "m", "g")?;
-        em.line_of(Code::of(format!("{array}[g] = {v};"), [&v]).reading(&["g"]));
+        em.open(format!("for (int g = (int)threadIdx.x / 32; g < {count}; g += {})", THREADS / 32));
+        em.coop = 32;
+        let v = em.eval(id, "m", "g");
+        em.coop = 1;
+        let v = v?;
+        em.line_of(Code::of(format!("if (cg::lane<32>() == 0) {array}[g] = {v};"), [&v]).reading(&["g"]));
         em.close();
         em.line("__syncthreads();");
         em.group_arrays.insert(id, array);

@@ -122,9 +122,10 @@ impl Emitter<'_> {
 
 impl Emitter<'_> {
     /// A reduction over the columns of group `g` of `arg` (`cols` columns)
-    /// at row `m`: one thread's loop, in column order, as the interpreter
-    /// reduces a group. A head is at most a few hundred columns, and the
-    /// row kernel's threads take different groups.
+    /// at row `m`: the [`Self::coop`] threads of a warp (or one thread)
+    /// stride over the group's columns, then combine their results in a
+    /// fixed order. A head is at most a few hundred columns, and a row
+    /// kernel's warps take different groups (`emit::rowk`).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn group_reduce(
         &mut self,
@@ -153,7 +154,8 @@ impl Emitter<'_> {
             ReduceOp::Max => format!("float {name}_acc = coda::neg_inf();"),
         };
         self.stmt(Code::lit(start), value);
-        self.open(format!("for (int {j} = 0; {j} < {count}; ++{j})"));
+        let tpr = self.coop;
+        self.open(format!("for (int {j} = cg::lane<{tpr}>(); {j} < {count}; {j} += {tpr})"));
         let (outer_coop, outer_chunk) = (std::mem::replace(&mut self.coop, 1), self.chunk.take());
         let c = self.index("kc", Code::of(column, [&gi]).reading(&[&j]));
         let x = self.eval(arg, m, &c)?;
@@ -171,8 +173,14 @@ impl Emitter<'_> {
         self.line_of(step);
         self.close();
         let finish = match op {
-            ReduceOp::Sum | ReduceOp::Max => Code::local(&acc),
-            ReduceOp::LogSumExp => Code::lit(format!("cg::lse_finish({mx}, {s}, {bad})")).reading(&[&mx, &s, &bad]),
+            ReduceOp::Sum => Code::lit(format!("cg::block_sum<{tpr}>({acc}, nullptr)")).reading(&[&acc]),
+            ReduceOp::Max => Code::lit(format!("cg::block_max<{tpr}>({acc}, nullptr)")).reading(&[&acc]),
+            ReduceOp::LogSumExp => {
+                let text = format!("{bad} = cg::block_sum<{tpr}>({bad} != 0.0f ? 1.0f : 0.0f, nullptr);");
+                self.line_of(Code::lit(text).reading(&[&bad]));
+                self.line_of(Code::lit(format!("cg::block_lse<{tpr}>({mx}, {s}, nullptr);")).reading(&[&mx, &s]));
+                Code::lit(format!("cg::lse_finish({mx}, {s}, {bad})")).reading(&[&mx, &s, &bad])
+            }
         };
         self.define("float", &name, finish, Some(value));
         self.bind(node, m, g, Code::local(&name));
