@@ -66,6 +66,16 @@ pub(crate) const FUNCTIONS: &[&str] = &[
     "col_sum",
 ];
 
+/// The reduction a reducing function computes (`mean` is a sum, divided
+/// afterwards).
+pub(crate) fn reduce_op(name: &str) -> ReduceOp {
+    match name {
+        "max" => ReduceOp::Max,
+        "logsumexp" => ReduceOp::LogSumExp,
+        _ => ReduceOp::Sum,
+    }
+}
+
 fn unary_op(name: &str) -> Option<UnaryOp> {
     UnaryOp::ALL.into_iter().find(|op| op.name() == name && *op != UnaryOp::Neg)
 }
@@ -162,12 +172,7 @@ impl Lowerer<'_> {
 
     /// One reduction along `axis`; `mean` divides the sum by the reduced length.
     pub(crate) fn reduce(&mut self, name: &str, x: Value, axis: Axis, span: Span) -> Option<Value> {
-        let op = match name {
-            "max" => ReduceOp::Max,
-            "logsumexp" => ReduceOp::LogSumExp,
-            _ => ReduceOp::Sum,
-        };
-        let reduced = self.emit(Inst::Reduce { op, axis, arg: x }, span)?;
+        let reduced = self.emit(Inst::Reduce { op: reduce_op(name), axis, arg: x }, span)?;
         if name != "mean" {
             return Some(reduced);
         }

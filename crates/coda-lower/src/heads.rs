@@ -17,8 +17,9 @@
 
 use crate::args::{kw, match_args, req, Formal, Matched};
 use crate::block::Lowerer;
+use crate::builtins::reduce_op;
 use coda_diagnostics::{Diagnostic, Span};
-use coda_ir::{Axis, BinaryOp, ColGroups, Dim, HeadPart, Inst, ReduceOp, Value};
+use coda_ir::{Axis, BinaryOp, ColGroups, Dim, HeadPart, Inst, Value};
 use coda_syntax::ast::{Arg, ArgValue};
 
 impl Lowerer<'_> {
@@ -81,12 +82,7 @@ impl Lowerer<'_> {
 
     /// `name` (`sum`, `mean`, `max`, `logsumexp`) of each group of columns.
     pub(crate) fn group_reduce(&mut self, name: &str, x: Value, groups: ColGroups, span: Span) -> Option<Value> {
-        let op = match name {
-            "max" => ReduceOp::Max,
-            "logsumexp" => ReduceOp::LogSumExp,
-            _ => ReduceOp::Sum,
-        };
-        let reduced = self.emit(Inst::GroupReduce { op, groups, arg: x }, span)?;
+        let reduced = self.emit(Inst::GroupReduce { op: reduce_op(name), groups, arg: x }, span)?;
         if name != "mean" {
             return Some(reduced);
         }

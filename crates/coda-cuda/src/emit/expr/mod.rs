@@ -430,16 +430,12 @@ impl<'a> Emitter<'a> {
                 Code::of(format!("(({k} & 1) ? {o} : {e})"), [&ki, &o, &e])
             }
             Op::Take { arg, index, width } => {
-                let iv = self.eval(*index, &m, "0")?;
-                let w = self.dim_int(width);
-                let t = self.index("kt", Code::of(format!("cg::take_index({iv}, {w})"), [&iv]));
+                let t = self.taken_index(*index, &m, width, "kt")?;
                 let v = self.eval(*arg, &m, &t)?;
                 Code::of(format!("({t} >= 0 ? {v} : 0.0f)"), [&t, &v])
             }
             Op::Scatter { arg, index, width } => {
-                let iv = self.eval(*index, &m, "0")?;
-                let w = self.dim_int(width);
-                let t = self.index("kt", Code::of(format!("cg::take_index({iv}, {w})"), [&iv]));
+                let t = self.taken_index(*index, &m, width, "kt")?;
                 let a = self.eval(*arg, &m, "0")?;
                 Code::of(format!("({k} == {t} ? {a} : 0.0f)"), [&ki, &t, &a])
             }
@@ -452,9 +448,7 @@ impl<'a> Emitter<'a> {
                 return self.eval(*a, &m, &idx);
             }
             Op::GatherRows { table, index, rows } => {
-                let iv = self.eval(*index, &m, "0")?;
-                let r = self.dim_int(rows);
-                let t = self.index("mr", Code::of(format!("cg::take_index({iv}, {r})"), [&iv]));
+                let t = self.taken_index(*index, &m, rows, "mr")?;
                 let v = self.eval(*table, &t, &k)?;
                 Code::of(format!("({t} >= 0 ? {v} : 0.0f)"), [&t, &v])
             }
@@ -485,6 +479,14 @@ impl<'a> Emitter<'a> {
         self.define("float", &name, expr, Some(n.value));
         self.bind(node, &m, &k, Code::local(&name));
         Ok(Code::local(name))
+    }
+
+    /// The index row `m` of `index` names, as an `int` local named after
+    /// `base`: in `0..extent`, or -1 for any other value.
+    fn taken_index(&mut self, index: NodeId, m: &str, extent: &Dim, base: &str) -> Result<Code, CodegenError> {
+        let iv = self.eval(index, m, "0")?;
+        let e = self.dim_int(extent);
+        Ok(self.index(base, Code::of(format!("cg::take_index({iv}, {e})"), [&iv])))
     }
 
     /// Evaluates, without recursion, the operands that [`Self::eval`] of

@@ -66,12 +66,7 @@ impl Emitter<'_> {
         let chunk_width = extent.as_const().and_then(|w| chunk::chunk_width(0, w, tpr, 1));
         let chunk_width = chunk_width.filter(|_| row && tpr == crate::kir::CTA_THREADS && self.chunk.is_none());
         let extent = self.dim_int(extent);
-        let start = match op {
-            ReduceOp::LogSumExp => format!("float {name}_m = coda::neg_inf(), {name}_s = 0.0f, {name}_bad = 0.0f;"),
-            ReduceOp::Sum => format!("float {name}_acc = 0.0f;"),
-            ReduceOp::Max => format!("float {name}_acc = coda::neg_inf();"),
-        };
-        self.stmt(Code::lit(start), value);
+        self.stmt(Code::lit(accumulator(op, &name)), value);
         let i = self.locals.fresh(if row { "kk" } else { "mm" });
         // A reduction inside a chunked loop's elements runs plain.
         let outer_chunk = self.chunk.take();
@@ -87,32 +82,13 @@ impl Emitter<'_> {
         let saved = std::mem::replace(&mut self.coop, 1);
         let x = if row { self.eval(arg, at, &i)? } else { self.eval(arg, &i, at)? };
         self.coop = saved;
-        let (acc, m, s, bad) = (format!("{name}_acc"), format!("{name}_m"), format!("{name}_s"), format!("{name}_bad"));
-        let step = match op {
-            ReduceOp::Sum => Code::of(format!("{acc} += {x};"), [&x]).reading(&[&acc]),
-            ReduceOp::Max => Code::of(format!("{acc} = cg::maximum({acc}, {x});"), [&x]).reading(&[&acc]),
-            ReduceOp::LogSumExp => {
-                Code::of(format!("cg::lse_push({m}, {s}, {bad}, {x});"), [&x]).reading(&[&m, &s, &bad])
-            }
-        };
-        self.line_of(step);
+        self.line_of(accumulate(op, &name, &x));
         if chunk_width.is_some() {
             self.close_chunk_elements();
         }
         self.close();
         self.chunk = outer_chunk;
-        let red_code = scratch_code(red);
-        let finish = match op {
-            ReduceOp::Sum => Code::of(format!("cg::block_sum<{tpr}>({acc}, {red})"), [&red_code]).reading(&[&acc]),
-            ReduceOp::Max => Code::of(format!("cg::block_max<{tpr}>({acc}, {red})"), [&red_code]).reading(&[&acc]),
-            ReduceOp::LogSumExp => {
-                let text = format!("{bad} = cg::block_sum<{tpr}>({bad} != 0.0f ? 1.0f : 0.0f, {red});");
-                self.line_of(Code::of(text, [&red_code]).reading(&[&bad]));
-                let text = format!("cg::block_lse<{tpr}>({m}, {s}, {red});");
-                self.line_of(Code::of(text, [&red_code]).reading(&[&m, &s]));
-                Code::lit(format!("cg::lse_finish({m}, {s}, {bad})")).reading(&[&m, &s, &bad])
-            }
-        };
+        let finish = self.combine(op, &name, tpr, red);
         self.define("float", &name, finish, Some(value));
         let (m, k) = if row { (at.to_string(), "0".to_string()) } else { ("0".to_string(), at.to_string()) };
         self.bind(node, &m, &k, Code::local(&name));
@@ -148,12 +124,7 @@ impl Emitter<'_> {
                 (self.dim_int(&heads), format!("{g} + {j} * {w}"))
             }
         };
-        let start = match op {
-            ReduceOp::LogSumExp => format!("float {name}_m = coda::neg_inf(), {name}_s = 0.0f, {name}_bad = 0.0f;"),
-            ReduceOp::Sum => format!("float {name}_acc = 0.0f;"),
-            ReduceOp::Max => format!("float {name}_acc = coda::neg_inf();"),
-        };
-        self.stmt(Code::lit(start), value);
+        self.stmt(Code::lit(accumulator(op, &name)), value);
         let tpr = self.coop;
         self.open(format!("for (int {j} = cg::lane<{tpr}>(); {j} < {count}; {j} += {tpr})"));
         let (outer_coop, outer_chunk) = (std::mem::replace(&mut self.coop, 1), self.chunk.take());
@@ -161,30 +132,53 @@ impl Emitter<'_> {
         let x = self.eval(arg, m, &c)?;
         self.coop = outer_coop;
         self.chunk = outer_chunk;
-        let (acc, mx, s, bad) =
-            (format!("{name}_acc"), format!("{name}_m"), format!("{name}_s"), format!("{name}_bad"));
-        let step = match op {
-            ReduceOp::Sum => Code::of(format!("{acc} += {x};"), [&x]).reading(&[&acc]),
-            ReduceOp::Max => Code::of(format!("{acc} = cg::maximum({acc}, {x});"), [&x]).reading(&[&acc]),
-            ReduceOp::LogSumExp => {
-                Code::of(format!("cg::lse_push({mx}, {s}, {bad}, {x});"), [&x]).reading(&[&mx, &s, &bad])
-            }
-        };
-        self.line_of(step);
+        self.line_of(accumulate(op, &name, &x));
         self.close();
-        let finish = match op {
-            ReduceOp::Sum => Code::lit(format!("cg::block_sum<{tpr}>({acc}, nullptr)")).reading(&[&acc]),
-            ReduceOp::Max => Code::lit(format!("cg::block_max<{tpr}>({acc}, nullptr)")).reading(&[&acc]),
-            ReduceOp::LogSumExp => {
-                let text = format!("{bad} = cg::block_sum<{tpr}>({bad} != 0.0f ? 1.0f : 0.0f, nullptr);");
-                self.line_of(Code::lit(text).reading(&[&bad]));
-                self.line_of(Code::lit(format!("cg::block_lse<{tpr}>({mx}, {s}, nullptr);")).reading(&[&mx, &s]));
-                Code::lit(format!("cg::lse_finish({mx}, {s}, {bad})")).reading(&[&mx, &s, &bad])
-            }
-        };
+        let finish = self.combine(op, &name, tpr, "nullptr");
         self.define("float", &name, finish, Some(value));
         self.bind(node, m, g, Code::local(&name));
         Ok(Code::local(name))
+    }
+}
+
+impl Emitter<'_> {
+    /// The result of a reduction into `name`: the accumulators of `tpr`
+    /// threads combined in a fixed order through the shared array `red`
+    /// (or `nullptr` within a warp), writing the combining statements a
+    /// log-sum-exp needs first.
+    fn combine(&mut self, op: ReduceOp, name: &str, tpr: u32, red: &str) -> Code {
+        let (acc, m, s, bad) = (format!("{name}_acc"), format!("{name}_m"), format!("{name}_s"), format!("{name}_bad"));
+        let red_code = scratch_code(red);
+        match op {
+            ReduceOp::Sum => Code::of(format!("cg::block_sum<{tpr}>({acc}, {red})"), [&red_code]).reading(&[&acc]),
+            ReduceOp::Max => Code::of(format!("cg::block_max<{tpr}>({acc}, {red})"), [&red_code]).reading(&[&acc]),
+            ReduceOp::LogSumExp => {
+                let text = format!("{bad} = cg::block_sum<{tpr}>({bad} != 0.0f ? 1.0f : 0.0f, {red});");
+                self.line_of(Code::of(text, [&red_code]).reading(&[&bad]));
+                let text = format!("cg::block_lse<{tpr}>({m}, {s}, {red});");
+                self.line_of(Code::of(text, [&red_code]).reading(&[&m, &s]));
+                Code::lit(format!("cg::lse_finish({m}, {s}, {bad})")).reading(&[&m, &s, &bad])
+            }
+        }
+    }
+}
+
+/// The declaration of the accumulators of a reduction into `name`.
+fn accumulator(op: ReduceOp, name: &str) -> String {
+    match op {
+        ReduceOp::LogSumExp => format!("float {name}_m = coda::neg_inf(), {name}_s = 0.0f, {name}_bad = 0.0f;"),
+        ReduceOp::Sum => format!("float {name}_acc = 0.0f;"),
+        ReduceOp::Max => format!("float {name}_acc = coda::neg_inf();"),
+    }
+}
+
+/// `x` added to the accumulators of a reduction into `name`.
+fn accumulate(op: ReduceOp, name: &str, x: &Code) -> Code {
+    let (acc, m, s, bad) = (format!("{name}_acc"), format!("{name}_m"), format!("{name}_s"), format!("{name}_bad"));
+    match op {
+        ReduceOp::Sum => Code::of(format!("{acc} += {x};"), [x]).reading(&[&acc]),
+        ReduceOp::Max => Code::of(format!("{acc} = cg::maximum({acc}, {x});"), [x]).reading(&[&acc]),
+        ReduceOp::LogSumExp => Code::of(format!("cg::lse_push({m}, {s}, {bad}, {x});"), [x]).reading(&[&m, &s, &bad]),
     }
 }
 
