@@ -161,3 +161,36 @@ def test_per_head_qkv_split_matches_gpt_neox() -> None:
     torch.autograd.backward(list(expected), grads)
     assert ours.grad is not None and theirs.grad is not None
     torch.testing.assert_close(ours.grad.double(), theirs.grad, rtol=1e-5, atol=1e-5)
+
+
+NEOX_CAT_SOURCE = f"""
+dim M
+dim HD = {NEOX_HEAD}
+dim H = {NEOX_HEADS}
+dim R = {NEOX_ROTARY}
+block neox_cat(q_proj: f32[M, H * HD], pos: i32[M]) -> (q: f32[M, H * HD]) {{
+    let q_rot = rope(head_slice(q_proj, cols=0:R, head_dim=HD), pos, head_dim=R, base={NEOX_BASE})
+    q = head_concat(q_rot, head_slice(q_proj, cols=R:HD, head_dim=HD), heads=H)
+}}
+grad neox_cat_grad = neox_cat wrt (q_proj)
+"""
+
+
+def test_partial_rotary_written_as_gpt_neox_concatenates() -> None:
+    """The same rotary as `rotary_dim=`, written as GPT-NeoX's code does:
+    the rotated and the passed features of each head joined by `head_concat`
+    (its `torch.cat((query_rot, query_pass), dim=-1)`)."""
+    m = 13
+    gen = torch.Generator().manual_seed(21)
+    q_proj = torch.randn((m, NEOX_HEADS * NEOX_HEAD), generator=gen, dtype=torch.float64)
+    pos = torch.randint(0, 2048, (m,), generator=gen, dtype=torch.int32)
+    ours = q_proj.float().requires_grad_()
+    q = codac.load(NEOX_CAT_SOURCE).block("neox_cat")(ours, pos)
+    theirs = q_proj.clone().requires_grad_()
+    q_ref = neox_reference(theirs, pos)
+    torch.testing.assert_close(q.double(), q_ref, rtol=1e-5, atol=1e-5)
+    dq = torch.randn(q_ref.shape, generator=gen, dtype=torch.float64)
+    q.backward(dq.float())
+    q_ref.backward(dq)
+    assert ours.grad is not None and theirs.grad is not None
+    torch.testing.assert_close(ours.grad.double(), theirs.grad, rtol=1e-5, atol=1e-5)

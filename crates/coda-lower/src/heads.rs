@@ -8,6 +8,9 @@
 //!   over its head's `W` columns, `[M, H · W]`;
 //! - `head_slice(x, cols=a:b, head_dim=W)`: the columns `a..b` of every
 //!   head, side by side, `[M, H · (b − a)]` (`x.view(M, H, W)[..., a:b]`);
+//! - `head_concat(a, b, …, heads=H)`: the parts joined head by head, each
+//!   head `[a_h | b_h | …]` (`torch.cat` of `[M, H, w]` views on the last
+//!   axis);
 //! - `rmsnorm(x, g, eps, head_dim=W)`, `layernorm(x, g, b, eps,
 //!   head_dim=W)`: the norm of each head (QK-norm); a gain or bias of `W`
 //!   elements is shared by every head, one of `H · W` is per column.
@@ -155,5 +158,62 @@ impl Lowerer<'_> {
                 None
             }
         }
+    }
+
+    /// `head_concat(a, b, …, heads=H)`: each part in its place of every
+    /// head, the places summed.
+    pub(crate) fn head_concat(&mut self, args: &[Arg], span: Span) -> Option<Value> {
+        let (mut parts, mut heads) = (Vec::new(), None);
+        for arg in args {
+            match (&arg.name, &arg.value) {
+                (None, ArgValue::Expr(e)) => parts.push((self.tensor_arg_expr(e, arg.span)?, arg.span)),
+                (Some(n), ArgValue::Expr(e)) if n.name == "heads" => {
+                    heads = self.dims.eval(e, self.diagnostics)?.as_const().filter(|h| *h > 0);
+                }
+                _ => heads = None,
+            }
+        }
+        let widths: Option<Vec<i64>> = heads.and_then(|h| {
+            parts
+                .iter()
+                .map(|(p, _)| self.block.ty(*p).shape.cols.as_const().filter(|c| c % h == 0).map(|c| c / h))
+                .collect()
+        });
+        let (Some(heads), Some(widths)) = (heads, widths.filter(|_| parts.len() >= 2)) else {
+            self.diagnostics.push(
+                Diagnostic::error("E0306", "`head_concat` needs two or more parts of whole heads and `heads=`")
+                    .with_primary(span, "every part's columns must be the number of heads times its width")
+                    .with_help("`head_concat(q_rot, q_pass, heads=16)` joins each head's rotated and passed features"),
+            );
+            return None;
+        };
+        let head: i64 = widths.iter().sum();
+        let cols = Dim::constant(heads * head);
+        let rows = self.block.ty(parts[0].0).shape.rows.clone();
+        let (mut joined, mut start) = (None, 0);
+        for ((part, part_span), width) in parts.into_iter().zip(widths) {
+            if self.block.ty(part).shape.rows != rows {
+                self.diagnostics.push(
+                    Diagnostic::error("E0302", "joined parts have different row counts")
+                        .with_primary(part_span, "this part"),
+                );
+                return None;
+            }
+            let place = HeadPart { head, start, width };
+            let placed = self.emit(Inst::PadHeads { arg: part, part: place, cols: cols.clone() }, span)?;
+            joined = Some(match joined {
+                None => placed,
+                Some(sum) => self.binary(BinaryOp::Add, sum, placed, span, part_span, span)?,
+            });
+            start += width;
+        }
+        joined
+    }
+
+    /// A float tensor argument given as an expression.
+    fn tensor_arg_expr(&mut self, e: &coda_syntax::ast::Expr, span: Span) -> Option<Value> {
+        let v = self.lower_expr(e)?;
+        self.numeric(v, span)?;
+        Some(v)
     }
 }
