@@ -344,6 +344,13 @@ impl Emu<'_> {
                 reduce(*op, &xs)
             }
             Op::GroupExpand(groups, a) => f64::from(self.eval(*a, m, groups.group_of(k))),
+            Op::TopK { arg, count, indices, width } => {
+                let row: Vec<f64> = (0..self.d(width)).map(|c| f64::from(self.eval(*arg, m, c))).collect();
+                let host =
+                    coda_ir::interp::HostTensor { dtype: coda_ir::DType::F32, rows: 1, cols: row.len(), data: row };
+                let top = coda_ir::interp::top_k(&host, *count as usize, *indices);
+                top.get(k as usize).copied().unwrap_or(0.0)
+            }
             Op::GatherRows { table, index, rows } => {
                 let i = f64::from(self.eval(*index, m, 0));
                 let row = (i.fract() == 0.0 && i >= 0.0 && i < self.d(rows) as f64).then_some(i as i64);

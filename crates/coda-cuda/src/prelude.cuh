@@ -556,6 +556,32 @@ __device__ __forceinline__ float2 rope_freq_tab(int n, int start, int end, int h
     const RopeCol r = rope_col(n, start, end, hd, rd, interleaved);
     return r.in ? __ldg(table + r.pair) : make_float2(0.0f, 0.0f);
 }
+// Top k: whether (x, column c) comes before (b, column bc) in decreasing
+// order, NaN above every number, ties to the lower column (the
+// interpreter's order); whether column c is among the first t taken; and the
+// best of a warp's candidates, combined in a fixed butterfly.
+__device__ __forceinline__ bool top_better(float x, int c, float b, int bc) {
+    const bool xn = x != x, bn = b != b;
+    if (xn != bn) return xn;
+    if (!xn && x != b) return x > b;
+    return c < bc;
+}
+__device__ __forceinline__ bool taken(int c, const int* columns, int t) {
+    for (int u = 0; u < t; ++u)
+        if (columns[u] == c) return true;
+    return false;
+}
+__device__ __forceinline__ void warp_top(float& v, int& c) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+        const int oc = __shfl_xor_sync(0xffffffffu, c, o);
+        if (top_better(ov, oc, v, c)) {
+            v = ov;
+            c = oc;
+        }
+    }
+}
 // x * freq reduced to about [-pi, pi], then the SFU sine / cosine (absolute
 // error below 4e-7 on [-pi, pi]).  The angle is formed in fp32 pieces, not in
 // double (the conversions and rounding of the double form ran at a quarter

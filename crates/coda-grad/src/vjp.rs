@@ -111,6 +111,23 @@ fn rule(b: &mut Builder<'_>, v: Value, inst: &Inst, g: Value) -> Result<(), Grad
             let dx = b.emit(Inst::ScatterCols { arg: g, index: i, cols }, span)?;
             b.accumulate(*arg, dx)
         }
+        // y[m, j] = x[m, c_j(m)] for the columns c_j of the row's top k  ⇒
+        // dx[m, c_j(m)] = g[m, j], 0 elsewhere (the choice gets no gradient)
+        Inst::TopK { arg, k, indices: false } => {
+            let cols = b.fwd.ty(*arg).shape.cols.clone();
+            let x = b.primal(*arg);
+            let chosen = b.emit(Inst::TopK { arg: x, k: *k, indices: true }, span)?;
+            let one = Dim::constant(1);
+            for j in 0..*k {
+                let start = Dim::constant(j);
+                let gj = b.emit(Inst::SliceCols { arg: g, start: start.clone(), len: one.clone(), step: 1 }, span)?;
+                let cj = b.emit(Inst::SliceCols { arg: chosen, start, len: one.clone(), step: 1 }, span)?;
+                let dx = b.emit(Inst::ScatterCols { arg: gj, index: cj, cols: cols.clone() }, span)?;
+                b.accumulate(*arg, dx)?;
+            }
+            Ok(())
+        }
+        Inst::TopK { indices: true, .. } => Ok(()),
         // y[m, :] = T[i[m], :]  ⇒  dT[v, :] = Σ_{m : i[m] = v} g[m, :] (the index gets no gradient)
         Inst::GatherRows { table, index } => {
             let rows = b.fwd.ty(*table).shape.rows.clone();

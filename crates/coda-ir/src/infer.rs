@@ -166,6 +166,15 @@ pub fn infer(block: &Block, inst: &Inst) -> Result<Ty, TypeError> {
             }
             Ok(f32_ty(Shape::new(a.shape.rows.clone(), cols.clone())))
         }
+        Inst::TopK { arg, k, indices } => {
+            let a = ty(*arg)?;
+            float_operand(a)?;
+            if *k < 1 || a.shape.cols.as_const().is_none_or(|n| n < *k) {
+                return err(format!("top {k} of {} columns", a.shape.cols));
+            }
+            let dtype = if *indices { DType::I32 } else { DType::F32 };
+            Ok(Ty { dtype, shape: Shape::new(a.shape.rows.clone(), Dim::constant(*k)) })
+        }
         Inst::GatherRows { table, index } => {
             let (t, i) = (ty(*table)?, ty(*index)?);
             if i.dtype != DType::I32 || !i.shape.cols.is_one() {

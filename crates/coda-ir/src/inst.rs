@@ -520,6 +520,18 @@ pub enum Inst {
         /// Width of the result.
         cols: Dim,
     },
+    /// The `k` largest elements of each row in decreasing order (NaN above
+    /// every number, ties to the lower column), or their columns: a
+    /// router's expert choice. `arg: [M, N]`, `N` and `k <= N` constants.
+    /// Type: `f32[M, k]`, or `i32[M, k]` for `indices`.
+    TopK {
+        /// Operand.
+        arg: Value,
+        /// How many.
+        k: i64,
+        /// The columns instead of the values.
+        indices: bool,
+    },
     /// `out[m, :] = table[index[m], :]`, 0 where `index[m]` is outside
     /// `0..V` (an embedding lookup). `table: [V, D]`, `index: i32[M, 1]`.
     /// Type: `table`'s dtype, `[M, D]`.
@@ -602,6 +614,7 @@ impl Inst {
             | Inst::GroupExpand { arg, .. }
             | Inst::SliceHeads { arg, .. }
             | Inst::PadHeads { arg, .. }
+            | Inst::TopK { arg, .. }
             | Inst::SliceCols { arg, .. }
             | Inst::RopePartner { arg, .. }
             | Inst::PermuteRows { arg, .. }
@@ -640,6 +653,7 @@ impl Inst {
             | Inst::GroupExpand { arg, .. }
             | Inst::SliceHeads { arg, .. }
             | Inst::PadHeads { arg, .. }
+            | Inst::TopK { arg, .. }
             | Inst::SliceCols { arg, .. }
             | Inst::RopePartner { arg, .. }
             | Inst::PermuteRows { arg, .. }

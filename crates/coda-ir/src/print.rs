@@ -124,6 +124,9 @@ fn describe(block: &Block, inst: &Inst) -> String {
         }
         Inst::Interleave { even, odd } => format!("interleave {even}, {odd}"),
         Inst::TakeCols { arg, index } => format!("take_cols {arg}, {index}"),
+        Inst::TopK { arg, k, indices } => {
+            format!("topk{} {arg}, k {k}", if *indices { ".indices" } else { "" })
+        }
         Inst::GatherRows { table, index } => format!("gather_rows {table}, {index}"),
         Inst::ScatterAddRows { arg, index, rows } => format!("scatter_add_rows {arg}, {index}, rows {rows}"),
         Inst::ScatterCols { arg, index, cols } => format!("scatter_cols {arg}, {index}, cols {cols}"),

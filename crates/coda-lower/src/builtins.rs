@@ -43,6 +43,8 @@ pub(crate) const FUNCTIONS: &[&str] = &[
     "concat",
     "take",
     "embedding",
+    "topk",
+    "topk_indices",
     "expand_heads",
     "head_slice",
     "head_concat",
@@ -115,6 +117,7 @@ impl Lowerer<'_> {
             "concat" => self.concat(args, span),
             "take" => self.take(args, span),
             "embedding" => self.embedding(args, span),
+            "topk" | "topk_indices" => self.top_k(name, args, span),
             "expand_heads" => self.expand_heads(args, span),
             "head_slice" => self.head_slice(args, span),
             "head_concat" => self.head_concat(args, span),
@@ -335,6 +338,26 @@ impl Lowerer<'_> {
             }
         };
         self.emit(Inst::GatherRows { table, index }, span)
+    }
+
+    /// `topk(x, k)`, the `k` largest elements of each row in decreasing
+    /// order, and `topk_indices(x, k)`, their columns (`torch.topk`'s two
+    /// results along the last axis).
+    fn top_k(&mut self, name: &str, args: &[Arg], span: Span) -> Option<Value> {
+        let m = match_args(name, span, args, &[req("x"), req("k")], self.diagnostics)?;
+        let x = self.lower_expr(m.expr(0)?)?;
+        self.numeric(x, m.spans[0])?;
+        let cols = self.block.ty(x).shape.cols.clone();
+        let k = self.dims.eval(m.expr(1)?, self.diagnostics)?.as_const();
+        let Some(k) = k.filter(|k| *k >= 1 && cols.as_const().is_some_and(|n| *k <= n)) else {
+            self.diagnostics.push(
+                Diagnostic::error("E0208", format!("`{name}` needs a constant `k` from 1 to the number of columns"))
+                    .with_primary(m.spans[1], format!("the tensor has {cols} columns"))
+                    .with_help("a router's choice of 2 experts of 8 is `topk(probs, 2)` and `topk_indices(probs, 2)`"),
+            );
+            return None;
+        };
+        self.emit(Inst::TopK { arg: x, k, indices: name == "topk_indices" }, span)
     }
 
     /// A scalar constant.

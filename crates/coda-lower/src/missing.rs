@@ -13,8 +13,8 @@ pub(crate) fn instead_of(name: &str) -> Option<&'static str> {
             "write `pow(x, p)` for a number `p`; for a tensor exponent `e` and a positive `x`, `exp(e * log(x))`"
         }
         "clip" | "clamp_min" | "clamp_max" => "write `clamp(x, min=lo, max=hi)`; either bound may be left out",
-        "topk" | "argmax" | "argsort" | "sort" => {
-            "there is no `topk` or `argmax`: `max(x, axis=-1)` is the largest value of each row; select experts or tokens outside codac and pass them in as inputs"
+        "argmax" | "argsort" | "sort" => {
+            "`topk(x, k)` and `topk_indices(x, k)` give the k largest values of each row and their columns (`topk_indices(x, 1)` is the argmax); `max(x, axis=-1)` is the largest value"
         }
         "erf" => {
             "there is no `erf`: `gelu(x)` is the exact GELU `0.5 x (1 + erf(x / √2))`, and `gelu_tanh(x)` its tanh approximation"

@@ -168,15 +168,25 @@ fn row_body(
 ) -> Result<Vec<String>, CodegenError> {
     em.push_scope();
     em.coop = tpr;
+    // In node order, so that a staged value finds the per-row values it
+    // reads computed, and a per-row value the staged values it reads.
     for (id, node) in em.kernel.nodes.clone().iter().enumerate() {
-        if !tail[id] && node.reg.is_none() && matches!(node.space, Space::Scalar | Space::Row) {
+        if tail[id] || node.reg.is_some() {
+            continue;
+        }
+        if tpr == THREADS {
+            match &node.op {
+                Op::GroupReduce { groups, cols, .. } => stage_group_reduction(em, id, node, *groups, cols)?,
+                Op::TopK { arg, count, indices, width } => stage_top_k(em, id, node, (*arg, *count, *indices), width)?,
+                _ => {}
+            }
+            em.coop = tpr;
+        }
+        if matches!(node.space, Space::Scalar | Space::Row) {
             em.eval(id, "m", "0")?;
         }
     }
     em.coop = 1;
-    if tpr == THREADS {
-        stage_group_reductions(em, tail)?;
-    }
     let stores = em.kernel.stores.clone();
     let guard = if tpr > 1 { format!("if (threadIdx.x % {tpr} == 0) ") } else { String::new() };
     let narrow: Vec<&Store> = stores.iter().filter(|s| is_narrow(em, s) && !tail[s.node]).collect();
@@ -218,29 +228,76 @@ fn row_body(
     Ok(em.take_lines())
 }
 
-/// Computes each per-head reduction of a CTA-per-row kernel once for the
-/// row, before the column loops: warp `w` reduces groups `w`, `w + 8`, …
-/// (its lanes striding over the group's columns, then a fixed butterfly)
-/// into a shared array, which every later read of the reduction indexes
-/// ([`Emitter::group_arrays`]). A number of groups that is not a constant
-/// leaves the reduction to one thread's loop where it is read.
-fn stage_group_reductions(em: &mut Emitter<'_>, tail: &[bool]) -> Result<(), CodegenError> {
-    for (id, node) in em.kernel.nodes.clone().iter().enumerate() {
-        let Op::GroupReduce { groups, cols, .. } = &node.op else { continue };
-        let count = groups.count(cols).ok().and_then(|c| c.as_const());
-        let Some(count) = count.filter(|_| !tail[id] && node.reg.is_none()) else { continue };
-        let array = format!("{}_s", em.local_for(node.value));
-        em.line(format!("__shared__ float {array}[{count}];"));
-        em.open(format!("for (int g = (int)threadIdx.x / 32; g < {count}; g += {})", THREADS / 32));
-        em.coop = 32;
-        let v = em.eval(id, "m", "g");
-        em.coop = 1;
-        let v = v?;
-        em.line_of(Code::of(format!("if (cg::lane<32>() == 0) {array}[g] = {v};"), [&v]).reading(&["g"]));
-        em.close();
-        em.line("__syncthreads();");
-        em.group_arrays.insert(id, array);
+/// Computes a per-head reduction of a CTA-per-row kernel once for the
+/// row: warp `w` reduces groups `w`, `w + 8`, … (its lanes striding over
+/// the group's columns, then a fixed butterfly) into a shared array, which
+/// every later read of the reduction indexes ([`Emitter::group_arrays`]).
+/// A number of groups that is not a constant leaves the reduction to one
+/// thread's loop where it is read.
+fn stage_group_reduction(
+    em: &mut Emitter<'_>,
+    id: usize,
+    node: &crate::kir::Node,
+    groups: coda_ir::ColGroups,
+    cols: &Dim,
+) -> Result<(), CodegenError> {
+    let Some(count) = groups.count(cols).ok().and_then(|c| c.as_const()) else { return Ok(()) };
+    let array = format!("{}_s", em.local_for(node.value));
+    em.line(format!("__shared__ float {array}[{count}];"));
+    em.open(format!("for (int g = (int)threadIdx.x / 32; g < {count}; g += {})", THREADS / 32));
+    em.coop = 32;
+    let v = em.eval(id, "m", "g");
+    em.coop = 1;
+    let v = v?;
+    em.line_of(Code::of(format!("if (cg::lane<32>() == 0) {array}[g] = {v};"), [&v]).reading(&["g"]));
+    em.close();
+    em.line("__syncthreads();");
+    em.group_arrays.insert(id, array);
+    Ok(())
+}
+
+/// Chooses a row's top k in a CTA-per-row kernel once: the first warp
+/// takes the k elements in turn, its lanes striding over the columns not
+/// yet taken and combining their best in a fixed butterfly (NaN first, ties
+/// to the lower column), into shared arrays of values and columns that
+/// every later read indexes ([`Emitter::top_nodes`]); a top k's values and
+/// its columns share them. A router chooses among a few dozen experts.
+fn stage_top_k(
+    em: &mut Emitter<'_>,
+    id: usize,
+    node: &crate::kir::Node,
+    (arg, count, indices): (usize, i64, bool),
+    width: &Dim,
+) -> Result<(), CodegenError> {
+    if let Some(arrays) = em.top_arrays.get(&(arg, count)).cloned() {
+        em.top_nodes.insert(id, (arrays, indices));
+        return Ok(());
     }
+    let name = em.local_for(node.value);
+    let (values, columns) = (format!("{name}_v"), format!("{name}_c"));
+    let w = em.dim_int(width);
+    em.line(format!("__shared__ float {values}[{count}];"));
+    em.line(format!("__shared__ int {columns}[{count}];"));
+    em.open("if (threadIdx.x < 32)");
+    em.open(format!("for (int t = 0; t < {count}; ++t)"));
+    em.line("float best = coda::neg_inf();");
+    em.line("int best_c = 0x7fffffff;");
+    em.coop = 1;
+    em.open(format!("for (int kj = cg::lane<32>(); kj < {w}; kj += 32)"));
+    em.line_of(Code::lit(format!("if (cg::taken(kj, {columns}, t)) continue;")).reading(&["kj", "t"]));
+    let x = em.eval(arg, "m", "kj")?;
+    let pick = format!("if (cg::top_better({x}, kj, best, best_c)) {{ best = {x}; best_c = kj; }}");
+    em.line_of(Code::of(pick, [&x]).reading(&["kj"]));
+    em.close();
+    em.line("cg::warp_top(best, best_c);");
+    em.line(format!("if (cg::lane<32>() == 0) {{ {values}[t] = best; {columns}[t] = best_c; }}"));
+    em.line("__syncwarp();");
+    em.close();
+    em.close();
+    em.line("__syncthreads();");
+    let arrays = (values, columns);
+    em.top_arrays.insert((arg, count), arrays.clone());
+    em.top_nodes.insert(id, (arrays, indices));
     Ok(())
 }
 

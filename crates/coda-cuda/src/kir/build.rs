@@ -442,7 +442,10 @@ impl Builder<'_> {
             KernelPlan::Gemm { matmul, a, b } => KernelKind::Gemm(self.gemm_spec(ctx.k, *matmul, a, b)?),
             KernelPlan::Row { rows } => {
                 let wide = |n: &Node| matches!(n.space, Space::Tile | Space::Col);
-                let reduces = ctx.nodes.iter().any(|n| matches!(n.op, Op::RowReduce { .. } | Op::GroupReduce { .. }));
+                let reduces = ctx
+                    .nodes
+                    .iter()
+                    .any(|n| matches!(n.op, Op::RowReduce { .. } | Op::GroupReduce { .. } | Op::TopK { .. }));
                 let stores_wide = stores.iter().any(|s| ctx.nodes.get(s.node).is_some_and(wide));
                 let grid_reduces = ctx.nodes.iter().any(|n| matches!(n.op, Op::GridReduce { .. }));
                 let columns_apart =
@@ -761,6 +764,10 @@ impl Builder<'_> {
             }
             Inst::GroupExpand { groups, arg, .. } => Op::GroupExpand(groups, n(self, arg)?),
             Inst::SliceHeads { arg, part } => Op::SliceHeads(part, n(self, arg)?),
+            Inst::TopK { arg, k, indices } => {
+                let width = self.block.ty(arg).shape.cols.clone();
+                Op::TopK { arg: n(self, arg)?, count: k, indices, width }
+            }
             Inst::GatherRows { table, index } => {
                 let rows = self.block.ty(table).shape.rows.clone();
                 Op::GatherRows { table: n(self, table)?, index: n(self, index)?, rows }

@@ -19,6 +19,7 @@
 //!   tensor or of every head), concatenation, interleave, rotary partner; in a GEMM epilogue the ones that stay
 //!   inside a thread's adjacent column pair `(2j, 2j+1)` are *pair ops*
 //!   (`even`/`odd` halves give half-width values, `interleave` joins them);
+//! * a row's top k ([`Op::TopK`], row kernels, once per row);
 //! * per-head reductions ([`Op::GroupReduce`], row kernels: one thread's
 //!   loop over a group of columns) and their expansion back over the
 //!   group's columns ([`Op::GroupExpand`], an index transform);
@@ -193,6 +194,18 @@ pub enum Op {
         /// Columns of the result.
         width: Dim,
     },
+    /// Element `k` of row `m`'s top `count` (decreasing, NaN first, ties to
+    /// the lower column), or its column (row kernels, staged once per row).
+    TopK {
+        /// Operand.
+        arg: NodeId,
+        /// How many.
+        count: i64,
+        /// The columns instead of the values.
+        indices: bool,
+        /// Columns of the operand.
+        width: Dim,
+    },
     /// `table[index[m], k]`, 0 when the index is outside the table's rows
     /// (an embedding lookup).
     GatherRows {
@@ -267,6 +280,7 @@ impl Op {
             Op::GroupReduce { arg, .. } | Op::GroupExpand(_, arg) => vec![*arg],
             Op::SliceHeads(_, arg) | Op::PadHeads(_, arg) => vec![*arg],
             Op::GatherRows { table, index, .. } => vec![*table, *index],
+            Op::TopK { arg, .. } => vec![*arg],
             Op::Binary(_, a, b) | Op::Interleave(a, b) => vec![*a, *b],
             Op::Take { arg, index, .. } | Op::Scatter { arg, index, .. } => vec![*arg, *index],
             Op::Select(c, a, b) => vec![*c, *a, *b],

@@ -59,7 +59,7 @@ pub(crate) fn fuse_row_preludes(ir: &mut BlockIr, dims: &BTreeMap<String, i64>) 
 
 /// Whether `row` can run as the prelude of `gemm`: `row` is a row kernel
 /// without grid reductions over the GEMM's rows, storing only per-row
-/// values and rows (no `+=`) and no per-head reductions; `gemm` is a cooperative Hopper GEMM without
+/// values and rows (no `+=`) and no per-head reductions or top-k; `gemm` is a cooperative Hopper GEMM without
 /// another prelude that reads those outputs only as its A
 /// operand (`[M, K]`, untransposed) or as per-row vectors of its epilogue;
 /// and the two kernels write nothing the other reads.
@@ -74,9 +74,10 @@ fn fusable(row: &Kernel, gemm: &Kernel, buffers: &[Buffer]) -> bool {
         row.stores.iter().all(|s| !s.accumulate && matches!(row.nodes[s.node].space, Space::Row | Space::Tile));
     let outs: BTreeSet<BufId> = row.stores.iter().map(|s| s.buf).collect();
     let outputs_are_scratch = outs.iter().all(|b| buffers[*b].role == Role::Scratch);
-    // Per-head reductions are staged through shared memory by a whole CTA
-    // per row (`emit::rowk`), which a prelude's warp per row is not.
-    let per_head = row.nodes.iter().any(|n| matches!(n.op, Op::GroupReduce { .. }));
+    // Per-head reductions and top-k choices are staged through shared
+    // memory by a whole CTA per row (`emit::rowk`), which a prelude's warp
+    // per row is not.
+    let per_head = row.nodes.iter().any(|n| matches!(n.op, Op::GroupReduce { .. } | Op::TopK { .. }));
     row_stores_rows
         && outputs_are_scratch
         && !per_head

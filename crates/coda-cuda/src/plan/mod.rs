@@ -212,5 +212,8 @@ fn walk(block: &Block, foresight: Option<join::Foresight>) -> rules::Planner<'_>
 /// Whether an instruction only rearranges or combines values elementwise
 /// (so it can be recomputed anywhere from its operands).
 pub(crate) fn is_inlinable(inst: &Inst) -> bool {
-    !matches!(inst, Inst::Param(_) | Inst::MatMul { .. } | Inst::Reduce { .. } | Inst::GroupReduce { .. })
+    !matches!(
+        inst,
+        Inst::Param(_) | Inst::MatMul { .. } | Inst::Reduce { .. } | Inst::GroupReduce { .. } | Inst::TopK { .. }
+    )
 }

@@ -321,6 +321,7 @@ impl<'a> Machine<'a> {
                 layout::interleave(self.operand(*even)?, self.operand(*odd)?).map_err(shape_error)
             }
             Inst::TakeCols { arg, index } => self.take(*arg, *index),
+            Inst::TopK { arg, k, indices } => Ok(ops::top_k(self.operand(*arg)?, *k as usize, *indices)),
             Inst::GatherRows { table, index } => {
                 let (table, index) = (self.operand(*table)?, self.operand(*index)?);
                 Ok(ops::gather_rows(table, index))

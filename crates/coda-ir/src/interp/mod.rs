@@ -149,7 +149,7 @@ pub use diagnostic::describe_bytes;
 pub use error::EvalError;
 pub use estimate::{estimate, Estimate};
 pub use eval::{eval, eval_with, EvalOptions, Progress, MEMORY_LIMIT_BYTES};
-pub use ops::{binary as apply_binary, unary as apply_unary};
+pub use ops::{binary as apply_binary, top_k, unary as apply_unary};
 pub use random::random_inputs;
 pub use round::round_to_dtype;
 pub use rows::{eval_rows, row_local_dim};

@@ -201,6 +201,29 @@ pub(super) fn take_cols(arg: &HostTensor, index: &HostTensor) -> Vec<f64> {
         .collect()
 }
 
+/// The `k` largest elements of each row, decreasing, NaN above every
+/// number and ties to the lower column; or their columns (the kernels'
+/// emulator shares this order).
+pub fn top_k(arg: &HostTensor, k: usize, indices: bool) -> Vec<f64> {
+    let mut out = Vec::with_capacity(arg.rows.saturating_mul(k));
+    let mut order: Vec<usize> = Vec::new();
+    for row in arg.data.chunks(arg.cols.max(1)) {
+        order.clear();
+        order.extend(0..row.len());
+        order.sort_by(|&a, &b| {
+            let (x, y) = (row[a], row[b]);
+            match (x.is_nan(), y.is_nan()) {
+                (true, false) => std::cmp::Ordering::Less,
+                (false, true) => std::cmp::Ordering::Greater,
+                (true, true) => a.cmp(&b),
+                (false, false) => y.partial_cmp(&x).unwrap_or(std::cmp::Ordering::Equal).then(a.cmp(&b)),
+            }
+        });
+        out.extend(order.iter().take(k).map(|&c| if indices { c as f64 } else { row[c] }));
+    }
+    out
+}
+
 /// `out[m, :] = table[index[m], :]`, zeros where the index is not an integer
 /// in `0..rows`.
 pub(super) fn gather_rows(table: &HostTensor, index: &HostTensor) -> Vec<f64> {

@@ -87,6 +87,12 @@ pub(crate) struct Emitter<'a> {
     /// The shared array that holds each per-head reduction of the current
     /// row, where a row kernel stages them (`emit::rowk`), by node.
     pub(crate) group_arrays: HashMap<NodeId, String>,
+    /// The shared arrays of values and columns of each staged top k, by
+    /// operand and count (a top k's values and columns share them).
+    pub(crate) top_arrays: HashMap<(NodeId, i64), (String, String)>,
+    /// The staged arrays each top-k node reads, and whether it reads the
+    /// columns.
+    pub(crate) top_nodes: HashMap<NodeId, ((String, String), bool)>,
 }
 
 impl<'a> Emitter<'a> {
@@ -114,6 +120,8 @@ impl<'a> Emitter<'a> {
             chunk: None,
             block_reductions: false,
             group_arrays: HashMap::new(),
+            top_arrays: HashMap::new(),
+            top_nodes: HashMap::new(),
         }
     }
 
@@ -446,6 +454,15 @@ impl<'a> Emitter<'a> {
                 };
                 let idx = self.index("kg", Code::of(format!("{k} {op} {}", groups.width()), [&ki]));
                 return self.eval(*a, &m, &idx);
+            }
+            Op::TopK { .. } => {
+                let Some(((values, columns), indices)) = self.top_nodes.get(&node).cloned() else {
+                    return Err(self.internal("a top k outside a CTA-per-row kernel's staging"));
+                };
+                match indices {
+                    true => Code::of(format!("(float){columns}[{k}]"), [&ki]).reading(&[&columns]),
+                    false => Code::of(format!("{values}[{k}]"), [&ki]).reading(&[&values]),
+                }
             }
             Op::GatherRows { table, index, rows } => {
                 let t = self.taken_index(*index, &m, rows, "mr")?;
