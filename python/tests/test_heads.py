@@ -112,23 +112,6 @@ def neox_reference(q_proj: Tensor, pos: Tensor) -> Tensor:
     return torch.cat((q_rot, q_pass), dim=-1).reshape(m, -1)
 
 
-@pytest.mark.parametrize("m", [1, 19])
-def test_partial_rotary_matches_gpt_neox(m: int) -> None:
-    gen = torch.Generator().manual_seed(100 + m)
-    q_proj = torch.randn((m, NEOX_HEADS * NEOX_HEAD), generator=gen, dtype=torch.float64)
-    pos = torch.randint(0, 2048, (m,), generator=gen, dtype=torch.int32)
-    ours = q_proj.float().requires_grad_()
-    q = codac.load(NEOX_SOURCE).block("neox_rope")(ours, pos)
-    theirs = q_proj.clone().requires_grad_()
-    q_ref = neox_reference(theirs, pos)
-    torch.testing.assert_close(q.double(), q_ref, rtol=1e-5, atol=1e-5)
-    dq = torch.randn(q_ref.shape, generator=gen, dtype=torch.float64)
-    q.backward(dq.float())
-    q_ref.backward(dq)
-    assert ours.grad is not None and theirs.grad is not None
-    torch.testing.assert_close(ours.grad.double(), theirs.grad, rtol=1e-5, atol=1e-5)
-
-
 NEOX_QKV_SOURCE = f"""
 dim M
 dim HD = {NEOX_HEAD}
@@ -176,16 +159,17 @@ grad neox_cat_grad = neox_cat wrt (q_proj)
 """
 
 
-def test_partial_rotary_written_as_gpt_neox_concatenates() -> None:
-    """The same rotary as `rotary_dim=`, written as GPT-NeoX's code does:
-    the rotated and the passed features of each head joined by `head_concat`
-    (its `torch.cat((query_rot, query_pass), dim=-1)`)."""
-    m = 13
-    gen = torch.Generator().manual_seed(21)
+@pytest.mark.parametrize("m", [1, 13])
+@pytest.mark.parametrize("source, block", [(NEOX_SOURCE, "neox_rope"), (NEOX_CAT_SOURCE, "neox_cat")])
+def test_partial_rotary_matches_gpt_neox(source: str, block: str, m: int) -> None:
+    """GPT-NeoX's partial rotary, written with `rotary_dim=` and as its code
+    writes it: the rotated and the passed features of each head joined by
+    `head_concat` (its `torch.cat((query_rot, query_pass), dim=-1)`)."""
+    gen = torch.Generator().manual_seed(100 + m)
     q_proj = torch.randn((m, NEOX_HEADS * NEOX_HEAD), generator=gen, dtype=torch.float64)
     pos = torch.randint(0, 2048, (m,), generator=gen, dtype=torch.int32)
     ours = q_proj.float().requires_grad_()
-    q = codac.load(NEOX_CAT_SOURCE).block("neox_cat")(ours, pos)
+    q = codac.load(source).block(block)(ours, pos)
     theirs = q_proj.clone().requires_grad_()
     q_ref = neox_reference(theirs, pos)
     torch.testing.assert_close(q.double(), q_ref, rtol=1e-5, atol=1e-5)
