@@ -8,12 +8,11 @@
 //! index the wrong elements, so it is refused here, with the location of
 //! the first value that has it (`E0601`).
 //!
-//! Types and operations they can take: no fp8 tensor crosses a kernel
-//! boundary and no GEMM reads fp8 operands, because there is no fp8
-//! mainloop or fp8 load and store yet, and no kernel adds rows by index
-//! (the gradient of an embedding lookup); such a block is refused at its
-//! first fp8 input, output or matmul or its scatter-add, and the
-//! interpreter still evaluates it.
+//! Types and operations they can take: no value is fp8, because there is
+//! no fp8 mainloop, conversion, load or store yet, and no kernel adds rows
+//! by index (the gradient of an embedding lookup); such a block is refused
+//! at its first fp8 input, output, matmul or cast or its scatter-add, and
+//! the interpreter still evaluates it.
 //!
 //! Parameters they can take: every tensor a kernel reads or writes is
 //! passed by value (24 bytes: a pointer, a leading dimension, rows and
@@ -37,7 +36,7 @@ pub fn check_dims(block: &Block, source: &SourceFile) -> Result<(), CodegenError
         let ty = block.ty(v);
         let mut dims: Vec<(&Dim, &str)> = vec![(&ty.shape.rows, "rows"), (&ty.shape.cols, "columns")];
         let mut constants: Vec<(i64, &str)> = Vec::new();
-        let rope = |spec: &RopeSpec| (spec.head_dim.max(spec.rotary_dim), "a rotary head dimension");
+        let rope = |spec: &RopeSpec| (spec.head_dim, "a rotary head dimension");
         match inst {
             Inst::DimValue(d) => dims.push((d, "a dimension's value")),
             Inst::SliceCols { start, len, step, .. } => {
@@ -80,9 +79,8 @@ pub fn check_dims(block: &Block, source: &SourceFile) -> Result<(), CodegenError
     Ok(())
 }
 
-/// Refuses a block with an fp8 input, output or matmul, or a scatter-add
-/// of rows (an embedding's gradient) ([the module docs](self)); fp8 casts
-/// inside a block are refused where they are written, by the emitter.
+/// Refuses a block with an fp8 input, output, matmul or cast, or a
+/// scatter-add of rows (an embedding's gradient) ([the module docs](self)).
 pub fn check_supported(block: &Block, source: &SourceFile) -> Result<(), CodegenError> {
     if let Some(output) = block.outputs.iter().find(|o| o.tensor.dtype.is_fp8()) {
         return Err(CodegenError::Unsupported {
@@ -98,6 +96,7 @@ pub fn check_supported(block: &Block, source: &SourceFile) -> Result<(), Codegen
             Inst::MatMul { operand_dtype, .. } if operand_dtype.is_fp8() => {
                 format!("a matmul of {operand_dtype} operands")
             }
+            Inst::Cast { to, .. } if to.is_fp8() => format!("a cast to {to}"),
             Inst::ScatterAddRows { .. } => {
                 return Err(CodegenError::Unsupported {
                     block: block.name.clone(),

@@ -166,7 +166,7 @@ impl Lowerer<'_> {
         let (mut parts, mut heads) = (Vec::new(), None);
         for arg in args {
             match (&arg.name, &arg.value) {
-                (None, ArgValue::Expr(e)) => parts.push((self.tensor_arg_expr(e, arg.span)?, arg.span)),
+                (None, ArgValue::Expr(e)) => parts.push((self.tensor_expr(e, arg.span)?, arg.span)),
                 (Some(n), ArgValue::Expr(e)) if n.name == "heads" => {
                     heads = self.dims.eval(e, self.diagnostics)?.as_const().filter(|h| *h > 0);
                 }
@@ -208,12 +208,5 @@ impl Lowerer<'_> {
             start += width;
         }
         joined
-    }
-
-    /// A float tensor argument given as an expression.
-    fn tensor_arg_expr(&mut self, e: &coda_syntax::ast::Expr, span: Span) -> Option<Value> {
-        let v = self.lower_expr(e)?;
-        self.numeric(v, span)?;
-        Some(v)
     }
 }

@@ -53,8 +53,13 @@ impl Lowerer<'_> {
 
     /// A tensor argument that must be a float.
     pub(crate) fn tensor_arg(&mut self, m: &Matched<'_>, slot: usize) -> Option<Value> {
-        let v = self.lower_expr(m.expr(slot)?)?;
-        self.numeric(v, m.spans[slot])?;
+        self.tensor_expr(m.expr(slot)?, m.spans[slot])
+    }
+
+    /// A float tensor given as an expression.
+    pub(crate) fn tensor_expr(&mut self, e: &coda_syntax::ast::Expr, span: Span) -> Option<Value> {
+        let v = self.lower_expr(e)?;
+        self.numeric(v, span)?;
         Some(v)
     }
 

@@ -55,12 +55,7 @@ impl Emitter<'_> {
             DType::I32 => format!("cg::to_i32({a})"),
             DType::Bool => format!("cg::to_bool({a})"),
             DType::E4M3 | DType::E5M2 => {
-                return Err(CodegenError::Unsupported {
-                    block: self.block.name.clone(),
-                    location: self.loc(value),
-                    what: format!("a cast to {to}"),
-                    reason: "fp8 kernels are not generated yet; the interpreter (`codac eval`, or a block on CPU tensors from Python) evaluates fp8 casts".into(),
-                })
+                return Err(self.internal(format!("a cast to {to} at {} reached the emitter", self.loc(value))))
             }
         })
     }
