@@ -18,10 +18,10 @@
 # (default 540); runs that would start later are reported as skipped.
 # CODAC_GPU_TEST_PARTS picks the parts run (default "cases forward grad":
 # the tests/cuda-cases files, the examples' forward blocks, the examples'
-# training steps): on a fresh machine with a cold kernel cache the whole
-# script takes about 10 minutes, more than one device call allows, so run
-# it as two calls, e.g. PARTS="cases forward" then PARTS="grad", each with
-# its own OUT.
+# training steps). Before the runs, every kernel they need is compiled into
+# the cache with `codac compile`, in parallel on all processors
+# (CODAC_GPU_TEST_JOBS, default nproc), so the runs, one at a time, find
+# their kernels compiled.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -58,8 +58,15 @@ failures=0
 PARTS=" ${CODAC_GPU_TEST_PARTS:-cases forward grad} "
 part() { [[ "$PARTS" == *" $1 "* ]]; }
 
-# run FILE M [timeout seconds [extra codac flags...]].
+# The runs, one per line: FILE M LIMIT [flags...].
+PLAN=()
+# run FILE M [timeout seconds [extra codac flags...]]: adds a run to the plan.
 run() {
+    PLAN+=("$*")
+}
+
+# run_now FILE M [timeout seconds [extra codac flags...]].
+run_now() {
     local file=$1 m=$2 limit=${3:-150}
     shift 3 2>/dev/null || shift $#
     local flags=("$@")
@@ -151,6 +158,29 @@ for f in qwen2 gemma2 mistral phi3 olmo2 qwen3 gptneox; do
     run examples/${f}_layer.coda 333 200 --grad
 done
 fi
+
+# Fill the kernel cache: `codac compile` chooses the tile configurations
+# `codac run` will at the same M (132 multiprocessors: an H100 SXM), so the
+# runs below find every kernel compiled.
+JOBS=${CODAC_GPU_TEST_JOBS:-$(nproc)}
+PRE=$(mktemp -d)
+for i in "${!PLAN[@]}"; do
+    set -- ${PLAN[$i]}
+    file=$1 m=$2
+    shift 2; [ $# -gt 0 ] && shift
+    printf '%q compile %q --dims M=%q --emit cubin --color never -o %q' "$BIN" "$file" "$m" "$PRE/$i"
+    [ $# -gt 0 ] && printf ' %q' "$@"
+    printf ' >>%q 2>&1\n' "$PRE/$i.log"
+done | xargs -P "$JOBS" -d '\n' -n 1 bash -c
+{
+    echo "===== precompile: ${#PLAN[@]} runs' kernels on $JOBS processors, $(( $(date +%s) - start )) s"
+    cat "$PRE"/*.log | grep -E '^(error|internal|warning)' | sort | uniq -c
+} | tee -a "$LOG"
+rm -rf "$PRE"
+
+for line in "${PLAN[@]}"; do
+    run_now $line
+done
 
 {
     printf 'example\tM\toutput / kernel\tmax rel\trel-L2\ttime (us)\tstatus\n'

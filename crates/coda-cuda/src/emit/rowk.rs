@@ -14,6 +14,7 @@
 use super::code::Code;
 use super::expr::chunk_width;
 use super::expr::Emitter;
+use super::ops::perm_args;
 use crate::error::CodegenError;
 use crate::kir::{BufId, GridSpec, Op, Space, Store};
 use coda_ir::{Dim, ReduceOp};
@@ -91,7 +92,7 @@ pub(crate) fn emit_row_columns(em: &mut Emitter<'_>, entry: &str) -> Result<Stri
         let we = em.dim_int(&w);
         em.open(format!("if (k < {we})"));
         for s in same_width {
-            let v = em.eval(s.node, "0", "k")?;
+            let v = stored_value(em, s, "0", "k")?;
             let store = store_call(em, s, "0", "k", &v);
             em.stmt(store, em.kernel.nodes[s.node].value);
         }
@@ -212,7 +213,7 @@ fn row_body(
             } else {
                 em.open_column_loop(format!("for (int k = {start}cg::lane<{tpr}>(); k < {end}; k += {tpr})"));
                 for s in &same_width {
-                    let v = em.eval(s.node, "m", "k")?;
+                    let v = stored_value(em, s, "m", "k")?;
                     let store = store_call(em, s, store_row(em, s), "k", &v);
                     em.stmt(store, em.kernel.nodes[s.node].value);
                 }
@@ -312,7 +313,7 @@ fn chunked_store_loop(
     let arrays: Vec<String> = stores.iter().map(|s| em.local_for(em.kernel.nodes[s.node].value) + "_o").collect();
     let chunks = em.open_chunks("k", bounds, (THREADS, width), &arrays);
     for (s, array) in stores.iter().zip(&arrays) {
-        let v = em.eval(s.node, "m", "k")?;
+        let v = stored_value(em, s, "m", "k")?;
         let elem = &chunks.elem;
         em.stmt(
             Code::of(format!("{array}[{elem}] = {v};"), [&v]).reading(&[array, elem]),
@@ -484,7 +485,7 @@ pub(crate) fn emit_col(em: &mut Emitter<'_>, entry: &str) -> Result<String, Code
     for s in em.kernel.stores.clone() {
         let node = &em.kernel.nodes[s.node];
         let (value, k) = (node.value, if node.space == Space::Scalar { "0" } else { "c" });
-        let v = em.eval(s.node, "0", "c")?;
+        let v = stored_value(em, &s, "0", "c")?;
         let store = store_call(em, &s, "0", k, &v);
         em.stmt(Code::of(format!("if (threadIdx.x == 0) {store}"), [&store]), value);
     }
@@ -499,6 +500,17 @@ pub(crate) fn emit_col(em: &mut Emitter<'_>, entry: &str) -> Result<String, Code
 /// Whether a store writes one value per row (or a scalar).
 fn is_narrow(em: &Emitter<'_>, s: &Store) -> bool {
     matches!(em.kernel.nodes[s.node].space, Space::Scalar | Space::Row)
+}
+
+/// The value store `s` writes at column `k`. A store that puts a pair
+/// layout back in column order (`Store::col_perm`) reads column `k` of
+/// the result from its pair position, so the store itself stays in column
+/// order and can be chunked.
+fn stored_value(em: &mut Emitter<'_>, s: &Store, m: &str, k: &str) -> Result<Code, CodegenError> {
+    let Some(perm) = s.col_perm else { return em.eval(s.node, m, k) };
+    let at = Code::of(format!("cg::pair_position({k}, {})", perm_args(&perm)), [&Code::index(k)]);
+    let at = em.index("kq", at);
+    em.eval(s.node, m, &at)
 }
 
 fn store_call(em: &mut Emitter<'_>, s: &Store, m: &str, k: &str, v: &Code) -> Code {
