@@ -272,10 +272,10 @@ def make_tensor(kind, shape, gen, hd, dev):
     return (cos if kind == "cos" else sin).to(torch.bfloat16)
 
 
-def rope_tables(pos, hd, dtype):
+def rope_tables(pos, hd, dtype, base=ROPE_BASE):
     """Hugging Face's cos and sin tables [len(pos), hd] of the positions
     `pos`, computed in `dtype`: what the .coda's rope(pos, ...) computes."""
-    inv = ROPE_BASE ** (-torch.arange(0, hd, 2, device=pos.device, dtype=dtype) / hd)
+    inv = base ** (-torch.arange(0, hd, 2, device=pos.device, dtype=dtype) / hd)
     ang = pos.to(dtype)[:, None] * inv[None, :]
     ang = torch.cat((ang, ang), dim=-1)
     return ang.cos(), ang.sin()

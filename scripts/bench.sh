@@ -12,6 +12,10 @@
 #      unless BENCH_NO_GRAD=1);
 #   2. bench/compare.py: the same shapes and steps as cuBLAS GEMMs, eager
 #      PyTorch and torch.compile, with the ratios to codac from step 1.
+# With BENCH_SET=layers instead: codac bench, forward and --grad, of the
+# Qwen3 and Gemma-2 layers (examples/qwen3_layer.coda, gemma2_layer.coda),
+# then bench/compare_layers.py beside them (codac-<layer>[-grad].json,
+# layers.json, layers.txt).
 #
 # Writes under $OUT (default /tmp/codac-bench): codac-8b.json,
 # codac-1b.json, codac-8b-grad.json, codac-1b-grad.json (the `codac bench
@@ -76,6 +80,26 @@ codac_bench() {
         tail -5 "$OUT/codac-$name.txt" | tee -a "$LOG"
     fi
 }
+if [ "${BENCH_SET:-llama}" = layers ]; then
+    layers_args=(--m "$M" --iters "$ITERS" --json "$OUT/layers.json")
+    for layer in qwen3 gemma2; do
+        codac_bench "$layer" "examples/${layer}_layer.coda"
+        codac_bench "$layer-grad" "examples/${layer}_layer.coda" --grad
+    done
+    for name in "${made[@]}"; do
+        layers_args+=(--codac "$OUT/codac-$name.json")
+    done
+    echo "== python3 bench/compare_layers.py ${layers_args[*]}" | tee -a "$LOG"
+    if ! PYTHONUNBUFFERED=1 timeout "${BENCH_COMPARE_TIMEOUT:-480}" python3 bench/compare_layers.py "${layers_args[@]}" \
+        >"$OUT/layers.txt" 2>&1; then
+        failures=$((failures + 1))
+        tail -15 "$OUT/layers.txt" | tee -a "$LOG"
+    fi
+    grep -A12 '^times in ms' "$OUT/layers.txt" | tee -a "$LOG"
+    echo "$failures failure(s); files in $OUT"
+    [ "$failures" -eq 0 ]
+    exit
+fi
 cases=()
 if [ "${BENCH_NO_FORWARD:-0}" != 1 ]; then
     codac_bench 8b examples/llama3_block.coda
