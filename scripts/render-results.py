@@ -104,10 +104,31 @@ def render_steps(data):
     return lines
 
 
+def render_layers(data):
+    """compare_layers.py's JSON (`layers.json` of one `BENCH_SET=layers
+    scripts/bench.sh` run) with the run it came from."""
+    lines = [
+        run_line(data["run"]),
+        "",
+        "| layer | pass | codac (ms) | its bare GEMMs (ms) | codac / bare | torch.compile (ms) | eager (ms) "
+        "| cuBLAS's GEMMs (ms) | torch.compile / codac |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in data["rows"]:
+        c = r.get("codac") or {}
+        lines.append(
+            f"| {r['layer']} | {r['pass']} | {ms(c.get('ms'))} | {ms(c.get('bare_ms'))} "
+            f"| {ratio(div(c.get('ms'), c.get('bare_ms')))} | {ms(r.get('compile_ms'))} | {ms(r.get('eager_ms'))} "
+            f"| {ms(r.get('cublas_ms'))} | {ratio(div(r.get('compile_ms'), c.get('ms')))} |"
+        )
+    return lines
+
+
 # NAME -> (page, results file, renderer)
 TABLES = {
     "bench": ("docs/benchmarks.md", "docs/results/bench.json", render_bench),
     "bench-step": ("docs/benchmarks.md", "docs/results/bench-step.json", render_steps),
+    "bench-layers": ("docs/benchmarks.md", "docs/results/bench-layers.json", render_layers),
     "gpu-test": ("docs/gpu-results.md", "docs/results/gpu-test.json", render_gpu_test),
 }
 
