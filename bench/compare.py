@@ -400,13 +400,19 @@ def codac_for(case, p, m, kernels, blocks, steps):
     return kernels.get(key)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_run_arguments(ap):
+    """The options every comparison script takes: tokens, timing and seed,
+    and codac's JSON documents."""
     ap.add_argument("--m", type=int, default=8192)
     ap.add_argument("--iters", type=int, default=200)
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--codac", action="append", help="JSON of codac bench, with or without --grad (repeatable)")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_run_arguments(ap)
     ap.add_argument("--cases", default=DEFAULT_CASES)
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile (and the step's gradient check)")
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
@@ -481,9 +487,25 @@ def main():
         sys.exit(f"error: {failures} case(s) not timed: their eager and compiled gradients differ")
 
 
+def fmt(v):
+    """A time in ms for the tables, or "-"."""
+    return "-" if v is None else f"{v:.3f}"
+
+
+def ratio(a, b):
+    """a / b for the tables, or "-"."""
+    return "-" if a is None or not b else f"{a / b:.2f}"
+
+
+def print_aligned(title, table):
+    """`title`, then the rows of `table` (lists of strings) in aligned columns."""
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    print(title)
+    for row in table:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+
+
 def print_table(rows):
-    fmt = lambda v: "-" if v is None else f"{v:.3f}"
-    ratio = lambda a, b: "-" if a is None or not b else f"{a / b:.2f}"
     header = ["case", "cuBLAS", "eager", "compile", "codac", "cuBLAS/codac", "eager/codac", "compile/codac",
               "codac/bare", "ref cuBLAS/eager/compile"]
     table = [header]
@@ -496,15 +518,12 @@ def print_table(rows):
             ratio(r.get("cublas_ms"), c), ratio(r.get("eager_ms"), c), ratio(r.get("compile_ms"), c),
             "-" if over_bare is None else f"{over_bare:.2f}", "/".join(fmt(v) for v in ref),
         ])
-    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
-    print(f"\ntimes in ms at M={rows[0]['m'] if rows else '?'} (median; ratios above 1: codac faster)")
-    for row in table:
-        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+    print_aligned(f"\ntimes in ms at M={rows[0]['m'] if rows else '?'} (median; ratios above 1: codac faster)", table)
     for r in rows:
-        print_step_notes(r, fmt)
+        print_step_notes(r)
 
 
-def print_step_notes(r, fmt):
+def print_step_notes(r):
     """Below the table: what a step row's cuBLAS and codac figures are, and
     how closely the eager and compiled gradients agreed."""
     if not r["case"].startswith("step"):

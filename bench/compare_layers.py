@@ -226,12 +226,8 @@ def codac_figures(paths):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--m", type=int, default=8192)
-    ap.add_argument("--iters", type=int, default=200)
-    ap.add_argument("--warmup", type=int, default=10)
-    ap.add_argument("--seed", type=int, default=0)
+    compare.add_run_arguments(ap)
     ap.add_argument("--layers", default="qwen3,gemma2")
-    ap.add_argument("--codac", action="append", help="JSON of codac bench, with or without --grad (repeatable)")
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
@@ -284,18 +280,15 @@ def main():
 
 
 def print_table(rows):
-    fmt = lambda v: "-" if v is None else f"{v:.3f}"
-    ratio = lambda a, b: "-" if a is None or not b else f"{a / b:.2f}"
+    fmt, ratio = compare.fmt, compare.ratio
     table = [["layer", "pass", "cuBLAS", "eager", "compile", "codac", "compile/codac", "codac/bare"]]
     for r in rows:
         c = r["codac"] or {}
         table.append([r["layer"], r["pass"], fmt(r.get("cublas_ms")), fmt(r.get("eager_ms")),
                       fmt(r.get("compile_ms")), fmt(c.get("ms")), ratio(r.get("compile_ms"), c.get("ms")),
                       ratio(c.get("ms"), c.get("bare_ms"))])
-    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
-    print(f"\ntimes in ms at M={rows[0]['m'] if rows else '?'} (median; compile/codac above 1: codac faster)")
-    for row in table:
-        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+    m = rows[0]["m"] if rows else "?"
+    compare.print_aligned(f"\ntimes in ms at M={m} (median; compile/codac above 1: codac faster)", table)
     for r in rows:
         if "gradient_difference" in r:
             n, worst = max(r["gradient_difference"].items(), key=lambda kv: kv[1])
