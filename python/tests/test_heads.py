@@ -178,3 +178,55 @@ def test_partial_rotary_matches_gpt_neox(source: str, block: str, m: int) -> Non
     q_ref.backward(dq)
     assert ours.grad is not None and theirs.grad is not None
     torch.testing.assert_close(ours.grad.double(), theirs.grad, rtol=1e-5, atol=1e-5)
+
+
+GLM_HEAD = 16
+GLM_HEADS = 3
+GLM_BASE = 10_000.0
+
+GLM_SOURCE = f"""
+dim M
+dim HD = {GLM_HEAD}
+dim H = {GLM_HEADS}
+block glm_rope(q_proj: f32[M, H * HD], pos: i32[M], block_pos: i32[M]) -> (q: f32[M, H * HD]) {{
+    let a = rope(head_slice(q_proj, cols=0:HD / 2, head_dim=HD), pos, head_dim=HD / 2, base={GLM_BASE})
+    let b = rope(head_slice(q_proj, cols=HD / 2:HD, head_dim=HD), block_pos, head_dim=HD / 2, base={GLM_BASE})
+    q = head_concat(a, b, heads=H)
+}}
+grad glm_rope_grad = glm_rope wrt (q_proj)
+"""
+
+
+def glm_reference(q_proj: Tensor, pos: Tensor, block_pos: Tensor) -> Tensor:
+    """ChatGLM-6B's 2-D rotary (modeling_chatglm.py): each head splits in
+    halves (`chunk(2, dim=-1)`), the first turns with the token's position,
+    the second with its block position, both with the frequencies of a head
+    of half the width, and `torch.concat` joins them."""
+    m, half = q_proj.shape[0], GLM_HEAD // 2
+    q1, q2 = q_proj.view(m, GLM_HEADS, GLM_HEAD).chunk(2, dim=-1)
+    inv_freq = 1.0 / (GLM_BASE ** (torch.arange(0, half, 2, dtype=torch.float64) / half))
+
+    def turn(x: Tensor, p: Tensor) -> Tensor:
+        angles = p.to(torch.float64)[:, None] * inv_freq[None, :]
+        emb = torch.cat((angles, angles), dim=-1)[:, None, :]
+        return x * emb.cos() + rotate_half(x) * emb.sin()
+
+    return torch.concat([turn(q1, pos), turn(q2, block_pos)], dim=-1).reshape(m, -1)
+
+
+@pytest.mark.parametrize("m", [1, 9])
+def test_two_dimensional_rotary_matches_chatglm(m: int) -> None:
+    gen = torch.Generator().manual_seed(200 + m)
+    q_proj = torch.randn((m, GLM_HEADS * GLM_HEAD), generator=gen, dtype=torch.float64)
+    pos = torch.randint(0, 2048, (m,), generator=gen, dtype=torch.int32)
+    block_pos = torch.randint(0, 64, (m,), generator=gen, dtype=torch.int32)
+    ours = q_proj.float().requires_grad_()
+    q = codac.load(GLM_SOURCE).block("glm_rope")(ours, pos, block_pos)
+    theirs = q_proj.clone().requires_grad_()
+    q_ref = glm_reference(theirs, pos, block_pos)
+    torch.testing.assert_close(q.double(), q_ref, rtol=1e-5, atol=1e-5)
+    dq = torch.randn(q_ref.shape, generator=gen, dtype=torch.float64)
+    q.backward(dq.float())
+    q_ref.backward(dq)
+    assert ours.grad is not None and theirs.grad is not None
+    torch.testing.assert_close(ours.grad.double(), theirs.grad, rtol=1e-5, atol=1e-5)
