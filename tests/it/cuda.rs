@@ -259,20 +259,20 @@ fn tolerance(block: &coda::ir::Block, output: &coda::ir::Output) -> f64 {
 
 /// Emulates the kernels of a block on the CPU and compares with the interpreter.
 pub(crate) fn emulate_block(name: &str, block: &coda::ir::Block, source: &coda::SourceFile, m: i64) {
-    emulate_block_with(name, block, source, m, None);
+    emulate_block_with(name, block, source, m, &coda::cuda::CodegenOptions::default());
 }
 
-/// [`emulate_block`] with every GEMM that can take it on `tile_config`
-/// (`CodegenOptions::tile_config`): partial buffers follow its epilogue tile.
+/// [`emulate_block`] of the kernels `options` give: every GEMM that can
+/// take it on `tile_config` (partial buffers follow its epilogue tile),
+/// GEMMs run unfused, and so on.
 pub(crate) fn emulate_block_with(
     name: &str,
     block: &coda::ir::Block,
     source: &coda::SourceFile,
     m: i64,
-    tile_config: Option<coda::cuda::config::TileConfig>,
+    options: &coda::cuda::CodegenOptions,
 ) {
-    let options = coda::cuda::CodegenOptions { tile_config, ..Default::default() };
-    let compiled = coda::cuda::compile_block(block, source, &options).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let compiled = coda::cuda::compile_block(block, source, options).unwrap_or_else(|e| panic!("{name}: {e}"));
     let dims = small_dims(block, m);
     let inputs = coda::random_inputs(block, &dims, 3).unwrap_or_else(|e| panic!("{name}: {e}"));
     let want = coda::eval(block, &dims, &inputs, &coda::EvalOptions { round_to_storage: true })

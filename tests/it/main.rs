@@ -16,3 +16,4 @@ mod robustness;
 mod saving;
 mod tidy;
 mod tiles;
+mod unfused;

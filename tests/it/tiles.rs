@@ -91,7 +91,8 @@ fn emulate_cases(configs: &[TileConfig], sizes: &[i64]) {
                 .block;
             for config in configs {
                 for m in sizes {
-                    emulate_block_with(&name, &block, &checked.source, *m, Some(*config));
+                    let options = coda::cuda::CodegenOptions { tile_config: Some(*config), ..Default::default() };
+                    emulate_block_with(&name, &block, &checked.source, *m, &options);
                 }
             }
         }

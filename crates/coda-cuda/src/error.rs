@@ -25,6 +25,15 @@ pub enum CodegenError {
         /// The located diagnostic, to render with the source.
         diagnostic: Box<coda_diagnostics::Diagnostic>,
     },
+    /// `CodegenOptions::unfused` names a kernel that is no GEMM of the
+    /// compiled blocks.
+    #[error("no GEMM kernel named `{name}` to run unfused; the GEMMs are: {known}")]
+    UnknownGemm {
+        /// The name asked for.
+        name: String,
+        /// The GEMM kernels' names, comma-separated.
+        known: String,
+    },
     /// A bug in the code generator (an invariant did not hold).
     #[error("internal code generator error in block `{block}`: {message}")]
     Internal {

@@ -34,8 +34,8 @@ pub use kernel_form::kernel_form_errors;
 pub use manifest::{BlockManifest, Manifest};
 
 use coda_diagnostics::SourceFile;
-use coda_ir::{Block, Module};
-use std::collections::BTreeMap;
+use coda_ir::{Block, Module, Value};
+use std::collections::{BTreeMap, BTreeSet};
 
 pub use coda_manifest::KernelSource;
 
@@ -66,6 +66,12 @@ pub struct CodegenOptions {
     /// fix gets the configuration of the tile-count model
     /// ([`config::for_shape`]) instead of the rules' shape-blind one.
     pub launch: Option<config::LaunchHint>,
+    /// GEMM kernels, by the names the default partition gives them, that
+    /// run unfused: the GEMM stores its accumulator and what its epilogue
+    /// would compute goes to the kernels after it (`--unfuse`), the form
+    /// a fused site is measured against. A name no block has is an error
+    /// of [`compile_module`].
+    pub unfused: BTreeSet<String>,
 }
 
 impl Default for CodegenOptions {
@@ -76,6 +82,7 @@ impl Default for CodegenOptions {
             tiles: BTreeMap::new(),
             tile_config: None,
             launch: None,
+            unfused: BTreeSet::new(),
         }
     }
 }
@@ -89,6 +96,9 @@ pub struct CompiledBlock {
     pub manifest: BlockManifest,
     /// The kernel IR the sources were emitted from.
     pub ir: kir::BlockIr,
+    /// The names in [`CodegenOptions::unfused`] that are GEMMs of this
+    /// block (by their names in the default partition).
+    pub unfused: BTreeSet<String>,
 }
 
 /// Partitions and emits one verified block, stage by stage: the limits on
@@ -106,16 +116,49 @@ pub fn compile_block(
     if let Some(bug) = kernel_form::unreachable_error(block, source) {
         return Err(bug);
     }
-    let plan = plan::partition(block);
+    let (unfused_matmuls, unfused) = unfused_gemms(block, options)?;
+    let ir = kernel_ir(block, options, &unfused_matmuls)?;
+    let (kernels, manifest) = emit::emit_block(&ir, block, source)?;
+    limits::check_params(block, &ir, &manifest, source)?;
+    Ok(CompiledBlock { kernels, manifest, ir, unfused })
+}
+
+/// The named kernels of `block`, the GEMMs of `unfused` with bare
+/// epilogues: the partition, every GEMM's tile configuration, the kernel
+/// IR, row kernels fused into the GEMMs after them, kernel names.
+fn kernel_ir(block: &Block, options: &CodegenOptions, unfused: &BTreeSet<Value>) -> Result<kir::BlockIr, CodegenError> {
+    let plan = plan::partition(block, unfused);
     let tiles = tiles::choose(block, &plan, options);
     let mut ir = kir::build::build(block, &plan, &tiles)?;
     if options.row_preludes {
         kir::prelude::fuse_row_preludes(&mut ir, &crate::traffic::default_dims(block));
     }
     ir.name_kernels(block);
-    let (kernels, manifest) = emit::emit_block(&ir, block, source)?;
-    limits::check_params(block, &ir, &manifest, source)?;
-    Ok(CompiledBlock { kernels, manifest, ir })
+    Ok(ir)
+}
+
+/// The matmuls of the GEMMs that [`CodegenOptions::unfused`] names in
+/// `block`'s default partition, and those names.
+fn unfused_gemms(block: &Block, options: &CodegenOptions) -> Result<(BTreeSet<Value>, BTreeSet<String>), CodegenError> {
+    if options.unfused.is_empty() || block.kind == coda_ir::BlockKind::Kernel {
+        return Ok(Default::default());
+    }
+    let fused = kernel_ir(block, options, &BTreeSet::new())?;
+    let mut matmuls = BTreeSet::new();
+    let mut names = BTreeSet::new();
+    for k in &fused.kernels {
+        if let (kir::KernelKind::Gemm(g), true) = (&k.kind, options.unfused.contains(&k.name)) {
+            matmuls.insert(g.matmul);
+            names.insert(k.name.clone());
+        }
+    }
+    Ok((matmuls, names))
+}
+
+/// The GEMM kernels of `block`'s default partition, by name.
+fn gemm_names(block: &Block, options: &CodegenOptions) -> Result<Vec<String>, CodegenError> {
+    let ir = kernel_ir(block, options, &BTreeSet::new())?;
+    Ok(ir.kernels.iter().filter(|k| matches!(k.kind, kir::KernelKind::Gemm(_))).map(|k| k.name.clone()).collect())
 }
 
 /// Compiles every block of a module.
@@ -126,10 +169,19 @@ pub fn compile_module(
 ) -> Result<(Vec<KernelSource>, Manifest), CodegenError> {
     let mut kernels = Vec::new();
     let mut blocks = Vec::new();
+    let mut unfused = BTreeSet::new();
     for block in &module.blocks {
         let compiled = compile_block(block, source, options)?;
         kernels.extend(compiled.kernels);
         blocks.push(compiled.manifest);
+        unfused.extend(compiled.unfused);
+    }
+    if let Some(name) = options.unfused.difference(&unfused).next() {
+        let mut known = Vec::new();
+        for block in module.blocks.iter().filter(|b| b.kind != coda_ir::BlockKind::Kernel) {
+            known.extend(gemm_names(block, options)?);
+        }
+        return Err(CodegenError::UnknownGemm { name: name.clone(), known: known.join(", ") });
     }
     let manifest = Manifest { schema: 3, source: source.name.clone(), arch: options.arch.clone(), blocks };
     Ok((kernels, manifest))

@@ -64,7 +64,7 @@ pub(crate) struct FileArg {
 
 /// How block norms and row kernels meet the GEMMs (shared by `compile`,
 /// `explain`, `run` and `bench`).
-#[derive(Debug, Clone, Copy, Args)]
+#[derive(Debug, Clone, Args)]
 pub(crate) struct KernelFlags {
     /// Keep a row kernel separate from the Hopper GEMM after it, instead of having the GEMM compute its rows on demand (docs/codegen.md, "Row preludes").
     #[arg(long)]
@@ -75,6 +75,9 @@ pub(crate) struct KernelFlags {
     /// Give every Hopper GEMM that can take it this tile configuration instead of the rules' (or the autotuner's) choice, e.g. `Sm90Cfg128x128pp` (ping-pong: one tile's epilogue overlaps the other's K loop); the names are in docs/cli.md.
     #[arg(long, value_name = "CONFIG", value_parser = parse_tile_config)]
     pub(crate) tile_config: Option<coda::cuda::config::TileConfig>,
+    /// Run this GEMM kernel unfused (repeatable; its name as `codac explain` lists it): the GEMM stores its accumulator and what its epilogue would compute goes to the kernels after it, the form a fused site is measured against.
+    #[arg(long, value_name = "GEMM")]
+    pub(crate) unfuse: Vec<String>,
 }
 
 /// A Hopper tile configuration by its C++ name.
@@ -114,6 +117,7 @@ impl KernelFlags {
             tiles: Default::default(),
             tile_config: self.tile_config,
             launch,
+            unfused: self.unfuse.iter().cloned().collect(),
         }
     }
 

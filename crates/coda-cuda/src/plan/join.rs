@@ -72,7 +72,10 @@ impl Planner<'_> {
             return None;
         }
         let first = self.avail(v);
-        let output_tile = |k: usize| matches!(&self.plan.kernels[k], KernelPlan::Gemm { matmul, .. } if self.block.ty(*matmul).shape == shape);
+        let output_tile = |k: usize| {
+            matches!(&self.plan.kernels[k], KernelPlan::Gemm { matmul, .. } if self.block.ty(*matmul).shape == shape)
+                && !self.is_unfused(k)
+        };
         let candidates: Vec<usize> = (first..self.plan.kernels.len()).filter(|k| output_tile(*k)).collect();
         self.join_choices |= !candidates.is_empty();
         let foresight = self.foresight.as_ref()?;

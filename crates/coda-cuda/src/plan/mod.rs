@@ -43,7 +43,7 @@ mod rules;
 
 use crate::kir::{ColMap, PartialKind};
 use coda_ir::{Block, DType, Dim, Inst, Value};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Where a value is computed.
 #[derive(Debug, Clone, PartialEq)]
@@ -164,18 +164,22 @@ pub(crate) struct Plan {
 /// earlier GEMM's epilogue could store ([`join`]). So when the walk met
 /// such a choice, it runs again, knowing what each kernel loaded the first
 /// time.
-pub(crate) fn partition(block: &Block) -> Plan {
-    let first = walk(block, None);
+///
+/// The GEMMs of the matmuls in `unfused` keep their epilogues bare: they
+/// store the accumulator, and what their epilogues would compute goes to
+/// the kernels after them (the unfused form a fused site must beat).
+pub(crate) fn partition(block: &Block, unfused: &BTreeSet<Value>) -> Plan {
+    let first = walk(block, unfused, None);
     if !first.join_choices {
         return first.plan;
     }
     let foresight = first.foresight();
-    walk(block, Some(foresight)).plan
+    walk(block, unfused, Some(foresight)).plan
 }
 
 /// One walk of the partitioner; inline values join GEMM epilogues only
 /// with the [`join::Foresight`] of an earlier walk.
-fn walk(block: &Block, foresight: Option<join::Foresight>) -> rules::Planner<'_> {
+fn walk<'a>(block: &'a Block, unfused: &BTreeSet<Value>, foresight: Option<join::Foresight>) -> rules::Planner<'a> {
     let canon = cse::number_values(block);
     let live = cse::live_values(block, &canon);
     let n = block.insts.len();
@@ -198,6 +202,7 @@ fn walk(block: &Block, foresight: Option<join::Foresight>) -> rules::Planner<'_>
         reads: Vec::new(),
         foresight,
         join_choices: false,
+        unfused: unfused.clone(),
     };
     for (value, inst) in block.insts.iter() {
         if planner.plan.canon[value.index()] != value || !live[value.index()] {

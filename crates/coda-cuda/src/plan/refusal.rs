@@ -44,6 +44,8 @@ pub(crate) enum Refusal {
     Dim(String),
     /// Any other operation: it needs values other threads hold.
     OtherThreads,
+    /// The GEMM was asked to run unfused (`CodegenOptions::unfused`).
+    Unfused,
 }
 
 impl fmt::Display for Refusal {
@@ -91,6 +93,7 @@ impl fmt::Display for Refusal {
             }
             Refusal::Dim(message) => write!(f, "{message}"),
             Refusal::OtherThreads => write!(f, "this operation needs values of other threads"),
+            Refusal::Unfused => write!(f, "its GEMM runs unfused, as asked (`--unfuse`)"),
         }
     }
 }

@@ -30,6 +30,8 @@ pub(super) struct Planner<'a> {
     /// Whether [`Planner::join_epilogue`] met a GEMM whose output tile is
     /// the shape of the value it placed.
     pub(super) join_choices: bool,
+    /// Matmuls whose GEMMs keep a bare epilogue ([`super::partition`]).
+    pub(super) unfused: BTreeSet<Value>,
 }
 
 impl Planner<'_> {
@@ -61,6 +63,11 @@ impl Planner<'_> {
             Home::Inline => self.row_partial_dep[self.c(v).index()],
             _ => false,
         }
+    }
+
+    /// Whether kernel `k` is the GEMM of a matmul asked to run unfused.
+    pub(super) fn is_unfused(&self, k: usize) -> bool {
+        matches!(&self.plan.kernels[k], KernelPlan::Gemm { matmul, .. } if self.unfused.contains(matmul))
     }
 
     pub(super) fn push_kernel(&mut self, kernel: KernelPlan) -> usize {
@@ -170,8 +177,9 @@ impl Planner<'_> {
 
     /// Reductions and picks of epilogue values become partials.
     fn try_partial(&mut self, inst: &Inst) -> Option<Home> {
+        let unfused = |p: &Self, o: &Value| matches!(*p.home(*o), Home::Acc(k) if p.is_unfused(k));
         match inst {
-            _ if inst.operands().iter().any(|o| self.is_stored_concat(*o)) => None,
+            _ if inst.operands().iter().any(|o| self.is_stored_concat(*o) || unfused(self, o)) => None,
             Inst::Reduce { op, axis: Axis::Cols, arg } => {
                 let Home::Acc(k) = *self.home(*arg) else { return None };
                 let (kind, reduced) = match op {
@@ -230,6 +238,9 @@ impl Planner<'_> {
             })
             .max()
             .ok_or(Refusal::NoAccumulator)?;
+        if self.is_unfused(k) {
+            return Err(Refusal::Unfused);
+        }
         for o in &ops {
             let ok = match self.home(*o) {
                 Home::Acc(x) => *x <= k,

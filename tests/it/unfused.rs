@@ -1,0 +1,95 @@
+//! GEMMs run unfused (`CodegenOptions::unfused`, `--unfuse`): each GEMM
+//! of a block in turn keeps a bare epilogue, and the block's kernels still
+//! compute what the interpreter computes (on the CPU emulator); the GEMM
+//! stores only its accumulator; a name that is no GEMM is an error that
+//! lists the GEMMs.
+
+use crate::cuda::{display_name, emulate_block_with, expects_error, inputs};
+use crate::grad::small_example;
+use coda::cuda::kir::{Kernel, KernelKind};
+use coda::cuda::CodegenOptions;
+use coda::ir::{Block, BlockKind};
+use std::collections::BTreeSet;
+
+/// Whether `k` is a GEMM whose epilogue only stores the accumulator.
+fn is_bare_gemm(k: &Kernel) -> bool {
+    matches!(k.kind, KernelKind::Gemm(_)) && k.partials.is_empty() && k.nodes.iter().filter(|n| n.reg.is_some()).count() == 1
+}
+
+/// The matmul a GEMM kernel computes.
+fn matmul(k: &Kernel) -> Option<coda::ir::Value> {
+    match &k.kind {
+        KernelKind::Gemm(g) => Some(g.matmul),
+        _ => None,
+    }
+}
+
+/// Each GEMM of `block` unfused in turn: the block against the interpreter
+/// at `m` tokens, and that GEMM's epilogue bare (the same kernels as by
+/// default, where it was bare already).
+fn each_gemm_unfused(name: &str, block: &Block, source: &coda::SourceFile, m: i64) {
+    let fused = coda::cuda::compile_block(block, source, &CodegenOptions::default())
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    for gemm in fused.ir.kernels.iter().filter(|k| matches!(k.kind, KernelKind::Gemm(_))) {
+        let options = CodegenOptions { unfused: BTreeSet::from([gemm.name.clone()]), ..Default::default() };
+        let what = format!("{name}: block {} with {} unfused", block.name, gemm.name);
+        let compiled = coda::cuda::compile_block(block, source, &options).unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(compiled.unfused, options.unfused, "{what}");
+        if is_bare_gemm(gemm) {
+            assert_eq!(compiled.kernels, fused.kernels, "{what}: a bare GEMM's partition changed");
+        }
+        let unfused = compiled.ir.kernels.iter().find(|k| matmul(k) == matmul(gemm));
+        assert!(unfused.is_some_and(is_bare_gemm), "{what}: the GEMM's epilogue is not bare");
+        emulate_block_with(&what, block, source, m, &options);
+    }
+}
+
+#[test]
+fn every_gemm_of_the_cases_runs_unfused_like_the_interpreter() {
+    for path in inputs().into_iter().filter(|p| !display_name(p).starts_with("examples/")) {
+        let name = display_name(&path);
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        if expects_error(&path, &text) {
+            continue;
+        }
+        let checked = coda::check(&name, &text).unwrap_or_else(|e| panic!("{name}: {e}"));
+        for block in checked.module.blocks.iter().filter(|b| b.kind == BlockKind::Block) {
+            let block = coda::opt::reparameterize(block, &coda::opt::Options::default())
+                .unwrap_or_else(|e| panic!("{name}: {e}"))
+                .block;
+            each_gemm_unfused(&name, &block, &checked.source, 37);
+        }
+    }
+}
+
+/// Gemma-2's and Qwen3's training steps, whose gated products on separate
+/// gate and up weights are the epilogues that cost most on the H100.
+#[test]
+fn every_gemm_of_a_training_step_runs_unfused_like_the_interpreter() {
+    for file in ["gemma2_layer.coda", "qwen3_layer.coda"] {
+        let path = crate::cuda::workspace().join("examples").join(file);
+        let view = coda::grad_view(&small_example(&path)).unwrap_or_else(|e| panic!("{file}: {e}"));
+        for block in &view.module.blocks {
+            let block = match block.kind {
+                BlockKind::Block => {
+                    coda::opt::reparameterize(block, &coda::opt::Options::default())
+                        .unwrap_or_else(|e| panic!("{file}: {e}"))
+                        .block
+                }
+                _ => block.clone(),
+            };
+            each_gemm_unfused(file, &block, &view.source, 3);
+        }
+    }
+}
+
+#[test]
+fn a_name_that_is_no_gemm_is_an_error_listing_the_gemms() {
+    let path = crate::cuda::workspace().join("examples/gemma2_layer.coda");
+    let checked = small_example(&path);
+    let mut options = coda::CompileOptions::default();
+    options.codegen.unfused.insert("gemm_nope".into());
+    let err = coda::compile(&checked, &options).err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(err.contains("no GEMM kernel named `gemm_nope`"), "{err}");
+    assert!(err.contains("gemm_gate, gemm_up"), "{err}");
+}
