@@ -6,6 +6,8 @@ gradients of every float input, on CPU tensors (codac's interpreter)."""
 
 from __future__ import annotations
 
+from typing import Callable
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -39,12 +41,18 @@ def rotate_half(x: Tensor) -> Tensor:
     return torch.cat((-x2, x1), dim=-1)
 
 
-def rope(x: Tensor, pos: Tensor) -> Tensor:
-    """`x: [M, heads, head_dim]`, Hugging Face's rotary embedding."""
-    inv_freq = 1.0 / (BASE ** (torch.arange(0, HEAD, 2, dtype=torch.float64) / HEAD))
+def rotary(x: Tensor, pos: Tensor, width: int, base: float) -> Tensor:
+    """Hugging Face's rotary embedding of `x: [M, heads, width]`, with the
+    frequencies of a head of `width` features."""
+    inv_freq = 1.0 / (base ** (torch.arange(0, width, 2, dtype=torch.float64) / width))
     angles = pos.to(torch.float64)[:, None] * inv_freq[None, :]
     emb = torch.cat((angles, angles), dim=-1)[:, None, :]
     return x * emb.cos() + rotate_half(x) * emb.sin()
+
+
+def rope(x: Tensor, pos: Tensor) -> Tensor:
+    """`x: [M, heads, head_dim]`, Hugging Face's rotary embedding."""
+    return rotary(x, pos, HEAD, BASE)
 
 
 def reference(q_proj: Tensor, k_proj: Tensor, g_q: Tensor, g_k: Tensor, b_k: Tensor,
@@ -105,10 +113,7 @@ def neox_reference(q_proj: Tensor, pos: Tensor) -> Tensor:
     m = q_proj.shape[0]
     q = q_proj.view(m, NEOX_HEADS, NEOX_HEAD)
     q_rot, q_pass = q[..., :NEOX_ROTARY], q[..., NEOX_ROTARY:]
-    inv_freq = 1.0 / (NEOX_BASE ** (torch.arange(0, NEOX_ROTARY, 2, dtype=torch.float64) / NEOX_ROTARY))
-    angles = pos.to(torch.float64)[:, None] * inv_freq[None, :]
-    emb = torch.cat((angles, angles), dim=-1)[:, None, :]
-    q_rot = q_rot * emb.cos() + rotate_half(q_rot) * emb.sin()
+    q_rot = rotary(q_rot, pos, NEOX_ROTARY, NEOX_BASE)
     return torch.cat((q_rot, q_pass), dim=-1).reshape(m, -1)
 
 
@@ -159,6 +164,23 @@ grad neox_cat_grad = neox_cat wrt (q_proj)
 """
 
 
+def assert_one_output_matches(block: Callable[..., Tensor], reference: Callable[..., Tensor], x: Tensor,
+                              *rest: Tensor, gen: torch.Generator) -> None:
+    """`block(x, *rest)` (float32, the interpreter) against `reference` (in
+    float64): the output, and the gradient of `x` from a random output
+    gradient."""
+    ours = x.float().requires_grad_()
+    got = block(ours, *rest)
+    theirs = x.clone().requires_grad_()
+    expected = reference(theirs, *rest)
+    torch.testing.assert_close(got.double(), expected, rtol=1e-5, atol=1e-5)
+    dy = torch.randn(expected.shape, generator=gen, dtype=torch.float64)
+    got.backward(dy.float())
+    expected.backward(dy)
+    assert ours.grad is not None and theirs.grad is not None
+    torch.testing.assert_close(ours.grad.double(), theirs.grad, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("m", [1, 13])
 @pytest.mark.parametrize("source, block", [(NEOX_SOURCE, "neox_rope"), (NEOX_CAT_SOURCE, "neox_cat")])
 def test_partial_rotary_matches_gpt_neox(source: str, block: str, m: int) -> None:
@@ -168,16 +190,7 @@ def test_partial_rotary_matches_gpt_neox(source: str, block: str, m: int) -> Non
     gen = torch.Generator().manual_seed(100 + m)
     q_proj = torch.randn((m, NEOX_HEADS * NEOX_HEAD), generator=gen, dtype=torch.float64)
     pos = torch.randint(0, 2048, (m,), generator=gen, dtype=torch.int32)
-    ours = q_proj.float().requires_grad_()
-    q = codac.load(source).block(block)(ours, pos)
-    theirs = q_proj.clone().requires_grad_()
-    q_ref = neox_reference(theirs, pos)
-    torch.testing.assert_close(q.double(), q_ref, rtol=1e-5, atol=1e-5)
-    dq = torch.randn(q_ref.shape, generator=gen, dtype=torch.float64)
-    q.backward(dq.float())
-    q_ref.backward(dq)
-    assert ours.grad is not None and theirs.grad is not None
-    torch.testing.assert_close(ours.grad.double(), theirs.grad, rtol=1e-5, atol=1e-5)
+    assert_one_output_matches(codac.load(source).block(block), neox_reference, q_proj, pos, gen=gen)
 
 
 GLM_HEAD = 16
@@ -204,14 +217,8 @@ def glm_reference(q_proj: Tensor, pos: Tensor, block_pos: Tensor) -> Tensor:
     of half the width, and `torch.concat` joins them."""
     m, half = q_proj.shape[0], GLM_HEAD // 2
     q1, q2 = q_proj.view(m, GLM_HEADS, GLM_HEAD).chunk(2, dim=-1)
-    inv_freq = 1.0 / (GLM_BASE ** (torch.arange(0, half, 2, dtype=torch.float64) / half))
-
-    def turn(x: Tensor, p: Tensor) -> Tensor:
-        angles = p.to(torch.float64)[:, None] * inv_freq[None, :]
-        emb = torch.cat((angles, angles), dim=-1)[:, None, :]
-        return x * emb.cos() + rotate_half(x) * emb.sin()
-
-    return torch.concat([turn(q1, pos), turn(q2, block_pos)], dim=-1).reshape(m, -1)
+    turned = (rotary(q1, pos, half, GLM_BASE), rotary(q2, block_pos, half, GLM_BASE))
+    return torch.concat(turned, dim=-1).reshape(m, -1)
 
 
 @pytest.mark.parametrize("m", [1, 9])
@@ -220,13 +227,4 @@ def test_two_dimensional_rotary_matches_chatglm(m: int) -> None:
     q_proj = torch.randn((m, GLM_HEADS * GLM_HEAD), generator=gen, dtype=torch.float64)
     pos = torch.randint(0, 2048, (m,), generator=gen, dtype=torch.int32)
     block_pos = torch.randint(0, 64, (m,), generator=gen, dtype=torch.int32)
-    ours = q_proj.float().requires_grad_()
-    q = codac.load(GLM_SOURCE).block("glm_rope")(ours, pos, block_pos)
-    theirs = q_proj.clone().requires_grad_()
-    q_ref = glm_reference(theirs, pos, block_pos)
-    torch.testing.assert_close(q.double(), q_ref, rtol=1e-5, atol=1e-5)
-    dq = torch.randn(q_ref.shape, generator=gen, dtype=torch.float64)
-    q.backward(dq.float())
-    q_ref.backward(dq)
-    assert ours.grad is not None and theirs.grad is not None
-    torch.testing.assert_close(ours.grad.double(), theirs.grad, rtol=1e-5, atol=1e-5)
+    assert_one_output_matches(codac.load(GLM_SOURCE).block("glm_rope"), glm_reference, q_proj, pos, block_pos, gen=gen)

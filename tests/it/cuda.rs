@@ -257,6 +257,27 @@ fn tolerance(block: &coda::ir::Block, output: &coda::ir::Output) -> f64 {
     }
 }
 
+/// Every block of the CUDA cases (not the examples) that compile,
+/// reparameterized as `codac compile` does, with its case's name and source.
+pub(crate) fn case_blocks() -> Vec<(String, coda::ir::Block, coda::SourceFile)> {
+    let mut blocks = Vec::new();
+    for path in inputs().into_iter().filter(|p| !display_name(p).starts_with("examples/")) {
+        let name = display_name(&path);
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        if expects_error(&path, &text) {
+            continue;
+        }
+        let checked = coda::check(&name, &text).unwrap_or_else(|e| panic!("{name}: {e}"));
+        for block in &checked.module.blocks {
+            let block = coda::opt::reparameterize(block, &coda::opt::Options::default())
+                .unwrap_or_else(|e| panic!("{name}: {e}"))
+                .block;
+            blocks.push((name.clone(), block, checked.source.clone()));
+        }
+    }
+    blocks
+}
+
 /// Emulates the kernels of a block on the CPU and compares with the interpreter.
 pub(crate) fn emulate_block(name: &str, block: &coda::ir::Block, source: &coda::SourceFile, m: i64) {
     emulate_block_with(name, block, source, m, &coda::cuda::CodegenOptions::default());

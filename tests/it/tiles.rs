@@ -7,7 +7,7 @@
 //! finishing kernels read correctly (the CPU emulator against the
 //! interpreter).
 
-use crate::cuda::{assert_nvrtc_compiles, display_name, emulate_block_with, expects_error, inputs, nvrtc, workspace};
+use crate::cuda::{assert_nvrtc_compiles, case_blocks, emulate_block_with, nvrtc, workspace};
 use coda::cuda::config::TileConfig;
 use coda::cuda::manifest::KernelSpec;
 use coda_runtime::Arch;
@@ -78,22 +78,11 @@ fn asked_configuration_goes_to_every_gemm_that_can_take_it(asked: TileConfig) ->
 /// configuration in `configs` at each size in `sizes`, emulated against the
 /// interpreter.
 fn emulate_cases(configs: &[TileConfig], sizes: &[i64]) {
-    for path in inputs().into_iter().filter(|p| !display_name(p).starts_with("examples/")) {
-        let name = display_name(&path);
-        let text = std::fs::read_to_string(&path).unwrap_or_default();
-        if expects_error(&path, &text) {
-            continue;
-        }
-        let checked = coda::check(&name, &text).unwrap_or_else(|e| panic!("{name}: {e}"));
-        for block in &checked.module.blocks {
-            let block = coda::opt::reparameterize(block, &coda::opt::Options::default())
-                .unwrap_or_else(|e| panic!("{name}: {e}"))
-                .block;
-            for config in configs {
-                for m in sizes {
-                    let options = coda::cuda::CodegenOptions { tile_config: Some(*config), ..Default::default() };
-                    emulate_block_with(&name, &block, &checked.source, *m, &options);
-                }
+    for (name, block, source) in case_blocks() {
+        for config in configs {
+            for m in sizes {
+                let options = coda::cuda::CodegenOptions { tile_config: Some(*config), ..Default::default() };
+                emulate_block_with(&name, &block, &source, *m, &options);
             }
         }
     }

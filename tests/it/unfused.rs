@@ -4,7 +4,7 @@
 //! stores only its accumulator; a name that is no GEMM is an error that
 //! lists the GEMMs.
 
-use crate::cuda::{display_name, emulate_block_with, expects_error, inputs};
+use crate::cuda::{case_blocks, emulate_block_with};
 use crate::grad::small_example;
 use coda::cuda::kir::{Kernel, KernelKind};
 use coda::cuda::CodegenOptions;
@@ -13,7 +13,9 @@ use std::collections::BTreeSet;
 
 /// Whether `k` is a GEMM whose epilogue only stores the accumulator.
 fn is_bare_gemm(k: &Kernel) -> bool {
-    matches!(k.kind, KernelKind::Gemm(_)) && k.partials.is_empty() && k.nodes.iter().filter(|n| n.reg.is_some()).count() == 1
+    matches!(k.kind, KernelKind::Gemm(_))
+        && k.partials.is_empty()
+        && k.nodes.iter().filter(|n| n.reg.is_some()).count() == 1
 }
 
 /// The matmul a GEMM kernel computes.
@@ -28,8 +30,8 @@ fn matmul(k: &Kernel) -> Option<coda::ir::Value> {
 /// at `m` tokens, and that GEMM's epilogue bare (the same kernels as by
 /// default, where it was bare already).
 fn each_gemm_unfused(name: &str, block: &Block, source: &coda::SourceFile, m: i64) {
-    let fused = coda::cuda::compile_block(block, source, &CodegenOptions::default())
-        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    let fused =
+        coda::cuda::compile_block(block, source, &CodegenOptions::default()).unwrap_or_else(|e| panic!("{name}: {e}"));
     for gemm in fused.ir.kernels.iter().filter(|k| matches!(k.kind, KernelKind::Gemm(_))) {
         let options = CodegenOptions { unfused: BTreeSet::from([gemm.name.clone()]), ..Default::default() };
         let what = format!("{name}: block {} with {} unfused", block.name, gemm.name);
@@ -46,19 +48,8 @@ fn each_gemm_unfused(name: &str, block: &Block, source: &coda::SourceFile, m: i6
 
 #[test]
 fn every_gemm_of_the_cases_runs_unfused_like_the_interpreter() {
-    for path in inputs().into_iter().filter(|p| !display_name(p).starts_with("examples/")) {
-        let name = display_name(&path);
-        let text = std::fs::read_to_string(&path).unwrap_or_default();
-        if expects_error(&path, &text) {
-            continue;
-        }
-        let checked = coda::check(&name, &text).unwrap_or_else(|e| panic!("{name}: {e}"));
-        for block in checked.module.blocks.iter().filter(|b| b.kind == BlockKind::Block) {
-            let block = coda::opt::reparameterize(block, &coda::opt::Options::default())
-                .unwrap_or_else(|e| panic!("{name}: {e}"))
-                .block;
-            each_gemm_unfused(&name, &block, &checked.source, 37);
-        }
+    for (name, block, source) in case_blocks().into_iter().filter(|(_, b, _)| b.kind == BlockKind::Block) {
+        each_gemm_unfused(&name, &block, &source, 37);
     }
 }
 
