@@ -10,6 +10,7 @@ mod examples;
 mod grad;
 mod heads;
 mod interp;
+mod pair_stores;
 mod params;
 mod rewrites;
 mod robustness;
