@@ -172,6 +172,28 @@ pub(crate) fn small_example(path: &std::path::Path) -> coda::Checked {
     checked
 }
 
+/// The blocks of an example's training step at small dims, as `codac
+/// compile --grad` partitions them (forward blocks reparameterized), with
+/// their source.
+pub(crate) fn step_blocks(file: &str) -> (Vec<Block>, coda::SourceFile) {
+    let path = crate::cuda::workspace().join("examples").join(file);
+    let view = coda::grad_view(&small_example(&path)).unwrap_or_else(|e| panic!("{file}: {e}"));
+    let blocks = view
+        .module
+        .blocks
+        .iter()
+        .map(|block| match block.kind {
+            coda::ir::BlockKind::Block => {
+                coda::opt::reparameterize(block, &coda::opt::Options::default())
+                    .unwrap_or_else(|e| panic!("{file}: {e}"))
+                    .block
+            }
+            _ => block.clone(),
+        })
+        .collect();
+    (blocks, view.source)
+}
+
 #[test]
 fn example_gradients_match_finite_differences() {
     insta::glob!("../../examples", "*.coda", |path: &std::path::Path| check_file(&small_example(path)));

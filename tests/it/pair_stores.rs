@@ -6,11 +6,11 @@
 //! (row and column kernels) or place them through `cg::pair_source` or a
 //! `StagedUnpermuteCols` staging (GEMM epilogues).
 
-use crate::cuda::{case_blocks, workspace};
-use crate::grad::small_example;
+use crate::cuda::case_blocks;
+use crate::grad::step_blocks;
 use coda::cuda::kir::KernelKind;
 use coda::cuda::CodegenOptions;
-use coda::ir::{Block, BlockKind};
+use coda::ir::Block;
 
 /// The kernels of `block` with a pair-layout store, each with whether its
 /// source reads or places the columns in pair order.
@@ -47,18 +47,9 @@ fn pair_layout_stores_put_columns_back_in_every_kernel_form() {
         found.extend(pair_stores(&block, &source));
     }
     for file in ["llama3_block.coda", "olmo2_layer.coda", "qwen2_layer.coda", "gptneox_layer.coda"] {
-        let view = coda::grad_view(&small_example(&workspace().join("examples").join(file)))
-            .unwrap_or_else(|e| panic!("{file}: {e}"));
-        for block in &view.module.blocks {
-            let block = match block.kind {
-                BlockKind::Block => {
-                    coda::opt::reparameterize(block, &coda::opt::Options::default())
-                        .unwrap_or_else(|e| panic!("{file}: {e}"))
-                        .block
-                }
-                _ => block.clone(),
-            };
-            found.extend(pair_stores(&block, &view.source));
+        let (blocks, source) = step_blocks(file);
+        for block in &blocks {
+            found.extend(pair_stores(block, &source));
         }
     }
     let forms: Vec<&String> = found.iter().map(|(k, _)| k).collect();

@@ -5,7 +5,7 @@
 //! lists the GEMMs.
 
 use crate::cuda::{case_blocks, emulate_block_with};
-use crate::grad::small_example;
+use crate::grad::{small_example, step_blocks};
 use coda::cuda::kir::{Kernel, KernelKind};
 use coda::cuda::CodegenOptions;
 use coda::ir::{Block, BlockKind};
@@ -58,18 +58,9 @@ fn every_gemm_of_the_cases_runs_unfused_like_the_interpreter() {
 #[test]
 fn every_gemm_of_a_training_step_runs_unfused_like_the_interpreter() {
     for file in ["gemma2_layer.coda", "qwen3_layer.coda"] {
-        let path = crate::cuda::workspace().join("examples").join(file);
-        let view = coda::grad_view(&small_example(&path)).unwrap_or_else(|e| panic!("{file}: {e}"));
-        for block in &view.module.blocks {
-            let block = match block.kind {
-                BlockKind::Block => {
-                    coda::opt::reparameterize(block, &coda::opt::Options::default())
-                        .unwrap_or_else(|e| panic!("{file}: {e}"))
-                        .block
-                }
-                _ => block.clone(),
-            };
-            each_gemm_unfused(file, &block, &view.source, 3);
+        let (blocks, source) = step_blocks(file);
+        for block in &blocks {
+            each_gemm_unfused(file, block, &source, 3);
         }
     }
 }
