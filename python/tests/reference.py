@@ -25,6 +25,8 @@ differentiation.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -349,6 +351,17 @@ def _gemma_rmsnorm(x: Tensor, w: Tensor, eps: float) -> Tensor:
     return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps) * (1.0 + w)
 
 
+def _gated_mlp(
+    x: Tensor, w_gate: Tensor, w_up: Tensor, w_down: Tensor, act: Callable[[Tensor], Tensor] = F.silu
+) -> Tensor:
+    """Hugging Face's MLP on separate weights,
+    ``down_proj(act_fn(gate_proj(x)) * up_proj(x))``, with the gate and up
+    projections bf16 tensors as in the model."""
+    gate = bf16(linear(x, w_gate))
+    up = bf16(linear(x, w_up))
+    return linear(act(gate) * up, w_down)
+
+
 def qwen2_layer(
     attn: Tensor,
     x0: Tensor,
@@ -382,10 +395,8 @@ def qwen2_layer(
     )
     hidden = bf16(x0 + linear(attn, w_o))
     normed = rmsnorm(hidden, g_post, 1e-6)
-    # Qwen2MLP: down_proj(act_fn(gate_proj(x)) * up_proj(x)), act_fn = silu
-    gate = bf16(linear(normed, w_gate))
-    up = bf16(linear(normed, w_up))
-    hidden = bf16(hidden + linear(F.silu(gate) * up, w_down))
+    # Qwen2MLP, act_fn = silu
+    hidden = bf16(hidden + _gated_mlp(normed, w_gate, w_up, w_down))
     # the next layer's input_layernorm and Qwen2Attention's projections
     normed = rmsnorm(hidden, g_in, 1e-6)
     q = _rope_all(linear(normed, w_q) + b_q, pos, head_dim, 1000000.0)
@@ -429,9 +440,7 @@ def gemma2_layer(
     eps = 1e-6
     hidden = bf16(x0 + _gemma_rmsnorm(linear(attn, w_o), g_post_attn, eps))
     normed = _gemma_rmsnorm(hidden, g_pre_ffn, eps)
-    gate = bf16(linear(normed, w_gate))
-    up = bf16(linear(normed, w_up))
-    mlp = linear(F.gelu(gate, approximate="tanh") * up, w_down)
+    mlp = _gated_mlp(normed, w_gate, w_up, w_down, act=lambda g: F.gelu(g, approximate="tanh"))
     hidden = bf16(hidden + _gemma_rmsnorm(mlp, g_post_ffn, eps))
     normed = _gemma_rmsnorm(hidden, g_in, eps)
     q = _rope_all(linear(normed, w_q), pos, head_dim, 10000.0)
@@ -467,9 +476,7 @@ def mistral_layer(
     )
     hidden = bf16(x0 + linear(attn, w_o))
     normed = rmsnorm(hidden, g_post, 1e-5)
-    gate = bf16(linear(normed, w_gate))
-    up = bf16(linear(normed, w_up))
-    hidden = bf16(hidden + linear(F.silu(gate) * up, w_down))
+    hidden = bf16(hidden + _gated_mlp(normed, w_gate, w_up, w_down))
     normed = rmsnorm(hidden, g_in, 1e-5)
     q = _rope_all(linear(normed, w_q), pos, head_dim, 10000.0)
     k = _rope_all(linear(normed, w_k), pos, head_dim, 10000.0)
@@ -548,9 +555,7 @@ def olmo2_layer(
     )
     eps = 1e-6
     hidden = bf16(x0 + rmsnorm(linear(attn, w_o), g_post_attn, eps))
-    gate = bf16(linear(hidden, w_gate))
-    up = bf16(linear(hidden, w_up))
-    mlp = linear(F.silu(gate) * up, w_down)
+    mlp = _gated_mlp(hidden, w_gate, w_up, w_down)
     hidden = bf16(hidden + rmsnorm(mlp, g_post_ffn, eps))
     q = _rope_all(rmsnorm(linear(hidden, w_q), g_q, eps), pos, head_dim, 500000.0)
     k = _rope_all(rmsnorm(linear(hidden, w_k), g_k, eps), pos, head_dim, 500000.0)
@@ -598,9 +603,7 @@ def qwen3_layer(
     eps = 1e-6
     hidden = bf16(x0 + linear(attn, w_o))
     normed = rmsnorm(hidden, g_post, eps)
-    gate = bf16(linear(normed, w_gate))
-    up = bf16(linear(normed, w_up))
-    hidden = bf16(hidden + linear(F.silu(gate) * up, w_down))
+    hidden = bf16(hidden + _gated_mlp(normed, w_gate, w_up, w_down))
     normed = rmsnorm(hidden, g_in, eps)
     q = _rope_all(_per_head_rmsnorm(linear(normed, w_q), g_q, head_dim, eps), pos, head_dim, 1000000.0)
     k = _rope_all(_per_head_rmsnorm(linear(normed, w_k), g_k, head_dim, eps), pos, head_dim, 1000000.0)

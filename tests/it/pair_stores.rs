@@ -1,7 +1,7 @@
 //! Stores that put a pair layout back in column order (`Store::col_perm`).
 //! The emulator runs the kernel IR, which applies the permutation, so an
 //! emitter that ignored it would pass every emulated check and fail only
-//! on a GPU (row kernels once did, for OLMo-2's QK-norm). So every kernel
+//! on a GPU (OLMo-2's QK-norm has such a row kernel). So every kernel
 //! with such a store must read its columns through `cg::pair_position`
 //! (row and column kernels) or place them through `cg::pair_source` or a
 //! `StagedUnpermuteCols` staging (GEMM epilogues).

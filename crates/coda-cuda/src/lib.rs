@@ -116,8 +116,7 @@ pub fn compile_block(
     if let Some(bug) = kernel_form::unreachable_error(block, source) {
         return Err(bug);
     }
-    let (unfused_matmuls, unfused) = unfused_gemms(block, options)?;
-    let ir = kernel_ir(block, options, &unfused_matmuls)?;
+    let (ir, unfused) = kernel_ir_unfused(block, options)?;
     let (kernels, manifest) = emit::emit_block(&ir, block, source)?;
     limits::check_params(block, &ir, &manifest, source)?;
     Ok(CompiledBlock { kernels, manifest, ir, unfused })
@@ -137,13 +136,17 @@ fn kernel_ir(block: &Block, options: &CodegenOptions, unfused: &BTreeSet<Value>)
     Ok(ir)
 }
 
-/// The matmuls of the GEMMs that [`CodegenOptions::unfused`] names in
-/// `block`'s default partition, and those names.
-fn unfused_gemms(block: &Block, options: &CodegenOptions) -> Result<(BTreeSet<Value>, BTreeSet<String>), CodegenError> {
-    if options.unfused.is_empty() || block.kind == coda_ir::BlockKind::Kernel {
-        return Ok(Default::default());
-    }
+/// The kernel IR of `block` with the GEMMs that [`CodegenOptions::unfused`]
+/// names in its default partition unfused, and those names. The default
+/// partition's IR serves as is when it has none of them.
+fn kernel_ir_unfused(
+    block: &Block,
+    options: &CodegenOptions,
+) -> Result<(kir::BlockIr, BTreeSet<String>), CodegenError> {
     let fused = kernel_ir(block, options, &BTreeSet::new())?;
+    if options.unfused.is_empty() || block.kind == coda_ir::BlockKind::Kernel {
+        return Ok((fused, BTreeSet::new()));
+    }
     let mut matmuls = BTreeSet::new();
     let mut names = BTreeSet::new();
     for k in &fused.kernels {
@@ -152,7 +155,10 @@ fn unfused_gemms(block: &Block, options: &CodegenOptions) -> Result<(BTreeSet<Va
             names.insert(k.name.clone());
         }
     }
-    Ok((matmuls, names))
+    if matmuls.is_empty() {
+        return Ok((fused, names));
+    }
+    Ok((kernel_ir(block, options, &matmuls)?, names))
 }
 
 /// The GEMM kernels of `block`'s default partition, by name.
