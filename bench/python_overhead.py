@@ -100,7 +100,7 @@ def main() -> None:
 
     # The parts of a no_grad call: argument checks and dims, then the
     # extension's launch (plan filled, kernels enqueued) on ready arguments.
-    from codac._cuda import run_cuda
+    from codac._cuda import find_layout, launch_cuda
 
     variant = layer.forward
     executor = variant.executor(0)
@@ -124,8 +124,17 @@ def main() -> None:
         executor.launch(layout, ptrs, stream, alloc)
         keep.clear()
 
-    def python_run() -> None:
-        run_cuda(variant, inputs)
+    def keyed_layout() -> None:
+        find_layout(variant, inputs)
+
+    def guarded_layout() -> None:
+        latest = variant.latest_layout
+        assert latest is not None and latest[0](*inputs)
+
+    ready = find_layout(variant, inputs)
+
+    def python_launch() -> None:
+        launch_cuda(ready, inputs)
 
     saving = layer.gradient.saving
 
@@ -155,7 +164,9 @@ def main() -> None:
         ("torch.empty(16, device='cuda')", empty),
         ("torch.add(out=) on 16 elements (1 launch)", add),
         ("  part: Signature.bind (checks, dims)", bind),
-        ("  part: run_cuda (outputs, workspace, launch)", python_run),
+        ("  part: the layout, found by its key", keyed_layout),
+        ("  part: the latest layout, recognised by its guard", guarded_layout),
+        ("  part: launch_cuda (outputs, workspace, launch)", python_launch),
         ("  part: Executor.launch (plan, workspace, graph launch)", native_launch),
         ("  part: saving forward without autograd", saving_run),
     ]

@@ -16,11 +16,19 @@ checks it (``Signature.bind`` and the extension's checks) and keeps what
 every later call needs: the output shapes, which inputs must be copied to a
 readable layout, and the extension's launch plan. A later call only reads
 its tensors' addresses.
+
+Finding a call's layout by a key of every tensor's dtype, shape, strides
+and device costs a few microseconds of Python. So each variant first tries
+the layout of its latest call with a guard from PyTorch's own compiled
+guard code (``torch._C._dynamo.guards.TensorGuards``, which ``torch.compile``
+checks its graphs' inputs with): one C++ call checks the same properties
+(and requires_grad, which only makes a stale guard miss more often). A
+miss, or a PyTorch without that class, takes the keyed path.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Hashable
+from typing import TYPE_CHECKING, Any, Callable, Hashable, Optional
 
 import torch
 
@@ -44,6 +52,29 @@ _LAYOUTS = 64
 _KEPT_WORKSPACE_BYTES = 1 << 20
 
 
+try:
+    from torch._C._dynamo.guards import TensorGuards as _TensorGuards
+except ImportError:  # a PyTorch without it: every call takes the keyed path
+    _TensorGuards = None
+
+
+def layout_guard(tensors: list[torch.Tensor]) -> Optional[Callable[..., bool]]:
+    """A C++ check that as many tensors as ``tensors`` have their dtypes,
+    shapes, strides and devices (its ``check(*tensors)``, False for
+    anything else, and an error for another count), or None where PyTorch
+    offers none that this version can build."""
+    if _TensorGuards is None:
+        return None
+    try:
+        # Each axis's size and stride as it must be (None would accept any).
+        sizes = [list(t.shape) for t in tensors]
+        strides = [list(t.stride()) for t in tensors]
+        guard: Any = _TensorGuards(*tensors, dynamic_dims_sizes=sizes, dynamic_dims_strides=strides)
+        return guard.check if guard.check(*tensors) else None
+    except Exception:  # a changed private signature: the keyed path still works
+        return None
+
+
 def _current_stream(index: int) -> int:
     """The raw handle of PyTorch's current stream on device ``index``."""
     if _RAW_STREAM is not None:
@@ -65,7 +96,7 @@ def _readable(shape: torch.Size, stride: tuple[int, ...]) -> bool:
 class _Layout:
     """What the calls with one layout of tensors share."""
 
-    __slots__ = ("device", "index", "executor", "copies", "outputs", "native", "kept")
+    __slots__ = ("device", "index", "executor", "copies", "outputs", "native", "kept", "guard")
 
     def __init__(self, variant: "Variant", tensors: list[torch.Tensor]) -> None:
         dims = variant.signature.bind(tensors)
@@ -83,6 +114,9 @@ class _Layout:
         # bytes), reused by the layout's later calls on that stream, which
         # the stream orders after the calls that used it before.
         self.kept: dict[int, tuple[torch.Tensor, tuple[int, int]]] = {}
+        # Recognises this layout's tensors when it is the variant's latest
+        # (built once: building one costs more than a call).
+        self.guard = layout_guard(tensors)
         self.native = self.executor.layout(
             dict(dims),
             [t.data_ptr() for t in everything],
@@ -107,7 +141,9 @@ def _copied(tensors: list[torch.Tensor], copies: tuple[int, ...]) -> list[torch.
     return tensors
 
 
-def run_cuda(variant: "Variant", tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+def find_layout(variant: "Variant", tensors: list[torch.Tensor]) -> _Layout:
+    """The layout of ``tensors`` (CUDA tensors of one device), checked and
+    planned on its first call, and made the variant's latest."""
     key: Hashable = tuple([(t.dtype, t.shape, t.stride(), t.device) for t in tensors])
     layouts: dict[Hashable, _Layout] = variant.layouts
     layout = layouts.get(key)
@@ -116,6 +152,13 @@ def run_cuda(variant: "Variant", tensors: list[torch.Tensor]) -> list[torch.Tens
         if len(layouts) >= _LAYOUTS:
             layouts.clear()
         layouts[key] = layout
+    variant.latest_layout = None if layout.guard is None else (layout.guard, layout, len(tensors))
+    return layout
+
+
+def launch_cuda(layout: _Layout, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Runs the block on ``tensors``, which have ``layout``; returns fresh
+    outputs."""
     tensors = _copied(tensors, layout.copies)
     outputs = layout.empty_outputs()
     ptrs = [t.data_ptr() for t in tensors]

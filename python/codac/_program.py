@@ -17,7 +17,7 @@ from typing import Any, Mapping, Optional, TextIO, Union
 import torch
 
 from . import _native, _ops, _toolkit
-from ._cuda import run_cuda
+from ._cuda import find_layout, launch_cuda
 from ._interp import run_cpu
 from ._signature import Signature
 
@@ -117,8 +117,11 @@ class Variant:
         self.variant = variant
         self.signature = Signature(block, program._native.signature(variant, block))
         self._executors: dict[int, Any] = {}
-        # The layouts of CUDA tensors this variant ran with (see ``_cuda``).
+        # The layouts of CUDA tensors this variant ran with, and the latest
+        # one with a guard that recognises its tensors and their count
+        # (see ``_cuda``).
         self.layouts: dict[Any, Any] = {}
+        self.latest_layout: Optional[tuple[Any, Any, int]] = None
         self._lock = threading.Lock()
 
     def executor(self, index: int) -> Any:
@@ -162,9 +165,12 @@ class Variant:
 
     def run(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
         """Runs on the tensors' device; returns fresh outputs."""
+        latest = self.latest_layout
+        if latest is not None and len(tensors) == latest[2] and latest[0](*tensors):
+            return launch_cuda(latest[1], tensors)
         device = tensors[0].device
         if device.type == "cuda":
-            return run_cuda(self, tensors)
+            return launch_cuda(find_layout(self, tensors), tensors)
         dims = self.signature.bind(tensors)
         if device.type == "cpu":
             return run_cpu(self, dims, tensors)

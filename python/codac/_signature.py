@@ -118,6 +118,8 @@ class Signature:
 
     def arrange(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[torch.Tensor]:
         """The tensors in signature order, from positional and keyword arguments."""
+        if not kwargs and len(args) == len(self.inputs) and all([isinstance(a, torch.Tensor) for a in args]):
+            return list(args)
         if len(args) > len(self.inputs):
             raise TypeError(
                 f"codac block {self.block!r}: takes {len(self.inputs)} inputs "

@@ -242,3 +242,34 @@ def test_an_output_without_gradient_counts_as_zero(layer: codac.BlockFunction) -
     torch.compile(only_x2, fullgraph=True, backend="aot_eager")(leaves).backward()
     for k, g in eager.items():
         torch.testing.assert_close(leaves[k].grad, g)
+
+
+def test_positional_calls_check_their_arguments_too(layer: codac.BlockFunction) -> None:
+    inputs = list(llama_inputs(5).values())
+    inputs[7] = inputs[7].tolist()
+    with pytest.raises(TypeError, match="'w_qkv' must be a torch.Tensor"):
+        layer(*inputs)
+
+
+def test_the_latest_layout_guard_refuses_every_other_layout() -> None:
+    """A CUDA call reuses its variant's latest layout when that layout's
+    guard accepts the tensors, so the guard must refuse any tensor whose
+    dtype, shape, strides or device differ."""
+    from codac._cuda import layout_guard
+
+    def tensors() -> list[torch.Tensor]:
+        return [torch.randn(4, 8).bfloat16(), torch.randn(8), torch.arange(4, dtype=torch.int32)]
+
+    guard = layout_guard(tensors())
+    if guard is None:
+        pytest.skip("skipped: this PyTorch has no TensorGuards; every call takes the keyed path")
+    assert guard(*tensors())
+    changes = {
+        "dtype": lambda t: t[:1] + [t[1].double()] + t[2:],
+        "shape": lambda t: [t[0][:3]] + t[1:],
+        "strides": lambda t: [t[0].t().contiguous().t()] + t[1:],
+        "device": lambda t: [t[0].to("meta")] + t[1:],
+        "not a tensor": lambda t: t[:2] + [t[2].tolist()],
+    }
+    for what, change in changes.items():
+        assert not guard(*change(tensors())), what

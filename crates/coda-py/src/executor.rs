@@ -176,12 +176,11 @@ impl Executor {
         // has run this work (the caller keeps a `kept` region alive as
         // long as it passes it), and `ptrs` are the addresses of tensors
         // of the layout's shapes and strides (the method's contract).
-        let prepared = unsafe { self.executor.prepare_planned(&plan, &ptrs, &mut alloc) };
+        let launched = unsafe { self.executor.launch_planned(&plan, &ptrs, &mut alloc, &stream, capturing) };
         if let Some(e) = callback_error {
             return Err(e);
         }
-        let prepared = prepared.map_err(runtime)?;
-        self.executor.launch_graph(&plan, &prepared, &stream).map_err(runtime)
+        launched.map_err(runtime)
     }
 }
 

@@ -1,6 +1,6 @@
-//! Host time of preparing and enqueuing a block: `prepare`, `prepare_with`,
-//! `launch` and `launch_graph` of the Llama-3 layer at small widths, timed
-//! separately, and one tensor-map encoding. For finding where an eager call from
+//! Host time of preparing and enqueuing a block: `prepare_with`, `launch`
+//! and `launch_planned` (the Python binding's path) of the Llama-3 layer at
+//! small widths, timed separately, and one tensor-map encoding. For finding where an eager call from
 //! PyTorch spends its host time.
 //!
 //!     cargo run --release -p coda-runtime --example host_cost
@@ -95,26 +95,24 @@ fn main() -> anyhow::Result<()> {
     );
     let launch = per_call_us(|| assert!(executor.launch(&prepared, stream).is_ok()), &drain);
     stream.synchronize()?;
-    // The same launches as CUDA graphs: with the arguments of the last
-    // call, with two sets of arguments in turn (two layers of a model,
-    // each with a graph of its own), and with more sets in turn than a
-    // plan keeps graphs, so that every call sets its graph's arguments.
+    // The same launches as CUDA graphs, as the binding makes them: with the
+    // arguments of the last call, with two sets of arguments in turn (two
+    // layers of a model, each with a graph of its own), and with more sets
+    // in turn than a plan keeps graphs, so that every call fills the plan
+    // and sets its graph's arguments. The sets differ in their workspace.
     let (plan, addresses) = executor.plan(&device, &dims, &bindings)?;
     anyhow::ensure!(plan.workspace_bytes() <= 1 << 19, "the layer's workspace outgrew its 512 KiB slots");
     let sets: usize = 65;
-    let prepared_at: Vec<_> = (0..sets)
-        .map(|i| {
-            // SAFETY: the 64 MiB region holds 65 workspaces of this small
-            // layer, 512 KiB apart, and outlives the runs.
-            unsafe { executor.prepare_planned(&plan, &addresses, &mut |_| Ok(region.ptr() + ((i as u64) << 19))) }
-        })
-        .collect::<Result<_, _>>()?;
     let graph_cycle = |count: usize| {
         let mut next = 0;
         per_call_us(
             || {
                 next = (next + 1) % count;
-                assert!(executor.launch_graph(&plan, &prepared_at[next], stream).is_ok());
+                let base = region.ptr() + ((next as u64) << 19);
+                // SAFETY: the 64 MiB region holds 65 workspaces of this
+                // small layer, 512 KiB apart, and outlives the runs.
+                let launched = unsafe { executor.launch_planned(&plan, &addresses, &mut |_| Ok(base), stream, false) };
+                assert!(launched.is_ok());
             },
             &drain,
         )
@@ -126,6 +124,7 @@ fn main() -> anyhow::Result<()> {
     if let Some(failure) = plan.graph_failure() {
         anyhow::bail!("the block's launches could not run as a CUDA graph: {failure}");
     }
+    let capturing = per_call_us(|| assert!(stream.is_capturing().is_ok()), &drain);
     let map = coda_runtime::TiledMap {
         dtype: DType::Bf16,
         address: region.ptr(),
@@ -164,10 +163,13 @@ fn main() -> anyhow::Result<()> {
     println!("launches per block: {}", executor.launched(&prepared).len());
     println!("prepare_with: {prepare_with:.1} us");
     println!("launch (all kernels): {launch:.1} us");
-    println!("launch as a CUDA graph, one set of arguments: {graph_same:.1} us");
-    println!("launch as CUDA graphs, two sets of arguments in turn: {graph_two:.1} us");
-    println!("launch as CUDA graphs, {sets} sets in turn (every call sets arguments): {graph_updated:.1} us");
+    println!("launch_planned (a CUDA graph), one set of arguments: {graph_same:.1} us");
+    println!("launch_planned, two sets of arguments in turn: {graph_two:.1} us");
+    println!(
+        "launch_planned, {sets} sets in turn (every call fills the plan and sets arguments): {graph_updated:.1} us"
+    );
     println!("one cuTensorMapEncodeTiled: {encode:.2} us");
+    println!("one capture check of the stream: {capturing:.2} us");
     println!("one empty launch, 32-byte argument: {small:.2} us");
     println!("one empty launch, {largest}-byte argument (the block's largest): {large:.2} us");
     Ok(())

@@ -26,6 +26,10 @@ pub struct Prepared {
     /// Counters in a caller's workspace, zeroed on the stream before the
     /// first kernel: (address, bytes).
     pub(super) zero_first: Vec<(u64, usize)>,
+    /// The bindings' addresses, then the workspace's (0: none), that the
+    /// launches were filled with: a CUDA graph holding these launches is
+    /// found by them without filling the plan again (`graph.rs`).
+    pub(super) bound: Vec<u64>,
     _owned: Vec<DeviceBuffer>,
 }
 
@@ -94,6 +98,15 @@ pub(super) fn staging_copies(device: &Device, manifest: &BlockManifest) -> Resul
     Ok(copies)
 }
 
+/// The addresses that fill a plan's launches: the bindings', then the
+/// workspace's.
+pub(super) fn bound(addresses: &[u64], base: u64) -> Vec<u64> {
+    let mut bound = Vec::with_capacity(addresses.len() + 1);
+    bound.extend_from_slice(addresses);
+    bound.push(base);
+    bound
+}
+
 /// Alignment of every buffer in a workspace: TMA needs 16 bytes, and 256
 /// keeps each buffer on its own cache-line group as `cudaMalloc` would.
 pub const WORKSPACE_ALIGN: usize = 256;
@@ -121,7 +134,7 @@ impl BlockExecutor {
             owned.push(region);
         }
         let launches = plan.fill(&addresses, base)?;
-        Ok(Prepared { launches, zero_first: Vec::new(), _owned: owned })
+        Ok(Prepared { launches, zero_first: Vec::new(), bound: bound(&addresses, base), _owned: owned })
     }
 
     /// [`Self::prepare`] with the host's buffers (scratch, partials,
@@ -163,20 +176,40 @@ impl BlockExecutor {
         addresses: &[u64],
         alloc: &mut dyn FnMut(usize) -> Result<u64>,
     ) -> Result<Prepared> {
+        // SAFETY: the caller's contract for `alloc` is this method's.
+        let base = unsafe { self.workspace(plan, addresses, alloc) }?;
+        self.prepared_at(plan, addresses, base)
+    }
+
+    /// Checks that `addresses` fit `plan` and returns the address of the
+    /// workspace region that `alloc` gives the plan (0: it needs none).
+    ///
+    /// # Safety
+    /// As for [`Self::prepare_with`].
+    pub(super) unsafe fn workspace(
+        &self,
+        plan: &Plan,
+        addresses: &[u64],
+        alloc: &mut dyn FnMut(usize) -> Result<u64>,
+    ) -> Result<u64> {
         if !plan.fits(addresses) {
             return Err(invalid("the tensors' addresses do not fit the plan's alignment".into()));
         }
-        let mut base = 0;
-        let mut zero_first = Vec::new();
-        if plan.workspace_bytes() > 0 {
-            base = alloc(plan.workspace_bytes())?;
-            if base % WORKSPACE_ALIGN as u64 != 0 {
-                return Err(invalid(format!("workspace at {base:#x} is not {WORKSPACE_ALIGN}-byte aligned")));
-            }
-            zero_first = plan.counters.iter().map(|&(offset, bytes)| (base + offset as u64, bytes)).collect();
+        if plan.workspace_bytes() == 0 {
+            return Ok(0);
         }
+        let base = alloc(plan.workspace_bytes())?;
+        if base % WORKSPACE_ALIGN as u64 != 0 {
+            return Err(invalid(format!("workspace at {base:#x} is not {WORKSPACE_ALIGN}-byte aligned")));
+        }
+        Ok(base)
+    }
+
+    /// The launches of `plan` with the bindings at `addresses` and the
+    /// workspace at `base`, whose counters are zeroed before them.
+    pub(super) fn prepared_at(&self, plan: &Plan, addresses: &[u64], base: u64) -> Result<Prepared> {
         let launches = plan.fill(addresses, base)?;
-        Ok(Prepared { launches, zero_first, _owned: Vec::new() })
+        Ok(Prepared { launches, zero_first: plan.counters_at(base), bound: bound(addresses, base), _owned: Vec::new() })
     }
 
     /// Checks the dims and every binding, and returns the plan for their

@@ -18,6 +18,11 @@
 //! launching its kernel, so when the graphs are all taken the one used
 //! longest ago takes the new arguments.
 //!
+//! A call finds its graph by the addresses that fill the plan (the
+//! bindings' and the workspace's) before filling it: a graph that holds
+//! them is launched as it is, and only a miss fills the plan's argument
+//! structs and compares them with the graphs' nodes.
+//!
 //! Launches of one executable graph are ordered after each other even
 //! across streams, so each stream has its own graphs: two streams that run
 //! a block concurrently stay independent. A stream that is being captured
@@ -61,6 +66,9 @@ struct Graph {
     nodes: Vec<Node>,
     /// [`arguments_key`] of the nodes' launches.
     key: u64,
+    /// The addresses the nodes' launches were filled with
+    /// ([`Prepared::bound`]).
+    bound: Vec<u64>,
     /// The [`Graphs::clock`] of its last launch.
     used: u64,
 }
@@ -124,7 +132,7 @@ impl Graph {
         let mut graph: sys::CUgraph = ptr::null_mut();
         // SAFETY: `graph` is a valid out-pointer; flags must be 0.
         unsafe { sys::cuGraphCreate(&mut graph, 0) }.result().cuda("cuGraphCreate")?;
-        let mut built = Graph { graph, exec: ptr::null_mut(), nodes: Vec::new(), key: 0, used: 0 };
+        let mut built = Graph { graph, exec: ptr::null_mut(), nodes: Vec::new(), key: 0, bound: Vec::new(), used: 0 };
         let mut pointers = Vec::new();
         for launch in &prepared.launches {
             let kernel = &executor.kernels[launch.kernel].kernel;
@@ -185,7 +193,14 @@ impl Graph {
             node.cfg = launch.cfg;
             node.params.clone_from(&launch.params);
         }
+        self.bound.clone_from(&prepared.bound);
         Ok(())
+    }
+
+    /// Whether the nodes were filled with the bindings at `addresses` and
+    /// the workspace at `base`.
+    fn bound_to(&self, addresses: &[u64], base: u64) -> bool {
+        self.bound.split_last().is_some_and(|(&b, a)| b == base && a == addresses)
     }
 
     /// Launches the graph on `stream`.
@@ -218,43 +233,97 @@ fn arguments_key(prepared: &Prepared) -> u64 {
     hash
 }
 
+impl Graphs {
+    /// This stream's graphs, made room for when the stream is new.
+    fn of_stream(&mut self, handle: u64) -> &mut Vec<Graph> {
+        let slot = match self.by_stream.iter().position(|(s, _)| *s == handle) {
+            Some(slot) => slot,
+            None => {
+                if self.by_stream.len() >= STREAMS {
+                    self.by_stream.clear();
+                }
+                self.by_stream.push((handle, Vec::new()));
+                self.by_stream.len() - 1
+            }
+        };
+        &mut self.by_stream[slot].1
+    }
+}
+
+/// Zeroes a workspace's counters on `stream`, before a block's launches.
+fn zero_counters(stream: &Stream, counters: &[(u64, usize)]) -> Result<()> {
+    for &(ptr, bytes) in counters {
+        // SAFETY: `launch_planned`'s caller vouched that the workspace
+        // holding this counter is valid device memory of the stream's
+        // context.
+        unsafe { stream.zero_async(ptr, bytes)? };
+    }
+    Ok(())
+}
+
 impl BlockExecutor {
-    /// [`Self::launch`] of `prepared`, made from `plan`, as one graph launch
-    /// (see the module docs): the same work on `stream`, for less host time.
-    pub fn launch_graph(&self, plan: &Plan, prepared: &Prepared, stream: &Stream) -> Result<()> {
+    /// Launches `plan`'s kernels on `stream`, with the bindings at
+    /// `addresses` (manifest order) and the workspace region that `alloc`
+    /// gives (see [`Self::prepare_with`]), as one CUDA graph launch (see
+    /// the module docs): the same work as [`Self::launch`] of
+    /// [`Self::prepare_planned`]'s launches, for less host time. While the
+    /// stream is `capturing` (the caller asked [`Stream::is_capturing`]),
+    /// the kernels are launched one by one, for the capture to record.
+    ///
+    /// # Safety
+    /// As for [`Self::prepare_planned`].
+    pub unsafe fn launch_planned(
+        &self,
+        plan: &Plan,
+        addresses: &[u64],
+        alloc: &mut dyn FnMut(usize) -> Result<u64>,
+        stream: &Stream,
+        capturing: bool,
+    ) -> Result<()> {
+        // SAFETY: the caller's contract for `alloc` is this method's.
+        let base = unsafe { self.workspace(plan, addresses, alloc) }?;
+        if !capturing {
+            let mut graphs = plan.graphs.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            if graphs.failure.is_none() {
+                graphs.clock += 1;
+                let now = graphs.clock;
+                let held = graphs.of_stream(stream.inner.cu_stream() as u64);
+                if let Some(graph) = held.iter_mut().find(|g| g.bound_to(addresses, base)) {
+                    zero_counters(stream, &plan.counters_at(base))?;
+                    graph.used = now;
+                    return graph.launch(stream);
+                }
+            }
+        }
+        let prepared = self.prepared_at(plan, addresses, base)?;
+        if capturing {
+            return self.launch(&prepared, stream);
+        }
+        self.launch_graph(plan, &prepared, stream)
+    }
+
+    /// `prepared`'s launches, made from `plan`, as one graph launch on
+    /// `stream`, which is not being captured.
+    fn launch_graph(&self, plan: &Plan, prepared: &Prepared, stream: &Stream) -> Result<()> {
         let mut graphs = plan.graphs.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if graphs.failure.is_some() || prepared.launches.is_empty() || stream.is_capturing()? {
+        if graphs.failure.is_some() || prepared.launches.is_empty() {
             return self.launch(prepared, stream);
         }
-        for &(ptr, bytes) in &prepared.zero_first {
-            // SAFETY: `prepare_planned`'s caller vouched that the workspace
-            // holding this counter is valid device memory of the stream's
-            // context.
-            unsafe { stream.zero_async(ptr, bytes)? };
-        }
-        let handle = stream.inner.cu_stream() as u64;
+        zero_counters(stream, &prepared.zero_first)?;
         let key = arguments_key(prepared);
         graphs.clock += 1;
         let now = graphs.clock;
-        let slot = match graphs.by_stream.iter().position(|(s, _)| *s == handle) {
-            Some(slot) => slot,
-            None => {
-                if graphs.by_stream.len() >= STREAMS {
-                    graphs.by_stream.clear();
-                }
-                graphs.by_stream.push((handle, Vec::new()));
-                graphs.by_stream.len() - 1
-            }
-        };
-        let held = &mut graphs.by_stream[slot].1;
+        let held = graphs.of_stream(stream.inner.cu_stream() as u64);
         if let Some(graph) = held.iter_mut().find(|g| g.key == key && g.holds(prepared)) {
             graph.used = now;
+            graph.bound.clone_from(&prepared.bound);
             return graph.launch(stream);
         }
         if held.len() < GRAPHS_PER_STREAM {
             match Graph::build(self, prepared) {
                 Ok(mut graph) => {
                     graph.key = key;
+                    graph.bound.clone_from(&prepared.bound);
                     graph.used = now;
                     graph.launch(stream)?;
                     held.push(graph);

@@ -229,6 +229,15 @@ impl Plan {
         self.graphs.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).failure.clone()
     }
 
+    /// The counters of a workspace at `base` (none without a workspace):
+    /// (address, bytes), to zero before the launches.
+    pub(super) fn counters_at(&self, base: u64) -> Vec<(u64, usize)> {
+        if base == 0 {
+            return Vec::new();
+        }
+        self.counters.iter().map(|&(offset, bytes)| (base + offset as u64, bytes)).collect()
+    }
+
     /// Bytes of the workspace region a run with this plan needs (0: none).
     pub fn workspace_bytes(&self) -> usize {
         self.workspace_bytes
