@@ -92,25 +92,36 @@ def test_a_non_default_stream_gives_the_same_results(layer: codac.BlockFunction)
         assert torch.equal(a, b)
 
 
-def test_calls_at_new_addresses_give_what_a_fresh_graph_gives(layer: codac.BlockFunction) -> None:
-    """A layout's calls on one stream replay one CUDA graph, whose kernel
-    arguments change with the tensors' addresses; each call must give
-    exactly what a graph built for it gives (on a fresh stream)."""
-    first = llama_inputs(333, SMALL, "cuda", seed=11)
-    second = llama_inputs(333, SMALL, "cuda", seed=12)
+def on_fresh_streams(layer: codac.BlockFunction, calls: list[dict[str, torch.Tensor]]) -> list[tuple[torch.Tensor, ...]]:
+    """Each call's outputs from a graph built for it alone (a fresh stream
+    has no graphs yet)."""
+    results = []
     with torch.no_grad():
-        got = [layer(**first), layer(**second), layer(**first)]
-        expected = []
-        for inputs in (first, second, first):
+        for inputs in calls:
             side = torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):
-                expected.append(layer(**inputs))
+                results.append(layer(**inputs))
             torch.cuda.current_stream().wait_stream(side)
+    return results
+
+
+def assert_same_outputs(got: list, expected: list) -> None:
     for outputs, reference in zip(got, expected):
         for a, b in zip(outputs, reference):
             assert torch.equal(a, b)
     assert not torch.equal(got[0][0], got[1][0])
+
+
+def test_calls_at_new_addresses_give_what_a_fresh_graph_gives(layer: codac.BlockFunction) -> None:
+    """A layout's calls on one stream replay one CUDA graph, whose kernel
+    arguments change with the tensors' addresses; each call must give
+    exactly what a graph built for it gives."""
+    first = llama_inputs(333, SMALL, "cuda", seed=11)
+    second = llama_inputs(333, SMALL, "cuda", seed=12)
+    with torch.no_grad():
+        got = [layer(**first), layer(**second), layer(**first)]
+    assert_same_outputs(got, on_fresh_streams(layer, [first, second, first]))
     assert [layout.native.graph_failure for layout in layer.forward.layouts.values()] == [None]
 
 
@@ -118,23 +129,13 @@ def test_calls_at_recurring_addresses_give_what_a_fresh_graph_gives(layer: codac
     """Outputs freed after each call come back at the same addresses, as a
     training loop's do, so later calls launch the graph that holds their
     addresses as it is, without filling the plan again; each must give
-    exactly what a graph built for it gives (on a fresh stream)."""
+    exactly what a graph built for it gives."""
     first = llama_inputs(333, SMALL, "cuda", seed=13)
     second = llama_inputs(333, SMALL, "cuda", seed=14)
-    order = (first, second, first, second, first)
+    order = [first, second, first, second, first]
     with torch.no_grad():
         got = [[o.clone() for o in layer(**inputs)] for inputs in order]
-        expected = []
-        for inputs in order:
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                expected.append(layer(**inputs))
-            torch.cuda.current_stream().wait_stream(side)
-    for outputs, reference in zip(got, expected):
-        for a, b in zip(outputs, reference):
-            assert torch.equal(a, b)
-    assert not torch.equal(got[0][0], got[1][0])
+    assert_same_outputs(got, on_fresh_streams(layer, order))
 
 
 def test_more_layers_than_kept_graphs_give_the_same_results_each_step(layer: codac.BlockFunction) -> None:

@@ -251,11 +251,11 @@ impl Graphs {
 }
 
 /// Zeroes a workspace's counters on `stream`, before a block's launches.
-fn zero_counters(stream: &Stream, counters: &[(u64, usize)]) -> Result<()> {
+pub(super) fn zero_counters(stream: &Stream, counters: &[(u64, usize)]) -> Result<()> {
     for &(ptr, bytes) in counters {
-        // SAFETY: `launch_planned`'s caller vouched that the workspace
-        // holding this counter is valid device memory of the stream's
-        // context.
+        // SAFETY: the caller of `prepare_with`, `prepare_planned` or
+        // `launch_planned` vouched that the workspace holding this counter
+        // is valid device memory of the stream's context.
         unsafe { stream.zero_async(ptr, bytes)? };
     }
     Ok(())

@@ -1,5 +1,6 @@
 //! Enqueuing the prepared launches, and timing them with CUDA events.
 
+use super::graph::zero_counters;
 use super::{BlockExecutor, Prepared};
 use crate::device::{Device, Stream};
 use crate::error::Result;
@@ -29,11 +30,7 @@ impl BlockExecutor {
         stream: &Stream,
         mark: &mut dyn FnMut(usize) -> Result<()>,
     ) -> Result<()> {
-        for &(ptr, bytes) in &prepared.zero_first {
-            // SAFETY: `prepare_in`'s caller vouched that the workspace holding
-            // this counter is valid device memory of the stream's context.
-            unsafe { stream.zero_async(ptr, bytes)? };
-        }
+        zero_counters(stream, &prepared.zero_first)?;
         for (i, l) in prepared.launches.iter().enumerate() {
             mark(i)?;
             let params: Vec<_> = l.params.iter().collect();
