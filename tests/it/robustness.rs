@@ -10,7 +10,7 @@ fn rejected(name: &str, bytes: &[u8]) -> coda::Checked {
 #[test]
 fn empty_file_warns() {
     let checked = coda::check("empty.coda", "").unwrap_or_else(|e| panic!("{e}"));
-    assert!(!checked.has_errors());
+    assert!(!checked.has_errors(), "{}", coda::render_to_string(&checked.source, &checked.diagnostics));
     assert!(checked.diagnostics.iter().any(|d| d.code == "W0003"));
 }
 
@@ -196,4 +196,28 @@ fn traffic_counts_do_not_wrap() {
     let checked = coda::check("square.coda", text).unwrap_or_else(|e| panic!("{e}"));
     let explained = coda::explain_text(&checked);
     assert!(explained.contains("2^64 bytes or more") && !explained.contains(" 0.0 MB"), "{explained}");
+}
+
+/// A backward's `explain` header lists every input gradient and recomputed
+/// value; with hundreds of inputs those lists are broken into lines of the
+/// width the kernel lines keep.
+#[test]
+fn a_wide_backward_header_keeps_its_lines_readable() {
+    let n = 300;
+    let names: Vec<String> = (0..n).map(|i| format!("x{i}")).collect();
+    let params: Vec<String> = names.iter().map(|x| format!("{x}: f32[M, 4]")).collect();
+    // A running sum, one `let` per input (one expression would nest too deeply).
+    let lets: String = (1..n).map(|i| format!("    let s{i} = s{} + x{i}\n", i - 1)).collect();
+    let text = format!(
+        "dim M\nblock wide({}) -> (y: f32[M, 4]) {{\n    let s0 = x0\n{lets}    y = s{}\n}}\ngrad wide_grad = wide wrt ({})\n",
+        params.join(", "),
+        n - 1,
+        names.join(", ")
+    );
+    let checked = coda::check("wide.coda", &text).unwrap_or_else(|e| panic!("{e}"));
+    assert!(!checked.has_errors(), "{}", coda::render_to_string(&checked.source, &checked.diagnostics));
+    let view = coda::grad_view(&checked).unwrap_or_else(|e| panic!("{e}"));
+    let header = coda::grad_header(&view, &view.grads[0]);
+    assert!(header.contains("dx299"), "{header}");
+    assert!(header.lines().all(|l| l.chars().count() <= 160), "{header}");
 }

@@ -108,12 +108,12 @@ pub fn grad_header(checked: &Checked, gradient: &Gradient) -> String {
         .filter(|(_, n)| gradient.backward.param(n).is_some())
         .map(|(_, n)| n.as_str())
         .collect();
-    let mut out = format!(
-        "// backward of block `{}`: computes {} from {}\n",
+    let mut out = crate::report::wrapped(&format!(
+        "// backward of block `{}`: computes {} from {}",
         gradient.forward,
         inputs.join(", "),
         if given.is_empty() { "nothing".to_string() } else { given.join(", ") }
-    );
+    ));
     if gradient.saved.is_empty() {
         out.push_str("// saved by the forward: nothing (the backward needs no matmul result)\n");
     } else {
@@ -135,11 +135,11 @@ pub fn grad_header(checked: &Checked, gradient: &Gradient) -> String {
         ));
     }
     let (named, unnamed) = recomputed_names(forward, gradient);
-    out.push_str(&format!(
-        "// recomputed in the backward: {}{} other value(s)\n",
+    out.push_str(&crate::report::wrapped(&format!(
+        "// recomputed in the backward: {}{} other value(s)",
         if named.is_empty() { String::new() } else { format!("{}, and ", named.join(", ")) },
         unnamed
-    ));
+    )));
     out
 }
 

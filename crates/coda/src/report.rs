@@ -202,8 +202,8 @@ pub(crate) fn report_text(r: &BlockReport) -> String {
     out
 }
 
-/// The widest line of the kernel list, in characters. The lists in a
-/// kernel's lines grow with the block (a kernel of a block with a hundred
+/// The widest line of `explain`'s comments, in characters. The lists in a
+/// kernel's lines (and a backward's header) grow with the block (a kernel of a block with a hundred
 /// heads reads and writes hundreds of buffers), so a longer line is broken.
 const MAX_LINE: usize = 160;
 
@@ -212,7 +212,7 @@ const CONTINUATION: &str = "//        ";
 
 /// `line` and a newline, broken after list separators (`,` and `;`) into
 /// lines of at most [`MAX_LINE`] characters where a separator allows.
-fn wrapped(line: &str) -> String {
+pub(crate) fn wrapped(line: &str) -> String {
     if line.chars().count() <= MAX_LINE {
         return format!("{line}\n");
     }
