@@ -98,49 +98,48 @@ def main() -> None:
     def add() -> None:
         torch.add(a, b, out=c)
 
-    # The parts of a no_grad call: argument checks and dims, then the
-    # extension's launch (plan filled, kernels enqueued) on ready arguments.
+    # The parts of a call: the latest call recognised, then launch_cuda
+    # (outputs allocated, the extension's launch) on a found layout.
     from codac._cuda import find_layout, launch_cuda
 
-    variant = layer.forward
-    executor = variant.executor(0)
-    dims = variant.signature.bind(inputs)
-    outputs = [torch.empty(spec.shape(dims), dtype=spec.dtype, device="cuda") for spec in variant.signature.outputs]
-    everything = inputs + outputs
-    ptrs = [t.data_ptr() for t in everything]
-    layout = executor.layout(dict(dims), ptrs, [list(t.shape) for t in everything], [list(t.stride()) for t in everything])
+    no_grad()
+    with_grad()
     stream = torch.cuda.current_stream().cuda_stream
-    keep = []
+    forward_layout = find_layout(layer.forward, inputs)
+    saving_layout = find_layout(layer.gradient.saving, leaves)
+    outputs = forward_layout.empty_outputs()
+    ptrs = [t.data_ptr() for t in inputs + outputs]
+    kept = forward_layout.kept.get(stream)
 
-    def alloc(n: int, reusable: bool) -> int:
-        t = torch.empty(n, dtype=torch.uint8, device="cuda")
-        keep.append(t)
-        return t.data_ptr()
-
-    def bind() -> None:
-        variant.signature.bind(inputs)
+    def never(nbytes: int, reusable: bool) -> int:
+        raise AssertionError("the kept workspace should serve")
 
     def native_launch() -> None:
-        executor.launch(layout, ptrs, stream, alloc)
-        keep.clear()
+        forward_layout.executor.launch(forward_layout.native, ptrs, stream, never, kept[1] if kept else (0, 0))
 
-    def keyed_layout() -> None:
-        find_layout(variant, inputs)
+    def latest_call() -> None:
+        latest = layer.latest_call
+        assert latest is not None and latest[0] is torch.is_grad_enabled() and latest[2](*leaves)
 
-    def guarded_layout() -> None:
-        latest = variant.latest_layout
-        assert latest is not None and latest[0](*inputs)
+    def forward_launch() -> None:
+        launch_cuda(forward_layout, inputs)
 
-    ready = find_layout(variant, inputs)
+    def saving_launch() -> None:
+        launch_cuda(saving_layout, inputs)
 
-    def python_launch() -> None:
-        launch_cuda(ready, inputs)
+    class Identity(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: object, t: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+            return t.view_as(t)
 
-    saving = layer.gradient.saving
+        @staticmethod
+        def backward(ctx: object, g: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+            return g
 
-    def saving_run() -> None:
-        with torch.no_grad():
-            saving.run(inputs)
+    leaf = rand(16).requires_grad_()
+
+    def identity() -> None:
+        Identity.apply(leaf)
 
     if args.profile:
         import cProfile
@@ -163,12 +162,11 @@ def main() -> None:
         ("torch.nn.functional.linear, no_grad", linear),
         ("torch.empty(16, device='cuda')", empty),
         ("torch.add(out=) on 16 elements (1 launch)", add),
-        ("  part: Signature.bind (checks, dims)", bind),
-        ("  part: the layout, found by its key", keyed_layout),
-        ("  part: the latest layout, recognised by its guard", guarded_layout),
-        ("  part: launch_cuda (outputs, workspace, launch)", python_launch),
-        ("  part: Executor.launch (plan, workspace, graph launch)", native_launch),
-        ("  part: saving forward without autograd", saving_run),
+        ("torch.autograd.Function, identity on one tensor", identity),
+        ("  part: the latest call, recognised by its guard", latest_call),
+        ("  part: launch_cuda, forward (2 outputs)", forward_launch),
+        ("  part: launch_cuda, saving forward (4 outputs)", saving_launch),
+        ("  part: Executor.launch (plan, graph launch)", native_launch),
     ]
     times = per_call_us([fn for _, fn in named], args.calls, args.rounds)
     rows = [(name, us) for (name, _), us in zip(named, times)]

@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import torch
 
+from ._cuda import launch_cuda
+
 if TYPE_CHECKING:
     from ._program import BlockFunction, Gradient, Variant
 
@@ -144,13 +146,15 @@ saving_op.register_autograd(_backward, setup_context=_setup_context)
 
 
 class _Eager(torch.autograd.Function):
-    """The eager path of a differentiated call (no dispatcher round trips)."""
+    """The eager path of a differentiated call (no dispatcher round trips).
+    ``layout`` is the saving forward's layout of CUDA tensors (``_cuda``),
+    or None to let the variant find it (or run on the CPU)."""
 
     @staticmethod
-    def forward(ctx: Any, key: str, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:  # type: ignore[override]
-        gradient = _gradient(_block(key))
-        everything = gradient.saving.run(list(tensors))
-        _save(ctx, key, tensors, everything)
+    def forward(ctx: Any, fn: "BlockFunction", layout: Any, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:  # type: ignore[override]
+        gradient = _gradient(fn)
+        everything = gradient.saving.run(list(tensors)) if layout is None else launch_cuda(layout, list(tensors))
+        _save(ctx, fn.key, tensors, everything)
         # The saved tensors stay intermediates of the call, not outputs:
         # autograd's bookkeeping per output costs host time.
         return tuple(everything[: gradient.n_outputs])
@@ -160,11 +164,11 @@ class _Eager(torch.autograd.Function):
         gradient = _gradient(_block(ctx.key))
         args = _backward_args(gradient, ctx.saved_tensors, grads, ctx.shapes, ctx.device)
         dinputs = gradient.backward.run(args)
-        return (None, *_input_grads(gradient, ctx.n_inputs, dinputs))
+        return (None, None, *_input_grads(gradient, ctx.n_inputs, dinputs))
 
 
-def _needs_grad(fn: "BlockFunction", tensors: Sequence[torch.Tensor]) -> bool:
-    if not torch.is_grad_enabled():
+def _needs_grad(fn: "BlockFunction", tensors: Sequence[torch.Tensor], grad_mode: bool) -> bool:
+    if not grad_mode:
         return False
     wanted = [i for i, t in enumerate(tensors) if t.requires_grad]
     if not wanted:
@@ -182,12 +186,32 @@ def _needs_grad(fn: "BlockFunction", tensors: Sequence[torch.Tensor]) -> bool:
 
 def call(fn: "BlockFunction", tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     """Runs ``fn`` on ``tensors``: the saving forward with autograd when a
-    differentiated input requires grad, else the plain forward."""
-    grad = _needs_grad(fn, tensors)
+    differentiated input requires grad, else the plain forward.
+
+    An eager call on CUDA tensors first tries the block's latest call: the
+    same grad mode and tensors its layout's guard accepts (dtype, shape,
+    strides, device and requires_grad alike) take the same variant and
+    layout, with nothing checked again."""
     if torch.compiler.is_compiling():
-        if grad:
+        if _needs_grad(fn, tensors, torch.is_grad_enabled()):
             return list(torch.ops.codac.saving(fn.key, tensors)[: _gradient(fn).n_outputs])
         return list(torch.ops.codac.forward(fn.key, tensors))
+    grad_mode = torch.is_grad_enabled()
+    latest = fn.latest_call
+    if latest is not None and latest[0] is grad_mode and len(tensors) == latest[1] and latest[2](*tensors):
+        if latest[4]:
+            return list(_Eager.apply(fn, latest[3], *tensors))
+        return launch_cuda(latest[3], tensors)
+    grad = _needs_grad(fn, tensors, grad_mode)
+    variant = _gradient(fn).saving if grad else fn.forward
+    layout = None
+    if tensors and tensors[0].device.type == "cuda":
+        layout = variant.cuda_layout(tensors)
+        # A layout's guard was built for its first call's tensors; only
+        # when it accepts these does it vouch for their requires_grad, on
+        # which the choice of variant rests.
+        guard = layout.guard
+        fn.latest_call = (grad_mode, len(tensors), guard, layout, grad) if guard is not None and guard(*tensors) else None
     if grad:
-        return list(_Eager.apply(fn.key, *tensors))
-    return fn.forward.run(tensors)
+        return list(_Eager.apply(fn, layout, *tensors))
+    return variant.run(tensors) if layout is None else launch_cuda(layout, tensors)

@@ -163,14 +163,19 @@ class Variant:
             )
         return executor
 
-    def run(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-        """Runs on the tensors' device; returns fresh outputs."""
+    def cuda_layout(self, tensors: list[torch.Tensor]) -> Any:
+        """The layout of ``tensors``, CUDA tensors: the latest one when its
+        guard accepts them, else the one found by their key (``_cuda``)."""
         latest = self.latest_layout
         if latest is not None and len(tensors) == latest[2] and latest[0](*tensors):
-            return launch_cuda(latest[1], tensors)
+            return latest[1]
+        return find_layout(self, tensors)
+
+    def run(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Runs on the tensors' device; returns fresh outputs."""
         device = tensors[0].device
         if device.type == "cuda":
-            return launch_cuda(find_layout(self, tensors), tensors)
+            return launch_cuda(self.cuda_layout(tensors), tensors)
         dims = self.signature.bind(tensors)
         if device.type == "cpu":
             return run_cpu(self, dims, tensors)
@@ -195,6 +200,9 @@ class BlockFunction:
         info = program._native.gradient_info(name)
         self.gradient: Optional[Gradient] = None if info is None else Gradient(self, info)
         self.key = f"{program.key}:{name}"
+        # The latest eager call on CUDA tensors: (grad mode, tensor count,
+        # guard, layout, differentiated), see ``_ops.call``.
+        self.latest_call: Optional[tuple[bool, int, Any, Any, bool]] = None
         _ops.register(self)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Union[torch.Tensor, tuple[torch.Tensor, ...]]:

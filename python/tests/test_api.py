@@ -254,7 +254,8 @@ def test_positional_calls_check_their_arguments_too(layer: codac.BlockFunction) 
 def test_the_latest_layout_guard_refuses_every_other_layout() -> None:
     """A CUDA call reuses its variant's latest layout when that layout's
     guard accepts the tensors, so the guard must refuse any tensor whose
-    dtype, shape, strides or device differ."""
+    dtype, shape, strides or device differ; and a block call reuses its
+    latest choice of variant, which rests on which inputs require grad."""
     from codac._cuda import layout_guard
 
     def tensors() -> list[torch.Tensor]:
@@ -269,6 +270,7 @@ def test_the_latest_layout_guard_refuses_every_other_layout() -> None:
         "shape": lambda t: [t[0][:3]] + t[1:],
         "strides": lambda t: [t[0].t().contiguous().t()] + t[1:],
         "device": lambda t: [t[0].to("meta")] + t[1:],
+        "requires_grad": lambda t: [t[0].requires_grad_(True)] + t[1:],
         "not a tensor": lambda t: t[:2] + [t[2].tolist()],
     }
     for what, change in changes.items():

@@ -166,6 +166,32 @@ def test_nothing_synchronizes(layer: codac.BlockFunction) -> None:
         torch.cuda.set_sync_debug_mode("default")
 
 
+def test_the_latest_call_decides_nothing_for_other_grad_settings(layer: codac.BlockFunction) -> None:
+    """An eager call takes the latest call's variant when that layout's
+    guard accepts its tensors. Calls of one layout that differ only in
+    grad mode or in which inputs require grad must still each get their
+    own: gradients where asked for, none otherwise."""
+    inputs = llama_inputs(333, SMALL, "cuda", seed=8)
+    leaves = {k: v.detach().clone().requires_grad_(v.is_floating_point()) for k, v in inputs.items()}
+    for _ in range(2):
+        with torch.no_grad():
+            assert all(not o.requires_grad for o in layer(**leaves))
+        assert all(not o.requires_grad for o in layer(**inputs))
+        outputs = layer(**leaves)
+        assert all(o.requires_grad for o in outputs)
+        sum(o.float().sum() for o in outputs).backward()
+        assert all(v.grad is not None for v in leaves.values() if v.is_floating_point())
+        for v in leaves.values():
+            v.grad = None
+    _, expected = step(layer, inputs, seed=3)
+    leaves = {k: v.detach().clone().requires_grad_(v.is_floating_point()) for k, v in inputs.items()}
+    outputs = layer(**leaves)
+    g = torch.Generator().manual_seed(3)
+    torch.autograd.backward(outputs, [torch.randn(o.shape, generator=g).to(o.dtype).to(o.device) for o in outputs])
+    for k, grad in expected.items():
+        assert torch.equal(leaves[k].grad, grad), k
+
+
 def test_cuda_graph_replay_matches_eager_on_new_values(layer: codac.BlockFunction) -> None:
     static = llama_inputs(333, SMALL, "cuda", seed=7)
     with torch.no_grad():
