@@ -29,8 +29,9 @@
 //! Once a GEMM's epilogue is built, one the rules gave `Sm90Cfg128x256`
 //! moves to ping-pong tiles with staged subtiles ([`subtiles_pay`]:
 //! `Sm90Cfg128x192pps`, or `Sm90Cfg128x192pps2` for two or three outputs) when that
-//! epilogue is light (no partials, no tile operand but a tensor in pair
-//! layout read a quad per column pair) and `N` fills a 192-column grid.
+//! epilogue has no partials, its tile operands are tensors in pair layout
+//! read a quad per column pair or its traffic hides behind the K loop
+//! ([`tile_operands_hide`]), and `N` fills a 192-column grid.
 //!
 //! These rules know `N` but not the run-time `M`; `codac bench --autotune`
 //! measures a Hopper choice's [`TileConfig::alternatives`] for one `M` and
@@ -352,8 +353,8 @@ pub fn for_shape(chosen: TileConfig, m: Option<i64>, n: Option<i64>, multiproces
 
 /// The staged-subtile configuration a GEMM the rules gave `chosen` runs
 /// faster on, if any: a `Sm90Cfg128x256` GEMM whose epilogue needs
-/// `regions` regions (one per stored value, no partials, no tile operand
-/// but pair-layout quads: see `kir::build`) and whose constant `N` leaves
+/// `regions` regions (one per stored value, no partials, tile operands
+/// only as [`tile_operands_hide`] allows: see `tiles`) and whose constant `N` leaves
 /// at most 1% of a 192-column tile grid empty; `Sm90Cfg128x192pps` for one region,
 /// `Sm90Cfg128x192pps2` for two or three (the third value is stored
 /// straight to global memory: the dSwiGLU backward that also stores the
@@ -384,6 +385,38 @@ pub fn subtiles_pay(chosen: TileConfig, n: &Dim, regions: Option<i64>) -> Option
         _ => None,
     }
 }
+
+/// Whether an epilogue that reads tile operands (other than pair-layout
+/// quads) hides behind the ping-pong mainloop of staged subtiles: its
+/// traffic, `bytes` read and stored per output element, against the
+/// GEMM's constant depth `k`, within [`HIDDEN_TRAFFIC`] bytes per 1024 of
+/// K. A ping-pong tile's epilogue runs on one warpgroup while the other
+/// runs its K loop: a light epilogue gains less than the 128×256
+/// cooperative mainloop's few percent, a heavy one outlasts that K loop
+/// and, on half the threads, takes longer than on the cooperative tile.
+/// Measured on the H100 at M = 8192, 128×192 staged subtiles against
+/// 128×256 (`codac bench`, one run each way):
+///
+/// | GEMM | bytes per 1024 of K | staged | 128×256 |
+/// |---|---|---|---|
+/// | Gemma MLP down projection with its residual, K = 24576 | 0.17 | 1.799 ms | 1.747 |
+/// | Gemma-2 up-projection with GeGLU, K = 2304 | 1.78 | 0.646 | 0.677 |
+/// | Qwen3 up-projection with SwiGLU, K = 4096 | 1.00 | 1.396 | 1.460 |
+/// | Mistral saving up-projection (SwiGLU, stores the product and the up half), K = 4096 | 1.50 | 1.498 | 1.815 |
+/// | Qwen3 saving up-projection, K = 4096 | 1.50 | 1.330 | 1.567 |
+/// | Qwen3 dSwiGLU, K = 4096 | 2.50 | 1.829 | 1.982 |
+/// | Mistral dSwiGLU (reads gate and up, three stores), K = 4096 | 2.50 | 2.046 | 2.225 |
+/// | Gemma-2 saving up-projection, K = 2304 | 2.67 | 1.089 | 0.718 |
+/// | Gemma-2 dGeGLU, K = 2304 | 4.44 | 1.557 | 0.990 |
+pub fn tile_operands_hide(bytes: usize, k: &Dim) -> bool {
+    let Some(k) = k.as_const().filter(|&k| k > 0) else { return false };
+    let per_1024 = bytes as f64 * 1024.0 / k as f64;
+    HIDDEN_TRAFFIC.0 <= per_1024 && per_1024 <= HIDDEN_TRAFFIC.1
+}
+
+/// The window of [`tile_operands_hide`], bytes per output element per
+/// 1024 of K.
+pub const HIDDEN_TRAFFIC: (f64, f64) = (0.5, 2.5);
 
 /// Whether a store put back from pair order (groups of `group` columns
 /// from `start`) can go through the staged subtiles of every configuration
@@ -546,5 +579,23 @@ mod tests {
         assert_eq!(portable, TileConfig::Cfg128x256);
         assert_eq!(Target::from_arch("sm_90a"), Target::Sm90a);
         assert_eq!(Target::from_arch("sm_100a"), Target::Portable);
+    }
+
+    #[test]
+    fn tile_operands_hide_where_they_were_measured_to() {
+        let k = |k: i64| Dim::constant(k);
+        // Gemma MLP's residual at K = 24576, Gemma-2's saving up-projection
+        // and dGeGLU at K = 2304: faster on the cooperative tiles.
+        assert!(!tile_operands_hide(4, &k(24576)));
+        assert!(!tile_operands_hide(6, &k(2304)));
+        assert!(!tile_operands_hide(10, &k(2304)));
+        // Gemma-2's up-projection; Qwen3's up-projection, saving
+        // up-projection and dSwiGLU: faster on staged subtiles.
+        assert!(tile_operands_hide(4, &k(2304)));
+        assert!(tile_operands_hide(4, &k(4096)));
+        assert!(tile_operands_hide(6, &k(4096)));
+        assert!(tile_operands_hide(10, &k(4096)));
+        // A run-time K says nothing.
+        assert!(!tile_operands_hide(4, &Dim::symbol("K")));
     }
 }

@@ -39,12 +39,19 @@ impl Tiles {
 
     /// The configuration of GEMM `k` once its epilogue is built: staged
     /// subtiles where the rules chose its configuration and the epilogue
-    /// suits them ([`config::subtiles_pay`]), else `config`.
-    pub(crate) fn refined(&self, k: usize, config: TileConfig, n: &Dim, epilogue: &Epilogue<'_>) -> TileConfig {
+    /// suits them ([`config::subtiles_pay`]; `depth` is its K), else `config`.
+    pub(crate) fn refined(
+        &self,
+        k: usize,
+        config: TileConfig,
+        n: &Dim,
+        depth: &Dim,
+        epilogue: &Epilogue<'_>,
+    ) -> TileConfig {
         if !self.rules_chose.contains(&k) {
             return config;
         }
-        config::subtiles_pay(config, n, subtile_regions(epilogue)).unwrap_or(config)
+        config::subtiles_pay(config, n, subtile_regions(epilogue, depth)).unwrap_or(config)
     }
 }
 
@@ -199,11 +206,11 @@ impl Chooser<'_> {
 /// suits them: one per stored value (at most three, each into 16-bit
 /// buffers, none accumulated; a concatenation part shifted by a
 /// multiple of 8 columns, a store put back from pair order in groups of
-/// whole subtiles), no per-tile partials, and no tile operand but
-/// tensors in pair layout read a quad per column pair (the
-/// configurations that would stage a residual measured slower:
-/// `config::subtiles_pay`).
-fn subtile_regions(epilogue: &Epilogue<'_>) -> Option<i64> {
+/// whole subtiles) and no per-tile partials. A tile operand other than a
+/// tensor in pair layout read a quad per column pair also needs its
+/// epilogue's traffic to fit the window of [`config::tile_operands_hide`]
+/// for the GEMM's `depth` (K).
+fn subtile_regions(epilogue: &Epilogue<'_>, depth: &Dim) -> Option<i64> {
     let Epilogue { nodes, stores, partials, buffers } = *epilogue;
     let groups_fit = |s: &Store| s.col_perm.is_none_or(|p| config::subtiles_unpermute(p.start, p.group));
     let part_fits = |s: &Store| s.col_offset.is_none_or(|o| o % config::CHUNK_COLS == 0);
@@ -214,10 +221,22 @@ fn subtile_regions(epilogue: &Epilogue<'_>) -> Option<i64> {
             ref op => !op.operands().contains(&id),
         })
     };
-    let tile_operand = (nodes.iter().enumerate())
-        .any(|(id, n)| matches!(n.op, Op::Load(_)) && n.space == Space::Tile && !read_as_quads(id));
-    if !partials.is_empty() || tile_operand || !stores.iter().all(plain) {
+    let tile_loads: BTreeSet<(NodeId, usize)> = (nodes.iter().enumerate())
+        .filter_map(|(id, n)| match n.op {
+            Op::Load(buf) if n.space == Space::Tile => Some((id, buf)),
+            _ => None,
+        })
+        .collect();
+    if !partials.is_empty() || !stores.iter().all(plain) {
         return None;
+    }
+    if tile_loads.iter().any(|&(id, _)| !read_as_quads(id)) {
+        let read: BTreeSet<usize> = tile_loads.iter().map(|&(_, buf)| buf).collect();
+        let stored: BTreeSet<usize> = stores.iter().map(|s| s.buf).collect();
+        let bytes = read.iter().chain(&stored).map(|&b| buffers[b].dtype.size_bytes()).sum();
+        if !config::tile_operands_hide(bytes, depth) {
+            return None;
+        }
     }
     let values: BTreeSet<NodeId> = stores.iter().map(|s| s.node).collect();
     i64::try_from(values.len()).ok().filter(|n| (1..=3).contains(n))

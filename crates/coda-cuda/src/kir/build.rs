@@ -290,7 +290,7 @@ impl Builder<'_> {
         let mut kind = self.kernel_kind(&ctx, &stores)?;
         if let KernelKind::Gemm(spec) = &mut kind {
             let epilogue = Epilogue { nodes: &ctx.nodes, stores: &stores, partials: &partials, buffers: &self.buffers };
-            spec.config = self.tiles.refined(k, spec.config, &spec.n, &epilogue);
+            spec.config = self.tiles.refined(k, spec.config, &spec.n, &spec.k, &epilogue);
         }
         let why = self.why_not_epilogue(k);
         let joined = self.why_joined(k);
