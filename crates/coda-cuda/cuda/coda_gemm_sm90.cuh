@@ -578,18 +578,22 @@ __device__ __forceinline__ void prelude_done(const typename Pre::Params& pp, int
 // i + GROUP/2 become neighbours 2i, 2i + 1), loaded by TMA through a second,
 // rank-4 tensor map of the same weight (tbp below), which lists the rows of
 // [START, END) as {k, half, i, group} with strides {1, GROUP/2 * ld,
-// ld, GROUP * ld} from row START: a box {64, 2, 32, 1} is 64 consecutive rows
-// of the pair order, written to shared memory exactly like a 2D box of 64
-// rows (so the swizzle and the wgmma descriptors are unchanged).  Needs a
-// K-contiguous B (B_NxK) and START, END, GROUP multiples of 64, so that no
-// 64-row box straddles [START, END) or a group.
+// ld, GROUP * ld} from row START: a box {64, 2, kBoxRows/2, 1} is kBoxRows
+// consecutive rows of the pair order, written to shared memory exactly like
+// a 2D box of as many rows (so the swizzle, whose pattern repeats every 8
+// rows, and the wgmma descriptors are unchanged).  Needs a K-contiguous B
+// (B_NxK), START and END multiples of 64 (no 64-row chunk straddles
+// [START, END)) and GROUP a multiple of 32: boxes of 64 rows where GROUP is
+// a multiple of 64, else two boxes of 32 rows per 64-row chunk (head width
+// 96), so that no box straddles a group.
 template <int START, int END, int GROUP>
 struct Sm90PairRows {
-    static_assert(START % 64 == 0 && END % 64 == 0 && GROUP % 64 == 0 && END > START && (END - START) % GROUP == 0,
-                  "Sm90PairRows needs START, END and GROUP multiples of 64");
+    static_assert(START % 64 == 0 && END % 64 == 0 && GROUP % 32 == 0 && END > START && (END - START) % GROUP == 0,
+                  "Sm90PairRows needs START and END multiples of 64 and GROUP a multiple of 32");
     static constexpr bool kIdentity = false;
-    // The tensor-map coordinates {k0, half, i, group} of the 64 rows from
-    // logical row n (a multiple of 64 in [START, END)).
+    static constexpr int kBoxRows = GROUP % 64 == 0 ? 64 : 32;
+    // The tensor-map coordinates {k0, half, i, group} of the kBoxRows rows
+    // from logical row n (a multiple of kBoxRows in [START, END)).
     static __device__ __forceinline__ void coords(int n, int& i, int& group) {
         const int local = n - START;
         group = local / GROUP;
@@ -708,9 +712,12 @@ __device__ __forceinline__ void gemm_sm90_rows(const TmaDesc& ta, const TmaDesc&
                         const unsigned dst = sb + i * 8192;
                         if constexpr (!RowsB::kIdentity) {
                             if (RowsB::inside(n)) {
-                                int pi, pg;
-                                RowsB::coords(n, pi, pg);
-                                tma_load_4d(dst, tbp, full, k0, 0, pi, pg);
+#pragma unroll
+                                for (int r = 0; r < 64; r += RowsB::kBoxRows) {
+                                    int pi, pg;
+                                    RowsB::coords(n + r, pi, pg);
+                                    tma_load_4d(dst + r * 128, tbp, full, k0, 0, pi, pg);
+                                }
                                 continue;
                             }
                         }

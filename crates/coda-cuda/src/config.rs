@@ -23,8 +23,9 @@
 //! accumulators) or `N` is a constant below 256; then `Sm90Cfg128x128`.
 //! Column partials do not count: they are reduced pair by pair
 //! (`coda::col_keep`), so they keep `CJ / 4` registers, not `2 × CJ`. A B operand read in pair order stays on the portable
-//! mainloop unless its permuted range and groups are multiples of 64 rows
-//! (what one TMA box of the pair-order view covers).
+//! mainloop unless its permuted range is a multiple of 64 rows and its
+//! groups of 32 (the TMA boxes of the pair-order view: 64 rows, or 32 for
+//! groups such as Phi-3's 96-wide heads).
 //!
 //! Once a GEMM's epilogue is built, one the rules gave `Sm90Cfg128x256`
 //! moves to ping-pong tiles with staged subtiles ([`subtiles_pay`]:
@@ -459,7 +460,7 @@ pub fn for_target(
     if target != Target::Sm90a || portable == TileConfig::Cfg64x64 {
         return portable;
     }
-    let tma_pairs = |p: coda_ir::PairPerm| b_k_contiguous && p.start % 64 == 0 && p.end % 64 == 0 && p.group % 64 == 0;
+    let tma_pairs = |p: coda_ir::PairPerm| b_k_contiguous && p.start % 64 == 0 && p.end % 64 == 0 && p.group % 32 == 0;
     if b_pairs.is_some_and(|p| !tma_pairs(p)) {
         return portable;
     }
@@ -574,8 +575,13 @@ mod tests {
         assert_eq!(sm90(TileConfig::Cfg64x64, false, None), TileConfig::Cfg64x64);
         let rope = coda_ir::PairPerm { start: 0, end: 5120, group: 128 };
         assert_eq!(sm90(TileConfig::Cfg128x256, false, Some(rope)), TileConfig::Sm90Cfg128x256);
+        // Phi-3's 96-wide heads: boxes of 32 pair-order rows.
+        let heads96 = coda_ir::PairPerm { start: 0, end: 6144, group: 96 };
+        assert_eq!(sm90(TileConfig::Cfg128x256, false, Some(heads96)), TileConfig::Sm90Cfg128x256);
         let odd = coda_ir::PairPerm { start: 0, end: 96, group: 32 };
         assert_eq!(sm90(TileConfig::Cfg128x256, false, Some(odd)), TileConfig::Cfg128x256);
+        let heads48 = coda_ir::PairPerm { start: 0, end: 3072, group: 48 };
+        assert_eq!(sm90(TileConfig::Cfg128x256, false, Some(heads48)), TileConfig::Cfg128x256);
         let portable = for_target(Target::Portable, TileConfig::Cfg128x256, &n, false, None, true);
         assert_eq!(portable, TileConfig::Cfg128x256);
         assert_eq!(Target::from_arch("sm_90a"), Target::Sm90a);
