@@ -178,3 +178,33 @@ fn two_regions_stage_a_residual_subtile_beside_the_outputs() {
 fn staged_subtile_kernels_emulate_like_the_interpreter() {
     emulate_cases(&[PPS, PPS2], &[37]);
 }
+
+/// `explain` says why a GEMM whose epilogue reads tile operands takes or
+/// refuses staged subtiles: Gemma-2's up-projection (K = 2304, 1.78 bytes
+/// per output element per 1024 of K) takes them, its dGeGLU backward (4.44)
+/// keeps the cooperative tiles, and the reason names both numbers.
+#[test]
+fn explain_says_why_tile_operands_take_or_refuse_staged_subtiles() {
+    let [forward, backward] =
+        <[coda::Checked; 2]>::try_from(views("examples/gemma2_layer.coda")).ok().unwrap_or_else(|| panic!("two views"));
+    let reason = |checked: &coda::Checked, kernel: &str| -> String {
+        let json = coda::explain_json(checked);
+        let kernels = json["kernels"].as_array().cloned().unwrap_or_default();
+        let k = kernels.iter().find(|k| k["name"] == kernel).unwrap_or_else(|| panic!("no {kernel}"));
+        k["tiles_why"].as_str().unwrap_or_else(|| panic!("{kernel}: no tiles_why")).to_string()
+    };
+    let up = reason(&forward, "gemm_up");
+    assert!(
+        up.starts_with("Sm90Cfg128x192pps:") && up.contains("1.78 bytes") && up.contains("within 0.5 to 2.5"),
+        "{up}"
+    );
+    let dgelu = reason(&backward, "gemm_dmlp_w_down");
+    assert!(
+        dgelu.starts_with("Sm90Cfg128x256 rather than Sm90Cfg128x192pps2:")
+            && dgelu.contains("4.44 bytes")
+            && dgelu.contains("above 2.5"),
+        "{dgelu}"
+    );
+    let text = coda::explain_text(&backward);
+    assert!(text.contains("//      tiles: Sm90Cfg128x256 rather than"), "{text}");
+}

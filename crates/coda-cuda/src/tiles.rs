@@ -39,7 +39,9 @@ impl Tiles {
 
     /// The configuration of GEMM `k` once its epilogue is built: staged
     /// subtiles where the rules chose its configuration and the epilogue
-    /// suits them ([`config::subtiles_pay`]; `depth` is its K), else `config`.
+    /// suits them ([`config::subtiles_pay`]; `depth` is its K), else
+    /// `config`; with why, where the epilogue's traffic against K decided
+    /// ([`config::tile_operands_hide`]).
     pub(crate) fn refined(
         &self,
         k: usize,
@@ -47,11 +49,31 @@ impl Tiles {
         n: &Dim,
         depth: &Dim,
         epilogue: &Epilogue<'_>,
-    ) -> TileConfig {
+    ) -> (TileConfig, Option<String>) {
         if !self.rules_chose.contains(&k) {
-            return config;
+            return (config, None);
         }
-        config::subtiles_pay(config, n, subtile_regions(epilogue, depth)).unwrap_or(config)
+        let fit = subtile_fit(epilogue, depth);
+        let Some(staged) = config::subtiles_pay(config, n, fit.regions) else { return (config, None) };
+        match fit.traffic {
+            None => (staged, None),
+            Some(per_1024) => {
+                let (lo, hi) = config::HIDDEN_TRAFFIC;
+                let moved =
+                    format!("its tile operands and stores move {per_1024:.2} bytes per output element per 1024 of K");
+                if config::tile_operands_hide_per_1024(per_1024) {
+                    let why = format!("within {lo} to {hi}: its epilogue hides behind the other tile's K loop");
+                    (staged, Some(format!("{}: {moved}, {why}", staged.name())))
+                } else {
+                    let why = if per_1024 < lo {
+                        format!("below {lo}: the cooperative mainloop gains more than hiding the epilogue would")
+                    } else {
+                        format!("above {hi}: the epilogue would outlast the other tile's K loop")
+                    };
+                    (config, Some(format!("{} rather than {}: {moved}, {why}", config.name(), staged.name())))
+                }
+            }
+        }
     }
 }
 
@@ -202,15 +224,23 @@ impl Chooser<'_> {
     }
 }
 
-/// The regions of staged subtiles a GEMM epilogue would need, if it
-/// suits them: one per stored value (at most three, each into 16-bit
-/// buffers, none accumulated; a concatenation part shifted by a
-/// multiple of 8 columns, a store put back from pair order in groups of
-/// whole subtiles) and no per-tile partials. A tile operand other than a
-/// tensor in pair layout read a quad per column pair also needs its
-/// epilogue's traffic to fit the window of [`config::tile_operands_hide`]
-/// for the GEMM's `depth` (K).
-fn subtile_regions(epilogue: &Epilogue<'_>, depth: &Dim) -> Option<i64> {
+/// What staged subtiles would make of a GEMM epilogue ([`subtile_fit`]).
+struct SubtileFit {
+    /// The regions it would need, if it suits them: one per stored value
+    /// (at most three, each into 16-bit buffers, none accumulated; a
+    /// concatenation part shifted by a multiple of 8 columns, a store put
+    /// back from pair order in groups of whole subtiles), and no per-tile
+    /// partials.
+    regions: Option<i64>,
+    /// For an epilogue with a tile operand other than a tensor in pair
+    /// layout read a quad per column pair: its bytes read and stored per
+    /// output element per 1024 of the GEMM's K (`None` also where K is not
+    /// a constant: then `regions` is `None`).
+    traffic: Option<f64>,
+}
+
+/// How a GEMM epilogue suits staged subtiles, for a GEMM of K = `depth`.
+fn subtile_fit(epilogue: &Epilogue<'_>, depth: &Dim) -> SubtileFit {
     let Epilogue { nodes, stores, partials, buffers } = *epilogue;
     let groups_fit = |s: &Store| s.col_perm.is_none_or(|p| config::subtiles_unpermute(p.start, p.group));
     let part_fits = |s: &Store| s.col_offset.is_none_or(|o| o % config::CHUNK_COLS == 0);
@@ -221,23 +251,25 @@ fn subtile_regions(epilogue: &Epilogue<'_>, depth: &Dim) -> Option<i64> {
             ref op => !op.operands().contains(&id),
         })
     };
+    if !partials.is_empty() || !stores.iter().all(plain) {
+        return SubtileFit { regions: None, traffic: None };
+    }
+    let values: BTreeSet<NodeId> = stores.iter().map(|s| s.node).collect();
+    let regions = i64::try_from(values.len()).ok().filter(|n| (1..=3).contains(n));
     let tile_loads: BTreeSet<(NodeId, usize)> = (nodes.iter().enumerate())
         .filter_map(|(id, n)| match n.op {
             Op::Load(buf) if n.space == Space::Tile => Some((id, buf)),
             _ => None,
         })
         .collect();
-    if !partials.is_empty() || !stores.iter().all(plain) {
-        return None;
+    if tile_loads.iter().all(|&(id, _)| read_as_quads(id)) {
+        return SubtileFit { regions, traffic: None };
     }
-    if tile_loads.iter().any(|&(id, _)| !read_as_quads(id)) {
-        let read: BTreeSet<usize> = tile_loads.iter().map(|&(_, buf)| buf).collect();
-        let stored: BTreeSet<usize> = stores.iter().map(|s| s.buf).collect();
-        let bytes = read.iter().chain(&stored).map(|&b| buffers[b].dtype.size_bytes()).sum();
-        if !config::tile_operands_hide(bytes, depth) {
-            return None;
-        }
+    let read: BTreeSet<usize> = tile_loads.iter().map(|&(_, buf)| buf).collect();
+    let stored: BTreeSet<usize> = stores.iter().map(|s| s.buf).collect();
+    let bytes: usize = read.iter().chain(&stored).map(|&b| buffers[b].dtype.size_bytes()).sum();
+    match config::traffic_per_1024(bytes, depth) {
+        Some(per_1024) => SubtileFit { regions, traffic: Some(per_1024) },
+        None => SubtileFit { regions: None, traffic: None },
     }
-    let values: BTreeSet<NodeId> = stores.iter().map(|s| s.node).collect();
-    i64::try_from(values.len()).ok().filter(|n| (1..=3).contains(n))
 }

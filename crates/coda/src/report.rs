@@ -36,6 +36,8 @@ pub(crate) struct KernelReport {
     /// For GEMM kernels: why the epilogue stores values that read no
     /// accumulator.
     pub(crate) joined: Vec<String>,
+    /// Why a GEMM has its tile configuration, where its epilogue's traffic decided.
+    pub(crate) tiles: Option<String>,
 }
 
 /// The report of one block.
@@ -129,6 +131,7 @@ fn kernel_reports(
                 bytes_moved: traffic::kernel_bytes(ir, kernel, dims),
                 why: kernel.why.clone(),
                 joined: kernel.joined.clone(),
+                tiles: kernel.tiles.clone(),
             }
         })
         .collect()
@@ -195,6 +198,9 @@ pub(crate) fn report_text(r: &BlockReport) -> String {
         for why in &k.joined {
             out.push_str(&wrapped(&format!("//      in the epilogue: {why}")));
         }
+        if let Some(why) = &k.tiles {
+            out.push_str(&wrapped(&format!("//      tiles: {why}")));
+        }
     }
     let (fused, unfused) = (r.fused_bytes(), r.unfused_bytes);
     let ratio = if fused > 0 { format!(" ({:.1}× less)", unfused as f64 / fused as f64) } else { String::new() };
@@ -260,6 +266,7 @@ pub(crate) fn report_json(block: &str, r: &BlockReport) -> (Value, Vec<Value>) {
                 "bytes_moved": k.bytes_moved,
                 "why_not_epilogue": k.why,
                 "in_epilogue": k.joined,
+                "tiles_why": k.tiles,
             })
         })
         .collect();

@@ -288,13 +288,14 @@ impl Builder<'_> {
         }
         let partials = self.partials_of(&mut ctx)?;
         let mut kind = self.kernel_kind(&ctx, &stores)?;
+        let mut tiles = None;
         if let KernelKind::Gemm(spec) = &mut kind {
             let epilogue = Epilogue { nodes: &ctx.nodes, stores: &stores, partials: &partials, buffers: &self.buffers };
-            spec.config = self.tiles.refined(k, spec.config, &spec.n, &spec.k, &epilogue);
+            (spec.config, tiles) = self.tiles.refined(k, spec.config, &spec.n, &spec.k, &epilogue);
         }
         let why = self.why_not_epilogue(k);
         let joined = self.why_joined(k);
-        Ok(Kernel { name: String::new(), kind, nodes: ctx.nodes, stores, partials, why, joined })
+        Ok(Kernel { name: String::new(), kind, nodes: ctx.nodes, stores, partials, why, joined, tiles })
     }
 
     /// The stores of `v` into `buf`: one, or for a concatenation of

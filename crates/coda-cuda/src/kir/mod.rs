@@ -483,6 +483,9 @@ pub struct Kernel {
     /// For GEMM kernels: why their epilogue stores values that read no
     /// accumulator (`plan::join`).
     pub joined: Vec<String>,
+    /// For GEMM kernels: why their tile configuration, where their
+    /// epilogue's traffic decided it (`tiles`).
+    pub tiles: Option<String>,
 }
 
 impl Kernel {
