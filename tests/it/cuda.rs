@@ -305,7 +305,7 @@ pub(crate) fn emulate_block_with(
             .map(|(_, p)| p.dtype)
             .or_else(|| block.outputs.iter().find(|o| &o.tensor.name == key).map(|o| o.tensor.dtype));
         let dtype = dtype.unwrap_or(coda::ir::DType::F32);
-        let data = t.data.iter().map(|v| coda::ir::interp::round_to_dtype(*v, dtype).unwrap_or(*v) as f32).collect();
+        let data = t.data.iter().map(|v| coda::ir::interp::round_to_dtype(*v, dtype) as f32).collect();
         host.insert(key.clone(), data);
     }
     let got = coda::cuda::emulate::emulate(&compiled.ir, block, &dims, &host).unwrap_or_else(|e| panic!("{name}: {e}"));

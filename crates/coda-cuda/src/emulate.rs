@@ -43,7 +43,7 @@ impl HostBuf {
         }
         let i = (m * self.ld + k) as usize;
         let prev = if accumulate { f64::from(self.data[i]) } else { 0.0 };
-        let stored = round_to_dtype(prev + v, self.dtype).unwrap_or(f64::NAN);
+        let stored = round_to_dtype(prev + v, self.dtype);
         self.data[i] = stored as f32;
     }
 }
@@ -307,7 +307,7 @@ impl Emu<'_> {
             Op::Cast(to, a) => match to {
                 DType::I32 => f64::from(e(*a) as i32),
                 DType::Bool => f64::from(u8::from(e(*a) != 0.0)),
-                _ => round_to_dtype(e(*a), *to).unwrap_or(f64::NAN),
+                _ => round_to_dtype(e(*a), *to),
             },
             Op::Broadcast(a) => e(*a),
             Op::Transpose(a) => f64::from(self.eval(*a, k, m)),

@@ -207,11 +207,8 @@ impl Buffers {
         let bytes = if t.dtype == DType::I32 {
             convert::i32_to_bytes(&host.data.iter().map(|v| *v as i32).collect::<Vec<_>>())
         } else {
-            let rounded: Vec<f32> = host
-                .data
-                .iter()
-                .map(|v| coda::ir::interp::round_to_dtype(*v, t.dtype).map(|r| r as f32))
-                .collect::<Result<_, _>>()?;
+            let rounded: Vec<f32> =
+                host.data.iter().map(|v| coda::ir::interp::round_to_dtype(*v, t.dtype) as f32).collect();
             convert::f32_to_bytes(dtype, &rounded)
         };
         let buffer = DeviceBuffer::from_bytes(device, &bytes)?;

@@ -3,8 +3,8 @@
 //! output concerned, and help. Codes: `E0701` a dimension without a valid
 //! value, `E0702` a value or an evaluation too large, `E0703` a column slice
 //! outside its operand, `E0704` a rotary embedding outside its operand,
-//! `E0705` an input that does not match its declaration, `E0706` a dtype
-//! the interpreter cannot round to, `E9001` a bug in the interpreter.
+//! `E0705` an input that does not match its declaration, `E9001` a bug in
+//! the interpreter.
 
 use super::error::EvalError;
 use crate::block::Block;
@@ -115,9 +115,6 @@ fn describe(error: &EvalError) -> (&'static str, String, String, Option<String>)
         ),
         EvalError::DataLength { .. } => {
             ("E0705", "tensor data does not match its shape".into(), error.to_string(), None)
-        }
-        EvalError::Unsupported { what, message } => {
-            ("E0706", "not supported by the interpreter".into(), format!("{what}: {message}"), None)
         }
         EvalError::Malformed { message, .. } => (
             "E9001",

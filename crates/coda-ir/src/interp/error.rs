@@ -120,14 +120,6 @@ pub enum EvalError {
         /// What is wrong.
         message: String,
     },
-    /// A feature the interpreter does not support (fp8 rounding).
-    #[error("{what}: {message}")]
-    Unsupported {
-        /// Where.
-        what: String,
-        /// What is not supported.
-        message: String,
-    },
     /// An error located in the source: the expression that defines the value
     /// being computed, the declaration of the input being read, or the
     /// assignment of the output being stored.

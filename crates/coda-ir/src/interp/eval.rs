@@ -261,9 +261,7 @@ impl<'a> Machine<'a> {
             Inst::Const(c) => Ok(vec![*c]),
             Inst::DimValue(dim) => Ok(vec![eval_dim(dim, &self.dims)? as f64]),
             Inst::Unary { op, arg } => self.map(*arg, |x| Ok(ops::unary(*op, x))),
-            Inst::Cast { to, arg } => {
-                self.map(*arg, |x| cast(x, *to, self.round)).map_err(|e| with_context(e, &self.describe(value)))
-            }
+            Inst::Cast { to, arg } => self.map(*arg, |x| Ok(cast(x, *to, self.round))),
             Inst::Binary { op, lhs, rhs } => {
                 let [a, b] = self.same_shape([*lhs, *rhs])?;
                 let pairs = a.data.iter().zip(&b.data);
@@ -367,7 +365,7 @@ impl<'a> Machine<'a> {
         self.reserve(rows as u128 * cols as u128, 0, value)?;
         let mut data = given.data.clone();
         if rounds {
-            round_slice(&mut data, decl.dtype).map_err(|e| with_context(e, &tensor_name(decl)))?;
+            round_slice(&mut data, decl.dtype);
         }
         Ok(Slot::Owned(HostTensor { dtype: decl.dtype, rows, cols, data }))
     }
@@ -460,7 +458,7 @@ impl<'a> Machine<'a> {
         if output.accumulate {
             self.add_previous(decl, &mut data)?;
         }
-        self.finish(decl, &mut data)?;
+        self.finish(decl, &mut data);
         Ok(HostTensor { dtype: decl.dtype, rows, cols, data })
     }
 
@@ -468,41 +466,24 @@ impl<'a> Machine<'a> {
     fn add_previous(&self, decl: &Tensor, data: &mut [f64]) -> Result<(), EvalError> {
         let previous = input(self.inputs, decl, &self.dims)?;
         for (x, &p) in data.iter_mut().zip(&previous.data) {
-            let p = if self.round && decl.dtype.is_float() { round_to_dtype(p, decl.dtype) } else { Ok(p) };
-            *x += p.map_err(|e| with_context(e, &tensor_name(decl)))?;
+            *x += if self.round && decl.dtype.is_float() { round_to_dtype(p, decl.dtype) } else { p };
         }
         Ok(())
     }
 
     /// Converts stored data to the output's dtype.
-    fn finish(&self, decl: &Tensor, data: &mut [f64]) -> Result<(), EvalError> {
+    fn finish(&self, decl: &Tensor, data: &mut [f64]) {
         let converts = self.round || matches!(decl.dtype, DType::I32 | DType::Bool);
         if converts {
-            round_slice(data, decl.dtype).map_err(|e| with_context(e, &tensor_name(decl)))?;
+            round_slice(data, decl.dtype);
         }
-        Ok(())
     }
 }
 
 /// Whether every element is exactly a value of `dtype` (NaN counts as one).
 fn representable(data: &[f64], dtype: DType) -> bool {
-    data.iter().all(|&x| match round_to_dtype(x, dtype) {
-        Ok(r) => r.to_bits() == x.to_bits() || (r.is_nan() && x.is_nan()),
-        Err(_) => false,
+    data.iter().all(|&x| {
+        let r = round_to_dtype(x, dtype);
+        r.to_bits() == x.to_bits() || (r.is_nan() && x.is_nan())
     })
-}
-
-/// `` tensor `x` `` for messages.
-fn tensor_name(decl: &Tensor) -> String {
-    format!("tensor `{}`", decl.name)
-}
-
-/// Says where an unsupported-dtype error happened.
-fn with_context(error: EvalError, context: &str) -> EvalError {
-    match error {
-        EvalError::Unsupported { what, message } => {
-            EvalError::Unsupported { what: format!("{context}: {what}"), message }
-        }
-        other => other,
-    }
 }

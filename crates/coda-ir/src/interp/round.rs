@@ -1,6 +1,5 @@
 //! Rounding an `f64` to a storage type, in one round-to-nearest-even step.
 
-use super::error::EvalError;
 use crate::ty::DType;
 
 /// A binary floating-point format with subnormals.
@@ -32,8 +31,8 @@ const E5M2: Format = Format { mant_bits: 2, emin: -14, max_finite: 57344.0 };
 /// conversion to `float8_e4m3fn` does; `i32` toward zero with saturation
 /// (NaN → 0); `bool` to `x != 0`.
 #[inline]
-pub fn round_to_dtype(x: f64, dtype: DType) -> Result<f64, EvalError> {
-    Ok(match dtype {
+pub fn round_to_dtype(x: f64, dtype: DType) -> f64 {
+    match dtype {
         DType::F32 => f64::from(x as f32),
         DType::BF16 => round_float(x, &BF16),
         DType::F16 => round_float(x, &F16),
@@ -41,7 +40,7 @@ pub fn round_to_dtype(x: f64, dtype: DType) -> Result<f64, EvalError> {
         DType::E5M2 => round_float(x, &E5M2),
         DType::I32 => truncate_i32(x),
         DType::Bool => to_bool(x),
-    })
+    }
 }
 
 /// An infinity as the largest finite value of its sign.
@@ -54,21 +53,20 @@ fn saturate(x: f64, max_finite: f64) -> f64 {
 }
 
 /// Rounds every element of `data` to `dtype` in place.
-pub(super) fn round_slice(data: &mut [f64], dtype: DType) -> Result<(), EvalError> {
+pub(super) fn round_slice(data: &mut [f64], dtype: DType) {
     for x in data {
-        *x = round_to_dtype(*x, dtype)?;
+        *x = round_to_dtype(*x, dtype);
     }
-    Ok(())
 }
 
 /// What a cast does to `x`: with rounding off only integer and bool
 /// targets change the value.
-pub(super) fn cast(x: f64, to: DType, round: bool) -> Result<f64, EvalError> {
+pub(super) fn cast(x: f64, to: DType, round: bool) -> f64 {
     match to {
-        DType::I32 => Ok(truncate_i32(x)),
-        DType::Bool => Ok(to_bool(x)),
+        DType::I32 => truncate_i32(x),
+        DType::Bool => to_bool(x),
         _ if round => round_to_dtype(x, to),
-        _ => Ok(x),
+        _ => x,
     }
 }
 

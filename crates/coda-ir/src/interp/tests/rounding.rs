@@ -5,7 +5,7 @@ use super::*;
 use crate::interp::round_to_dtype;
 
 fn r(x: f64, dtype: DType) -> TestResult<f64> {
-    Ok(round_to_dtype(x, dtype)?)
+    Ok(round_to_dtype(x, dtype))
 }
 
 #[test]
@@ -135,12 +135,12 @@ fn fp8_rounding_matches_pytorch() -> TestResult {
         (1.1875, 1.25, 1.25),
     ];
     for (x, e4m3, e5m2) in cases {
-        assert_eq!(round_to_dtype(x, DType::E4M3)?, e4m3, "e4m3 of {x:e}");
-        assert_eq!(round_to_dtype(x, DType::E5M2)?, e5m2, "e5m2 of {x:e}");
+        assert_eq!(round_to_dtype(x, DType::E4M3), e4m3, "e4m3 of {x:e}");
+        assert_eq!(round_to_dtype(x, DType::E5M2), e5m2, "e5m2 of {x:e}");
     }
-    assert!(round_to_dtype(f64::NAN, DType::E4M3)?.is_nan());
-    assert!(round_to_dtype(f64::NAN, DType::E5M2)?.is_nan());
-    assert_eq!(round_to_dtype(-0.0, DType::E4M3)?.to_bits(), (-0.0f64).to_bits());
+    assert!(round_to_dtype(f64::NAN, DType::E4M3).is_nan());
+    assert!(round_to_dtype(f64::NAN, DType::E5M2).is_nan());
+    assert_eq!(round_to_dtype(-0.0, DType::E4M3).to_bits(), (-0.0f64).to_bits());
     Ok(())
 }
 
