@@ -389,29 +389,29 @@ pub fn subtiles_pay(chosen: TileConfig, n: &Dim, regions: Option<i64>) -> Option
 
 /// Whether an epilogue that reads tile operands (other than pair-layout
 /// quads) hides behind the ping-pong mainloop of staged subtiles: its
-/// traffic, `bytes` read and stored per output element, against the
-/// GEMM's constant depth `k`, within [`HIDDEN_TRAFFIC`] bytes per 1024 of
-/// K. A ping-pong tile's epilogue runs on one warpgroup while the other
-/// runs its K loop: a light epilogue gains less than the 128×256
-/// cooperative mainloop's few percent, a heavy one outlasts that K loop
-/// and, on half the threads, takes longer than on the cooperative tile.
-/// Measured on the H100 at M = 8192, 128×192 staged subtiles against
-/// 128×256 (`codac bench`, one run each way):
+/// traffic, bytes read and stored per output element per 1024 of the
+/// GEMM's constant K ([`traffic_per_1024`]), within [`HIDDEN_TRAFFIC`]. A
+/// ping-pong tile's epilogue runs on one warpgroup while the other runs
+/// its K loop: a light epilogue gains less than the 128×256 cooperative
+/// mainloop's few percent, a heavy one outlasts that K loop and, on half
+/// the threads, takes longer than on the cooperative tile. Measured on the
+/// H100 at M = 8192, 128×192 staged subtiles against 128×256 (`codac
+/// bench`, one run each way):
 ///
 /// | GEMM | bytes per 1024 of K | staged | 128×256 |
 /// |---|---|---|---|
 /// | Gemma MLP down projection with its residual, K = 24576 | 0.25 | 1.799 ms | 1.747 |
-/// | Gemma-2 up-projection with GeGLU, K = 2304 | 1.78 | 0.646 | 0.677 |
 /// | Qwen3 up-projection with SwiGLU, K = 4096 | 1.00 | 1.396 | 1.460 |
-/// | OLMo-2 up-projection with SwiGLU, K = 2048 (timed after the window was set) | 2.00 | 0.446 | 0.539 |
 /// | Mistral saving up-projection (SwiGLU, stores the product and the up half), K = 4096 | 1.50 | 1.498 | 1.815 |
 /// | Qwen3 saving up-projection, K = 4096 | 1.50 | 1.330 | 1.567 |
+/// | Gemma-2 up-projection with GeGLU, K = 2304 | 1.78 | 0.646 | 0.677 |
+/// | OLMo-2 up-projection with SwiGLU, K = 2048 (timed after the window was set) | 2.00 | 0.446 | 0.539 |
 /// | Qwen3 dSwiGLU, K = 4096 | 2.50 | 1.829 | 1.982 |
 /// | Mistral dSwiGLU (reads gate and up, three stores), K = 4096 | 2.50 | 2.046 | 2.225 |
 /// | Gemma-2 saving up-projection, K = 2304 | 2.67 | 1.089 | 0.718 |
 /// | Gemma-2 dGeGLU, K = 2304 | 4.44 | 1.557 | 0.990 |
-pub fn tile_operands_hide(bytes: usize, k: &Dim) -> bool {
-    traffic_per_1024(bytes, k).is_some_and(tile_operands_hide_per_1024)
+pub fn tile_operands_hide(per_1024: f64) -> bool {
+    HIDDEN_TRAFFIC.0 <= per_1024 && per_1024 <= HIDDEN_TRAFFIC.1
 }
 
 /// `bytes` per output element per 1024 of a constant K (`None` for a
@@ -421,14 +421,22 @@ pub fn traffic_per_1024(bytes: usize, k: &Dim) -> Option<f64> {
     Some(bytes as f64 * 1024.0 / k as f64)
 }
 
-/// [`tile_operands_hide`] on traffic already per 1024 of K.
-pub fn tile_operands_hide_per_1024(per_1024: f64) -> bool {
-    HIDDEN_TRAFFIC.0 <= per_1024 && per_1024 <= HIDDEN_TRAFFIC.1
-}
-
 /// The window of [`tile_operands_hide`], bytes per output element per
 /// 1024 of K.
 pub const HIDDEN_TRAFFIC: (f64, f64) = (0.5, 2.5);
+
+/// The rows of one TMA box of the pair-order view of a B operand read in
+/// pair order `p` (`coda::Sm90PairRows::kBoxRows`): 64 where its groups are
+/// multiples of 64, 32 where they are multiples of 32 (Phi-3's 96-wide
+/// heads), so that no box straddles a group; `None` where the Hopper
+/// mainloop cannot read `p` (a group of neither, or a permuted range that
+/// a 64-row chunk of B would straddle).
+pub fn pair_box_rows(p: coda_ir::PairPerm) -> Option<i64> {
+    if p.start % 64 != 0 || p.end % 64 != 0 {
+        return None;
+    }
+    [64, 32].into_iter().find(|rows| p.group % rows == 0)
+}
 
 /// Whether a store put back from pair order (groups of `group` columns
 /// from `start`) can go through the staged subtiles of every configuration
@@ -470,7 +478,7 @@ pub fn for_target(
     if target != Target::Sm90a || portable == TileConfig::Cfg64x64 {
         return portable;
     }
-    let tma_pairs = |p: coda_ir::PairPerm| b_k_contiguous && p.start % 64 == 0 && p.end % 64 == 0 && p.group % 32 == 0;
+    let tma_pairs = |p: coda_ir::PairPerm| b_k_contiguous && pair_box_rows(p).is_some();
     if b_pairs.is_some_and(|p| !tma_pairs(p)) {
         return portable;
     }
@@ -601,6 +609,7 @@ mod tests {
     #[test]
     fn tile_operands_hide_where_they_were_measured_to() {
         let k = |k: i64| Dim::constant(k);
+        let tile_operands_hide = |bytes: usize, k: &Dim| traffic_per_1024(bytes, k).is_some_and(tile_operands_hide);
         // Gemma MLP's residual at K = 24576, Gemma-2's saving up-projection
         // and dGeGLU at K = 2304: faster on the cooperative tiles.
         assert!(!tile_operands_hide(6, &k(24576)));

@@ -61,7 +61,7 @@ impl Tiles {
                 let (lo, hi) = config::HIDDEN_TRAFFIC;
                 let moved =
                     format!("its tile operands and stores move {per_1024:.2} bytes per output element per 1024 of K");
-                if config::tile_operands_hide_per_1024(per_1024) {
+                if config::tile_operands_hide(per_1024) {
                     let why = format!("within {lo} to {hi}: its epilogue hides behind the other tile's K loop");
                     (staged, Some(format!("{}: {moved}, {why}", staged.name())))
                 } else {

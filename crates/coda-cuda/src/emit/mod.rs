@@ -222,8 +222,8 @@ fn simple_launch(em: &Emitter<'_>, kind: &'static str, grid: SymExpr) -> Launch 
 
 /// The tensor maps of a Hopper GEMM: A, B, and B's pair-order view when its
 /// rows are read in pair order (`coda::Sm90PairRows`: rows `[start, end)`
-/// as `{k, half, i, group}`, in boxes of 64 pair-order rows, or of 32 where
-/// the group is not a multiple of 64, as its `kBoxRows` says).
+/// as `{k, half, i, group}`, in boxes of [`crate::config::pair_box_rows`]
+/// pair-order rows).
 fn tensor_maps(ir: &BlockIr, spec: &crate::kir::GemmSpec) -> Vec<TensorMapSpec> {
     let size = |d: &Dim| SymExpr::from(d).to_string();
     let plain = |op: &crate::kir::Operand, inner: &Dim, outer: &Dim| TensorMapSpec {
@@ -243,12 +243,15 @@ fn tensor_maps(ir: &BlockIr, spec: &crate::kir::GemmSpec) -> Vec<TensorMapSpec> 
     };
     let mut maps = vec![a, b];
     if let Some(p) = spec.b.row_perm {
+        // `config::for_target` keeps other pair orders off the Hopper
+        // mainloop; the header's static_assert refuses them too.
+        let box_rows = crate::config::pair_box_rows(p).unwrap_or(64);
         maps.push(TensorMapSpec {
             buffer: ir.buffers[spec.b.buf].name.clone(),
             base_row: p.start,
             dims: vec![size(&spec.k), "2".into(), (p.group / 2).to_string(), ((p.end - p.start) / p.group).to_string()],
             strides: vec![p.group / 2, 1, p.group],
-            box_dims: vec![64, 2, if p.group % 64 == 0 { 32 } else { 16 }, 1],
+            box_dims: vec![64, 2, box_rows as u32 / 2, 1],
         });
     }
     maps
