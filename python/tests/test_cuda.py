@@ -353,3 +353,68 @@ def test_module_parameters_train(layer: codac.BlockFunction) -> None:
     for (name, p), (_, q) in zip(block.named_parameters(), reference.named_parameters()):
         assert p.grad is not None and p.grad.dtype == p.dtype
         assert relative_error(p.grad, q.grad) < 3e-2, name
+
+
+# Separate gate and up weights, as checkpoints store them: one GEMM reads
+# both where they are, whichever lies lower in memory (docs/codegen.md,
+# "Stacked weights").
+SEPARATE_GATE_UP = """
+dim M
+dim D = 512
+dim F = 1024
+block mlp(x: bf16[M, D], g: bf16[D], w_gate: bf16[F, D], w_up: bf16[F, D], w_down: bf16[D, F]) -> (y: bf16[M, D]) {
+    let h = rmsnorm(x, g, 1e-5)
+    let gate = bf16(h @ w_gate.T)
+    let up = bf16(h @ w_up.T)
+    y = bf16(x + (silu(gate) * up) @ w_down.T)
+}
+grad mlp_grad = mlp wrt (x, g, w_gate, w_up, w_down)
+"""
+
+
+@pytest.mark.parametrize("order", ["gate_below_up", "up_below_gate", "same_tensor", "up_misaligned"])
+def test_separate_gate_and_up_weights_in_any_address_order(order: str) -> None:
+    fn = codac.load(SEPARATE_GATE_UP, dims={}).block("mlp")
+    d, f, m = 512, 1024, 333
+    g = torch.Generator().manual_seed(21)
+    x = torch.randn(m, d, generator=g).to(torch.bfloat16)
+    gain = (1 + 0.1 * torch.randn(d, generator=g)).to(torch.bfloat16)
+    w_gate = (torch.randn(f, d, generator=g) * d**-0.5).to(torch.bfloat16)
+    w_up = w_gate if order == "same_tensor" else (torch.randn(f, d, generator=g) * d**-0.5).to(torch.bfloat16)
+    w_down = (torch.randn(d, f, generator=g) * f**-0.5).to(torch.bfloat16)
+    dy = torch.randn(m, d, generator=g).to(torch.bfloat16)
+
+    # Both weights are views of one pool, placed as `order` says, so that
+    # the GEMM reads them at known relative addresses; a misaligned `up`
+    # (one element in: 2-byte aligned) is read through its staging copy.
+    size = f * d
+    pool = torch.zeros(2 * size + 8, dtype=torch.bfloat16, device="cuda")
+    at = {"gate_below_up": (0, size), "up_below_gate": (size, 0), "same_tensor": (0, 0), "up_misaligned": (size + 8, 1)}
+    gate_at, up_at = at[order]
+    with torch.no_grad():
+        pool[gate_at : gate_at + size].copy_(w_gate.flatten())
+        pool[up_at : up_at + size].copy_(w_up.flatten())
+    pool.requires_grad_(True)
+    views = (pool[gate_at : gate_at + size].view(f, d), pool[up_at : up_at + size].view(f, d))
+    rest = {"x": x, "g": gain, "w_down": w_down}
+    gpu_rest = {k: v.cuda().requires_grad_(True) for k, v in rest.items()}
+    y = fn(**gpu_rest, w_gate=views[0], w_up=views[1])
+    y.backward(dy.cuda())
+
+    cpu_rest = {k: v.clone().requires_grad_(True) for k, v in rest.items()}
+    cpu_gate = w_gate.clone().requires_grad_(True)
+    cpu_up = cpu_gate if order == "same_tensor" else w_up.clone().requires_grad_(True)
+    expected = fn(**cpu_rest, w_gate=cpu_gate, w_up=cpu_up)
+    expected.backward(dy)
+
+    assert y.isfinite().all()
+    assert relative_error(y, expected) < 2e-2
+    for name in rest:
+        assert relative_error(gpu_rest[name].grad, cpu_rest[name].grad) < 3e-2, name
+    grad = pool.grad
+    assert grad is not None
+    if order == "same_tensor":
+        assert relative_error(grad[:size].view(f, d), cpu_gate.grad) < 3e-2
+    else:
+        assert relative_error(grad[gate_at : gate_at + size].view(f, d), cpu_gate.grad) < 3e-2
+        assert relative_error(grad[up_at : up_at + size].view(f, d), cpu_up.grad) < 3e-2

@@ -112,6 +112,10 @@ fn rewrites_of_examples_agree_with_the_original() {
     assert_eq!(llama.get("gated-pair-layout"), Some(&1), "{llama:?}");
     assert_eq!(llama.get("rope-pair-layout"), Some(&1), "{llama:?}");
     assert_eq!(llama.get("unpermute-in-store"), Some(&1), "{llama:?}");
+    // Separate gate and up weights: one product of both, in the gated pair layout.
+    let mistral = seen.get("mistral_layer").cloned().unwrap_or_default();
+    assert_eq!(mistral.get("stacked-sibling-weights"), Some(&1), "{mistral:?}");
+    assert_eq!(mistral.get("gated-pair-layout"), Some(&1), "{mistral:?}");
     // LayerNorm deferral, once per LayerNorm (two of them).
     let gpt2 = seen.get("gpt2_layer").cloned().unwrap_or_default();
     for rule in ["row-scale-through-matmul", "row-shift-through-matmul", "bias-through-matmul", "variance-from-moments"]
@@ -167,7 +171,7 @@ fn folded_gains_agree_with_the_original() {
 /// layout as the pair-layout accumulator itself (`interleave-of-halves`).
 #[test]
 fn rewrites_of_saving_forwards_agree_with_the_original() {
-    for file in ["llama3_block.coda", "gemma_mlp.coda"] {
+    for file in ["llama3_block.coda", "gemma_mlp.coda", "mistral_layer.coda"] {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples").join(file);
         let text = std::fs::read_to_string(&path).unwrap_or_default();
         let checked = coda::check(file, &text).unwrap_or_else(|e| panic!("{e}"));
@@ -271,4 +275,35 @@ fn a_bias_before_rope_keeps_the_pair_layout() {
         .map(|k| k["kind"].as_str().unwrap_or_default().to_string())
         .collect();
     assert_eq!(kernels, ["gemm"], "{json}");
+}
+
+/// Sibling weights: two products of one left operand are stacked only where
+/// their results meet in element-wise work (not q and k stored apart), and
+/// a stack that keeps no pair layout (pair layouts off, as in a saving
+/// forward stacked before differentiation) is computed as its parts again;
+/// each form agrees with the original.
+#[test]
+fn sibling_weights_stack_where_they_meet_and_split_without_pair_layouts() {
+    let src = "dim M\ndim D = 64\ndim F = 96\n\
+        block gated(h: bf16[M, D], w1: bf16[F, D], w2: bf16[F, D]) -> (y: bf16[M, F]) {\n    \
+            y = bf16(silu(bf16(h @ w1.T)) * bf16(h @ w2.T))\n}\n\
+        block apart(h: bf16[M, D], w1: bf16[F, D], w2: bf16[F, D]) -> (a: bf16[M, F], b: bf16[M, F]) {\n    \
+            a = h @ w1.T\n    b = h @ w2.T\n}\n\
+        grad gated_grad = gated wrt (h, w1, w2)\n";
+    let checked = coda::check("siblings.coda", src).unwrap_or_else(|e| panic!("{e}"));
+    assert!(!checked.has_errors(), "{}", checked.render_diagnostics());
+    let [gated, apart] = [&checked.module.blocks[0], &checked.module.blocks[1]];
+    let applied = check_block(gated, "gated", &[1, 5], &[1, 2]);
+    assert_eq!(applied.get("stacked-sibling-weights"), Some(&1), "{applied:?}");
+    assert_eq!(applied.get("gated-pair-layout"), Some(&1), "{applied:?}");
+    let applied = check_block(apart, "apart", &[3], &[1]);
+    assert_eq!(applied.get("stacked-sibling-weights"), None, "{applied:?}");
+    let view = coda::grad_view(&checked).unwrap_or_else(|e| panic!("{e}"));
+    let saving = &view.grads.first().unwrap_or_else(|| panic!("no grad")).saving_forward;
+    assert!(saving.insts.iter().any(|(_, i)| matches!(i, coda::ir::Inst::StackRows { .. })));
+    let off = coda::opt::Options { pair_layouts: false, ..coda::opt::Options::default() };
+    let applied = check_block_with(saving, "saving, pair layouts off", &[1, 5], &[1, 2], &off);
+    assert_eq!(applied.get("unstacked-sibling-weights"), Some(&1), "{applied:?}");
+    let split = coda::opt::reparameterize(saving, &off).unwrap_or_else(|e| panic!("{e}")).block;
+    assert!(!split.insts.iter().any(|(_, i)| matches!(i, coda::ir::Inst::StackRows { .. })));
 }

@@ -74,20 +74,34 @@ struct GemmArgs {
     const void* b;
     int m, n, k;
     long long lda, ldb;
+    // A B stacked from two weights (a row map's kStack > 0): the second and
+    // its row stride, else b and ldb.
+    const void* b2;
+    long long ldb2;
 };
 
 // Row maps of a K-contiguous operand (B_NxK: one row per accumulator
 // column): the loader reads row map(n) for tile row n.  PairRows is the pair
 // layout of codac's reparameterizer: in each group of GROUP rows in
-// [START, END), rows i and i + GROUP/2 become neighbours 2i, 2i + 1.
+// [START, END), rows i and i + GROUP/2 become neighbours 2i, 2i + 1.  With
+// STACK > 0 the operand is two weights stacked (GemmArgs::b2): rows from
+// STACK on are read from the second.
 struct IdentityRows {
     static constexpr bool kIdentity = true;
+    static constexpr int kStack = 0;
     static __device__ __forceinline__ int map(int n) { return n; }
 };
-template <int START, int END, int GROUP>
+template <int STACK>
+struct StackedRows {
+    static constexpr bool kIdentity = false;
+    static constexpr int kStack = STACK;
+    static __device__ __forceinline__ int map(int n) { return n; }
+};
+template <int START, int END, int GROUP, int STACK = 0>
 struct PairRows {
     static_assert(GROUP >= 2 && GROUP % 2 == 0 && (END - START) % GROUP == 0, "bad pair layout");
     static constexpr bool kIdentity = false;
+    static constexpr int kStack = STACK;
     static __device__ __forceinline__ int map(int n) {
         if (n < START || n >= END) return n;
         const int local = n - START, j = local % GROUP;
@@ -269,7 +283,7 @@ struct TileLoader {
     const Elem* mapped[kIters];  // RowMap only: the thread's row pointers
 
     __device__ __forceinline__ TileLoader(const Elem* b, long long ld, int mn_total, int k_total, int mn0,
-                                          int tid) {
+                                          int tid, const Elem* b2 = nullptr, long long ld2 = 0) {
         const int row = tid / C, chunk = tid % C;
         step = (long long)kRowStep * ld;
         if (K_CONTIG) {  // smem row = mn index, chunk = 8 k's
@@ -282,7 +296,9 @@ struct TileLoader {
                 for (int it = 0; it < kIters; ++it) {
                     const int n = mn0 + row + it * kRowStep;
                     // Rows past the operand are never read (zero bytes copied).
-                    mapped[it] = b + (long long)(n < mn_total ? RowMap::map(n) : n) * ld + chunk * 8;
+                    const int r = n < mn_total ? RowMap::map(n) : n;
+                    const bool second = RowMap::kStack > 0 && r >= RowMap::kStack;
+                    mapped[it] = (second ? b2 + (long long)(r - RowMap::kStack) * ld2 : b + (long long)r * ld) + chunk * 8;
                 }
             }
         } else {  // smem row = k index, chunk = 8 mn's
@@ -540,7 +556,8 @@ __device__ __forceinline__ void gemm_sm80(const GemmArgs& g, const typename Epi:
     const int n0 = tn * Cfg::BN;
 
     TileLoader<Cfg, kAK, Cfg::BM, Elem> load_a(static_cast<const Elem*>(g.a), g.lda, g.m, g.k, m0, tid);
-    TileLoader<Cfg, kBK, Cfg::BN, Elem, RowMapB> load_b(static_cast<const Elem*>(g.b), g.ldb, g.n, g.k, n0, tid);
+    TileLoader<Cfg, kBK, Cfg::BN, Elem, RowMapB> load_b(static_cast<const Elem*>(g.b), g.ldb, g.n, g.k, n0, tid,
+                                                          static_cast<const Elem*>(g.b2), g.ldb2);
     const FragLoader<kAK, Cfg::BM, Cfg::BK, false> frag_a(lane);
     const FragLoader<kBK, Cfg::BN, Cfg::BK, true> frag_b(lane);
 

@@ -585,12 +585,19 @@ __device__ __forceinline__ void prelude_done(const typename Pre::Params& pp, int
 // (B_NxK), START and END multiples of 64 (no 64-row chunk straddles
 // [START, END)) and GROUP a multiple of 32: boxes of 64 rows where GROUP is
 // a multiple of 64, else two boxes of 32 rows per 64-row chunk (head width
-// 96), so that no box straddles a group.
-template <int START, int END, int GROUP>
+// 96), so that no box straddles a group.  STACKED: B is two weights of
+// GROUP/2 rows each (START 0, END GROUP), the halves of the one group; the
+// host's map has the lower of their addresses as its base and their
+// distance as the half stride, so where the second weight (GemmArgs::b2)
+// lies below the first the halves arrive swapped, and the consumers swap
+// each accumulator pair back before the epilogue.
+template <int START, int END, int GROUP, bool STACKED = false>
 struct Sm90PairRows {
     static_assert(START % 64 == 0 && END % 64 == 0 && GROUP % 32 == 0 && END > START && (END - START) % GROUP == 0,
                   "Sm90PairRows needs START and END multiples of 64 and GROUP a multiple of 32");
+    static_assert(!STACKED || (START == 0 && END == GROUP), "stacked weights are the two halves of one group");
     static constexpr bool kIdentity = false;
+    static constexpr bool kStacked = STACKED;
     static constexpr int kBoxRows = GROUP % 64 == 0 ? 64 : 32;
     // The tensor-map coordinates {k0, half, i, group} of the kBoxRows rows
     // from logical row n (a multiple of kBoxRows in [START, END)).
@@ -837,6 +844,19 @@ __device__ __forceinline__ void gemm_sm90_rows(const TmaDesc& ta, const TmaDesc&
                 reg_fence(f.acc[i][j][0]);
                 reg_fence(f.acc[i][j][1]);
             }
+
+        if constexpr (!RowsB::kIdentity) {
+            if (RowsB::kStacked && g.b2 < g.b) {
+#pragma unroll
+                for (int i = 0; i < Frag::RI; ++i)
+#pragma unroll
+                    for (int j = 0; j < Frag::CJ; ++j) {
+                        const float x = f.acc[i][j][0];
+                        f.acc[i][j][0] = f.acc[i][j][1];
+                        f.acc[i][j][1] = x;
+                    }
+            }
+        }
 
         Epi::apply(ep, f, t, scratch);
     }

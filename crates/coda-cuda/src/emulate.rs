@@ -169,6 +169,7 @@ impl Emu<'_> {
     fn gemm(&mut self, g: &crate::kir::GemmSpec) -> Result<(), String> {
         let (m, n, kk) = (self.d(&g.m), self.d(&g.n), self.d(&g.k));
         let (a, b) = (&self.bufs[g.a.buf], &self.bufs[g.b.buf]);
+        let second = g.b.stacked.map(|(buf, from)| (&self.bufs[buf], from));
         let at = |i: i64, k: i64| match g.a.layout {
             crate::kir::Layout::AMxK => a.get(i, k),
             _ => a.get(k, i),
@@ -176,7 +177,10 @@ impl Emu<'_> {
         let row = |j: i64| g.b.row_perm.map_or(j, |p| p.source(j));
         let bt = |k: i64, j: i64| match g.b.layout {
             crate::kir::Layout::BKxN => b.get(k, j),
-            _ => b.get(row(j), k),
+            _ => match second {
+                Some((part, from)) if row(j) >= from => part.get(row(j) - from, k),
+                _ => b.get(row(j), k),
+            },
         };
         let mut acc = vec![0.0f64; (m * n).max(0) as usize];
         for i in 0..m {

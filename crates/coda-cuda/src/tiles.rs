@@ -128,12 +128,16 @@ impl Chooser<'_> {
             let shape = &self.block.ty(*matmul).shape;
             let wide = self.wide_epilogue(k);
             let portable = config::choose(&shape.rows, &shape.cols, heavy);
-            let (b_pairs, b_transposed) = match b {
-                OperandPlan::Param { transposed, row_perm, .. } | OperandPlan::Mat { transposed, row_perm, .. } => {
-                    (*row_perm, *transposed)
-                }
+            let (b_pairs, b_transposed, b_stacked) = match b {
+                OperandPlan::Param { transposed, row_perm, stacked, .. } => (*row_perm, *transposed, stacked.is_some()),
+                OperandPlan::Mat { transposed, row_perm, .. } => (*row_perm, *transposed, false),
             };
+            // The Hopper loader reads stacked weights only as the two
+            // halves of one pair group (`coda::Sm90PairRows`'s STACKED).
+            let tma_stack = !b_stacked || b_pairs.is_some_and(|p| p.start == 0 && p.end == p.group);
             let chosen = match config::for_target(target, portable, &shape.cols, wide, b_pairs, b_transposed) {
+                _ if !tma_stack && wide => TileConfig::Cfg64x64,
+                _ if !tma_stack => portable,
                 c if c.is_sm90() || !wide => c,
                 _ => TileConfig::Cfg64x64,
             };

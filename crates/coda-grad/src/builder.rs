@@ -311,6 +311,25 @@ impl<'f> Builder<'f> {
         self.bin(BinaryOp::Add, a, b, span)
     }
 
+    /// `g` cut into column blocks of `widths`: the parts of a concatenation
+    /// that has exactly those blocks, else slices.
+    pub(crate) fn column_pieces(&mut self, g: Value, widths: &[Dim], span: Span) -> Result<Vec<Value>, GradError> {
+        if let Inst::ConcatCols { parts } = self.bwd.inst(g) {
+            let blocks: Vec<Dim> = parts.iter().map(|p| self.bwd.ty(*p).shape.cols.clone()).collect();
+            if blocks == widths {
+                return Ok(parts.clone());
+            }
+        }
+        let mut pieces = Vec::with_capacity(widths.len());
+        let mut offset = Dim::constant(0);
+        for w in widths {
+            let slice = Inst::SliceCols { arg: g, start: offset.clone(), len: w.clone(), step: 1 };
+            pieces.push(self.emit(slice, span)?);
+            offset = offset.add(w).map_err(|e| GradError::Internal(e.to_string()))?;
+        }
+        Ok(pieces)
+    }
+
     /// Whether `v` is the constant 0 (broadcast or not).
     fn is_zero(&self, v: Value) -> bool {
         match self.bwd.inst(v) {

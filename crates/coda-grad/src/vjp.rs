@@ -153,6 +153,10 @@ fn rule(b: &mut Builder<'_>, v: Value, inst: &Inst, g: Value) -> Result<(), Grad
             let dx = b.emit(Inst::RopePartner { spec: spec.clone(), arg: g }, span)?;
             b.accumulate(*arg, dx)
         }
+        // Stacked weights get their gradients from the matmul that reads them.
+        Inst::StackRows { .. } => {
+            Err(not_differentiable(b, v, "stacked weights are differentiated only as a matmul's right operand"))
+        }
         Inst::PermuteRows { .. } | Inst::PermuteCols { .. } | Inst::UnpermuteCols { .. } => Err(not_differentiable(
             b,
             v,
@@ -270,6 +274,7 @@ fn sum_to(b: &mut Builder<'_>, g: Value, shape: &Shape, span: Span) -> Result<Va
 }
 
 /// A matmul's operands and flags.
+#[derive(Clone, Copy)]
 struct MatMul {
     lhs: Value,
     rhs: Value,
@@ -286,6 +291,11 @@ struct MatMul {
 ///
 /// The gradient is read in the forward's 16-bit operand type, like the forward.
 fn matmul(b: &mut Builder<'_>, m: &MatMul, g: Value, span: Span) -> Result<(), GradError> {
+    if let Inst::StackRows { parts } = b.fwd.inst(m.rhs) {
+        if m.rt {
+            return stacked_matmul(b, m, parts, g, span);
+        }
+    }
     let (a, w) = (b.primal(m.lhs), b.primal(m.rhs));
     let product = |lhs, rhs, lhs_transposed, rhs_transposed| Inst::MatMul {
         lhs,
@@ -305,6 +315,20 @@ fn matmul(b: &mut Builder<'_>, m: &MatMul, g: Value, span: Span) -> Result<(), G
         let dw = b.emit(dw, span)?;
         let dw = round_stored_gradient(b, m.rhs, dw, m.dtype, span)?;
         b.accumulate(m.rhs, dw)?;
+    }
+    Ok(())
+}
+
+/// `y = a @ [W₀; W₁; …]ᵀ = [a @ W₀ᵀ | a @ W₁ᵀ | …]`  ⇒  with `gᵢ` the
+/// columns of `g` that part `i` makes, `dWᵢ = gᵢᵀ @ a` and
+/// `da = Σᵢ gᵢ @ Wᵢ`: the products of the separate weights, so the
+/// backward never reads the stack.
+fn stacked_matmul(b: &mut Builder<'_>, m: &MatMul, parts: &[Value], g: Value, span: Span) -> Result<(), GradError> {
+    let widths: Vec<Dim> = parts.iter().map(|p| b.fwd.ty(*p).shape.rows.clone()).collect();
+    let pieces = b.column_pieces(g, &widths, span)?;
+    for (&part, piece) in parts.iter().zip(pieces) {
+        let one = MatMul { rhs: part, ..*m };
+        matmul(b, &one, piece, span)?;
     }
     Ok(())
 }

@@ -139,6 +139,22 @@ pub fn infer(block: &Block, inst: &Inst) -> Result<Ty, TypeError> {
             }
             Ok(f32_ty(Shape::new(rows, cols)))
         }
+        Inst::StackRows { parts } => {
+            let Some(first) = parts.first() else { return err("stack of nothing") };
+            let first = ty(*first)?;
+            let mut rows = Dim::constant(0);
+            for part in parts {
+                let p = ty(*part)?;
+                if p.shape.cols != first.shape.cols || p.dtype != first.dtype {
+                    return err(format!(
+                        "stacked parts {} {} and {} {} differ",
+                        first.dtype, first.shape, p.dtype, p.shape
+                    ));
+                }
+                rows = rows.add(&p.shape.rows).map_err(|e| TypeError(e.to_string()))?;
+            }
+            Ok(Ty { dtype: first.dtype, shape: Shape::new(rows, first.shape.cols.clone()) })
+        }
         Inst::Interleave { even, odd } => {
             let (a, b) = (ty(*even)?, ty(*odd)?);
             same_shape(a, b)?;

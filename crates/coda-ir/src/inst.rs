@@ -577,6 +577,15 @@ pub enum Inst {
         /// The permutation.
         perm: PairPerm,
     },
+    /// The rows of the parts one after another (equal columns and dtype):
+    /// two weights that share a left operand read as one GEMM operand
+    /// (made by the reparameterizer, never by the front end; the GEMM's
+    /// loader reads each part where it is, so nothing is copied). Type:
+    /// the parts' dtype, `[Σ rows, cols]`.
+    StackRows {
+        /// The parts, top to bottom.
+        parts: Vec<Value>,
+    },
     /// `out[:, p] = arg[:, perm.source(p)]`: a per-column vector (a bias, a
     /// gain) in the column order of a pair-layout accumulator it is combined
     /// with (made by the reparameterizer, never by the front end). Type: as
@@ -635,7 +644,7 @@ impl Inst {
                 *on_true = f(*on_true);
                 *on_false = f(*on_false);
             }
-            Inst::ConcatCols { parts } => parts.iter_mut().for_each(|p| *p = f(*p)),
+            Inst::ConcatCols { parts } | Inst::StackRows { parts } => parts.iter_mut().for_each(|p| *p = f(*p)),
         }
         inst
     }
@@ -661,7 +670,7 @@ impl Inst {
             | Inst::UnpermuteCols { arg, .. } => vec![*arg],
             Inst::Binary { lhs, rhs, .. } | Inst::MatMul { lhs, rhs, .. } => vec![*lhs, *rhs],
             Inst::Select { cond, on_true, on_false } => vec![*cond, *on_true, *on_false],
-            Inst::ConcatCols { parts } => parts.clone(),
+            Inst::ConcatCols { parts } | Inst::StackRows { parts } => parts.clone(),
             Inst::Interleave { even, odd } => vec![*even, *odd],
             Inst::TakeCols { arg, index } | Inst::ScatterCols { arg, index, .. } => vec![*arg, *index],
             Inst::GatherRows { table, index } => vec![*table, *index],

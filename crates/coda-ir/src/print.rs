@@ -122,6 +122,10 @@ fn describe(block: &Block, inst: &Inst) -> String {
             let parts: Vec<String> = parts.iter().map(ToString::to_string).collect();
             format!("concat_cols {}", parts.join(", "))
         }
+        Inst::StackRows { parts } => {
+            let parts: Vec<String> = parts.iter().map(ToString::to_string).collect();
+            format!("stack_rows {}", parts.join(", "))
+        }
         Inst::Interleave { even, odd } => format!("interleave {even}, {odd}"),
         Inst::TakeCols { arg, index } => format!("take_cols {arg}, {index}"),
         Inst::TopK { arg, k, indices } => {

@@ -15,7 +15,8 @@
 //!              block: [x, y, z], smem_bytes,
 //!              persistent (grid capped at the SM count),
 //!              tensor_maps: [TensorMapSpec], args: [StructSpec] }
-//! TensorMapSpec { buffer, base_row, dims: [size] (innermost first),
+//! TensorMapSpec { buffer, stacked (optional: a second buffer), base_row,
+//!              dims: [size] (innermost first),
 //!              strides: [int] (dims 1.., in rows of the buffer), box: [int] }
 //! StructSpec { name, size, fields: [{ name, kind: ptr | i32 | i64 | f32,
 //!              value: {"ptr": buffer} | {"ld": buffer} | {"expr": size} }] }
@@ -143,6 +144,13 @@ pub struct KernelSpec {
 pub struct TensorMapSpec {
     /// The buffer it reads.
     pub buffer: String,
+    /// Stacked weights: the buffer of the second, of `buffer`'s layout.
+    /// `dims[1]` (of extent 2) then picks the buffer: the map's base is
+    /// the lower of the two addresses and its stride their distance (its
+    /// entry in `strides` is 0), so the kernel swaps the halves where the
+    /// second lies below the first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stacked: Option<String>,
     /// First row of the buffer it covers.
     pub base_row: i64,
     /// Extents in elements, innermost (contiguous) first (sizes).

@@ -26,6 +26,12 @@
 //!   leaving the block is put back in order by its store
 //!   ([`coda_ir::Inst::UnpermuteCols`]).
 //!
+//! * **sibling weights** ([`siblings`]): two products of one left operand
+//!   whose results meet in element-wise work (separate `gate_proj` and
+//!   `up_proj` weights) become one product with the weights' rows stacked
+//!   ([`coda_ir::Inst::StackRows`], read by the GEMM's loader where each
+//!   weight is), which the gated pair layout then takes; one that keeps no
+//!   pair layout is computed as its parts again.
 //! * **row dots from saved products** ([`zdz`], backward blocks, off by
 //!   default: [`Options::saved_products`]): a row
 //!   sum `Σ_j (D @ R)_j P_j` over a dgrad GEMM's result is `Σ_k D_k S_k`
@@ -44,6 +50,7 @@ mod moments;
 mod pairs;
 mod rewriter;
 mod rowscale;
+mod siblings;
 mod zdz;
 
 use coda_ir::Block;
@@ -135,7 +142,11 @@ pub fn reparameterize(block: &Block, options: &Options) -> Result<Reparameterize
         }
         false => (std::borrow::Cow::Borrowed(block), 0),
     };
-    let block = block.as_ref();
+    let (stacked, siblings) = match options.pair_layouts {
+        true => siblings::stack(block.as_ref()).map_err(|e| RewriteError(e.0))?,
+        false => (block.into_owned(), 0),
+    };
+    let block = &stacked;
     let mut excluded = std::collections::BTreeSet::new();
     loop {
         let plan = pairs::choose(block, options, &excluded);
@@ -146,6 +157,13 @@ pub fn reparameterize(block: &Block, options: &Options) -> Result<Reparameterize
             let (block, mut applied) = (outcome.block, outcome.applied);
             if dots > 0 {
                 applied.insert(zdz::RULE, dots);
+            }
+            if siblings > 0 {
+                applied.insert(siblings::RULE, siblings);
+            }
+            let (block, unstacked) = siblings::unstack(&block).map_err(|e| RewriteError(e.0))?;
+            if unstacked > 0 {
+                applied.insert(siblings::RULE_UNSTACK, unstacked);
             }
             let block = if options.defer_norms {
                 let (block, n) = moments::rewrite(&block).map_err(|e| RewriteError(e.0))?;
@@ -163,14 +181,23 @@ pub fn reparameterize(block: &Block, options: &Options) -> Result<Reparameterize
     }
 }
 
+/// Stacks sibling weights ([`siblings`]) and nothing else: what a forward
+/// block becomes before it is differentiated, so that its backward reads
+/// the stacked product's pair layout as it reads a fused weight's.
+pub fn stack_siblings(block: &Block) -> Result<Block, RewriteError> {
+    Ok(siblings::stack(block).map_err(|e| RewriteError(e.0))?.0)
+}
+
 /// The rule names, in the order `codac explain` lists them.
-pub const RULES: [&str; 10] = [
+pub const RULES: [&str; 12] = [
     rowscale::RULE,
     affine::RULE_SHIFT,
     affine::RULE_BIAS,
     affine::RULE_MERGE_BIAS,
     moments::RULE,
     fold::RULE,
+    siblings::RULE,
+    siblings::RULE_UNSTACK,
     pairs::RULE_GATED,
     pairs::RULE_ROPE,
     pairs::RULE_UNPERMUTE_STORE,

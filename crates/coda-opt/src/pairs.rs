@@ -58,7 +58,7 @@ pub(crate) fn choose(block: &Block, options: &Options, excluded: &BTreeSet<Value
     let users = block.users();
     for (v, inst) in block.insts.iter() {
         let Inst::MatMul { rhs, rhs_transposed: true, .. } = inst else { continue };
-        if excluded.contains(&v) || !matches!(block.inst(*rhs), Inst::Param(_)) {
+        if excluded.contains(&v) || !is_weight(block, *rhs) {
             continue;
         }
         let Some(n) = block.ty(v).shape.cols.as_const() else { continue };
@@ -67,6 +67,16 @@ pub(crate) fn choose(block: &Block, options: &Options, excluded: &BTreeSet<Value
         }
     }
     chosen
+}
+
+/// A block input, or block inputs stacked ([`crate::siblings`]): rows the
+/// GEMM's loader can gather.
+fn is_weight(block: &Block, v: Value) -> bool {
+    match block.inst(v) {
+        Inst::Param(_) => true,
+        Inst::StackRows { parts } => parts.iter().all(|p| matches!(block.inst(*p), Inst::Param(_))),
+        _ => false,
+    }
 }
 
 /// The permutation the users of matmul `v` (with `n` columns) want, looking

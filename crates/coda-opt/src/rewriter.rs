@@ -291,7 +291,9 @@ impl Rewriter<'_> {
             a = deferred.operand;
         }
         let mut b = weight;
-        if self.options.fold_gains && (deferred.scale.is_some() || !deferred.rank_one.is_empty()) {
+        // Stacked weights are read where they are: nothing folds into them.
+        let stacked = matches!(self.new.inst(weight), Inst::StackRows { .. });
+        if self.options.fold_gains && !stacked && (deferred.scale.is_some() || !deferred.rank_one.is_empty()) {
             if let Some((operand, folded)) = fold::gains(&mut self.new, a, weight, rhs_transposed)? {
                 (a, b) = (operand, folded);
                 self.count(fold::RULE);

@@ -35,6 +35,10 @@ pub(crate) fn build(
 
 /// Differentiates one block; a rule that does not apply is a diagnostic.
 fn one(forward: &Block, spec: &GradSpec, diagnostics: &mut Vec<Diagnostic>) -> Result<Option<Gradient>, InternalError> {
+    // Sibling weights are stacked first, so that the saving forward keeps
+    // their product in pair layout, as it keeps a fused weight's.
+    let stacked = coda_opt::stack_siblings(forward).map_err(|e| InternalError::Grad(e.to_string()))?;
+    let forward = &stacked;
     match differentiate(forward, spec) {
         Ok(gradient) => {
             for &i in &gradient.zero {

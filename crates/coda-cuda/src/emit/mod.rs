@@ -228,10 +228,17 @@ fn tensor_maps(ir: &BlockIr, spec: &crate::kir::GemmSpec) -> Vec<TensorMapSpec> 
     let size = |d: &Dim| SymExpr::from(d).to_string();
     let plain = |op: &crate::kir::Operand, inner: &Dim, outer: &Dim| TensorMapSpec {
         buffer: ir.buffers[op.buf].name.clone(),
+        stacked: None,
         base_row: 0,
         dims: vec![size(inner), size(outer)],
         strides: vec![1],
         box_dims: vec![64, 64],
+    };
+    // Stacked weights: the plain map covers the first (never read: every
+    // row is in the pair-order view), the pair-order view both.
+    let b_rows = match spec.b.stacked {
+        Some((_, rows)) => Dim::constant(rows),
+        None => spec.n.clone(),
     };
     let a = match spec.a.layout {
         Layout::AKxM => plain(&spec.a, &spec.m, &spec.k),
@@ -239,18 +246,25 @@ fn tensor_maps(ir: &BlockIr, spec: &crate::kir::GemmSpec) -> Vec<TensorMapSpec> 
     };
     let b = match spec.b.layout {
         Layout::BKxN => plain(&spec.b, &spec.n, &spec.k),
-        _ => plain(&spec.b, &spec.k, &spec.n),
+        _ => plain(&spec.b, &spec.k, &b_rows),
     };
     let mut maps = vec![a, b];
     if let Some(p) = spec.b.row_perm {
         // `config::for_target` keeps other pair orders off the Hopper
         // mainloop; the header's static_assert refuses them too.
         let box_rows = crate::config::pair_box_rows(p).unwrap_or(64);
+        // Stacked weights: the halves of the one group are the two buffers,
+        // a distance apart that the host measures (`TensorMapSpec::stacked`).
+        let (stacked, half) = match spec.b.stacked {
+            Some((buf, _)) => (Some(ir.buffers[buf].name.clone()), 0),
+            None => (None, p.group / 2),
+        };
         maps.push(TensorMapSpec {
             buffer: ir.buffers[spec.b.buf].name.clone(),
+            stacked,
             base_row: p.start,
             dims: vec![size(&spec.k), "2".into(), (p.group / 2).to_string(), ((p.end - p.start) / p.group).to_string()],
-            strides: vec![p.group / 2, 1, p.group],
+            strides: vec![half, 1, p.group],
             box_dims: vec![64, 2, box_rows as u32 / 2, 1],
         });
     }
@@ -340,7 +354,11 @@ fn summary(ir: &BlockIr, kernel: &Kernel, block: &Block) -> String {
         KernelKind::Gemm(g) => {
             let operand = |o: &crate::kir::Operand| {
                 let t = matches!(o.layout, Layout::AKxM | Layout::BNxK);
-                format!("{}{}", name(o.buf), if t { ".T" } else { "" })
+                let stacked = o.stacked.map_or(String::new(), |(buf, _)| format!("+{}", name(buf)));
+                match (stacked.is_empty(), t) {
+                    (true, t) => format!("{}{}", name(o.buf), if t { ".T" } else { "" }),
+                    (false, t) => format!("[{}{stacked}]{}", name(o.buf), if t { ".T" } else { "" }),
+                }
             };
             let prelude = match &g.prelude {
                 Some(p) => {

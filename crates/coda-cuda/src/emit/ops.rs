@@ -21,10 +21,11 @@ pub(crate) fn binary(op: BinaryOp, a: &str, b: &str) -> String {
     }
 }
 
-/// A unary function of a GEMM accumulator value: the exponential family
-/// and `tanh` use the SFU forms of `coda_common.cuh` (`ex2.approx`,
+/// A unary function of a GEMM accumulator value: the exponential family,
+/// `tanh` and tanh-GELU use the SFU forms of `coda_common.cuh` (`ex2.approx`,
 /// `rcp.approx`: relative error about 1e-6; `tanh.approx`: about 2^-11,
-/// under half a bf16 ulp), inside the 5e-3 tolerance of any output that
+/// under half a bf16 ulp; in tanh-GELU an absolute error of at most
+/// 2^-12 |x|), inside the 5e-3 tolerance of any output that
 /// depends on a matmul, and 5–10× fewer instructions than `expf`, `tanhf`
 /// and an IEEE division (the exponential family made SwiGLU the largest
 /// epilogue cost on the H100). Every other function is [`unary_reg`]'s.
@@ -34,6 +35,7 @@ pub(crate) fn unary_epilogue(op: UnaryOp, a: &str) -> String {
         UnaryOp::Sigmoid => format!("coda::sigmoid({a})"),
         UnaryOp::Silu => format!("coda::silu({a})"),
         UnaryOp::Tanh => format!("coda::tanh_fast({a})"),
+        UnaryOp::GeluTanh => format!("coda::gelu_tanh({a})"),
         _ => unary_reg(op, a),
     }
 }

@@ -526,10 +526,16 @@ impl Builder<'_> {
     }
 
     fn operand(&mut self, plan: &OperandPlan, dtype: DType, is_a: bool) -> Operand {
-        let (buf, transposed, row_perm) = match plan {
-            OperandPlan::Param { index, transposed, row_perm } => (self.staging_buf(*index), *transposed, *row_perm),
+        let (buf, transposed, row_perm, stacked) = match plan {
+            OperandPlan::Param { index, transposed, row_perm, stacked } => {
+                let stacked = stacked.map(|other| {
+                    let rows = self.block.params[other].shape.rows.as_const().unwrap_or(0);
+                    (self.staging_buf(other), rows)
+                });
+                (self.staging_buf(*index), *transposed, *row_perm, stacked)
+            }
             OperandPlan::Mat { value, transposed, row_perm } => {
-                (self.scratch_buf(*value, dtype), *transposed, *row_perm)
+                (self.scratch_buf(*value, dtype), *transposed, *row_perm, None)
             }
         };
         let layout = match (is_a, transposed) {
@@ -538,7 +544,7 @@ impl Builder<'_> {
             (false, false) => Layout::BKxN,
             (false, true) => Layout::BNxK,
         };
-        Operand { buf, layout, row_perm }
+        Operand { buf, layout, row_perm, stacked }
     }
 
     fn staging_buf(&mut self, param: usize) -> BufId {
@@ -758,7 +764,9 @@ impl Builder<'_> {
             Inst::RopePartner { spec, arg } => Op::RopePartner(spec, n(self, arg)?),
             Inst::UnpermuteCols { arg, perm } => Op::Unpermute(perm, n(self, arg)?),
             Inst::PermuteCols { arg, perm } => Op::Permute(perm, n(self, arg)?),
-            Inst::PermuteRows { .. } => return Err(self.internal("rows in pair order outside a GEMM operand")),
+            Inst::PermuteRows { .. } | Inst::StackRows { .. } => {
+                return Err(self.internal("rows in pair order or stacked outside a GEMM operand"))
+            }
             Inst::GroupReduce { op, groups, arg } => {
                 let cols = self.block.ty(arg).shape.cols.clone();
                 Op::GroupReduce { op, groups, arg: n(self, arg)?, cols }

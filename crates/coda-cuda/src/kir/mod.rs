@@ -370,6 +370,17 @@ pub struct Operand {
     /// For a weight read in pair layout (`B_NxK` only): the loader reads
     /// row `perm.source(n)` of the buffer for accumulator column `n`.
     pub row_perm: Option<PairPerm>,
+    /// For two weights stacked (`B_NxK` only): the buffer of the second and
+    /// its first row in the stack (the first's row count); rows from there
+    /// on are read from it.
+    pub stacked: Option<(BufId, i64)>,
+}
+
+impl Operand {
+    /// The buffers it reads: its own, then a stacked second weight's.
+    pub fn bufs(&self) -> impl Iterator<Item = BufId> {
+        std::iter::once(self.buf).chain(self.stacked.map(|(buf, _)| buf))
+    }
 }
 
 /// The GEMM of a GEMM kernel.

@@ -99,7 +99,7 @@ fn light(row: &Kernel, gemm: &Kernel, buffers: &[Buffer], dims: &BTreeMap<String
 /// Whether the GEMM kernel reads the buffers `outs` only at its tile's rows.
 fn reads_row_locally(gemm: &Kernel, spec: &GemmSpec, outs: &BTreeSet<BufId>) -> bool {
     let a_ok = !outs.contains(&spec.a.buf) || (spec.a.layout == Layout::AMxK && spec.a.row_perm.is_none());
-    let b_ok = !outs.contains(&spec.b.buf);
+    let b_ok = spec.b.bufs().all(|b| !outs.contains(&b));
     let nodes_ok = gemm.nodes.iter().all(|n| match &n.op {
         Op::Load(b) if outs.contains(b) => n.space == Space::Row,
         Op::FinishRow(_, bufs) => bufs.iter().all(|b| !outs.contains(b)),

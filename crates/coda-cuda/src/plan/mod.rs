@@ -97,6 +97,9 @@ pub(crate) enum OperandPlan {
         transposed: bool,
         /// Rows read in pair order (a weight in pair layout).
         row_perm: Option<coda_ir::PairPerm>,
+        /// The weight stacked below this one ([`coda_ir::Inst::StackRows`],
+        /// two parts of equal rows), read in place too.
+        stacked: Option<usize>,
     },
     /// A value materialized in the operand type by an earlier kernel.
     Mat {

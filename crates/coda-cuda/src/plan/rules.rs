@@ -350,9 +350,20 @@ impl Planner<'_> {
             Inst::PermuteRows { arg, perm } if transposed && is_rhs => (self.c(*arg), Some(*perm)),
             _ => (w, None),
         };
-        if let Inst::Param(index) = self.block.inst(w) {
-            if self.block.params.get(*index).is_some_and(|p| p.dtype == dtype) {
-                return OperandPlan::Param { index: *index, transposed, row_perm };
+        let param = |v: Value| match self.block.inst(self.c(v)) {
+            Inst::Param(index) if self.block.params.get(*index).is_some_and(|p| p.dtype == dtype) => Some(*index),
+            _ => None,
+        };
+        if let Some(index) = param(w) {
+            return OperandPlan::Param { index, transposed, row_perm, stacked: None };
+        }
+        // Stacked weights (two of equal rows) are read where they are.
+        if let Inst::StackRows { parts } = self.block.inst(w) {
+            if let ([first, second], true) = (parts.as_slice(), transposed && is_rhs) {
+                let equal = self.block.ty(*first).shape == self.block.ty(*second).shape;
+                if let (Some(index), Some(other), true) = (param(*first), param(*second), equal) {
+                    return OperandPlan::Param { index, transposed, row_perm, stacked: Some(other) };
+                }
             }
         }
 

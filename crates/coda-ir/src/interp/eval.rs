@@ -315,6 +315,10 @@ impl<'a> Machine<'a> {
                 let parts = parts.iter().map(|p| self.operand(*p)).collect::<Result<Vec<_>, _>>()?;
                 layout::concat_cols(&parts, rows).map_err(shape_error)
             }
+            Inst::StackRows { parts } => {
+                let parts = parts.iter().map(|p| self.operand(*p)).collect::<Result<Vec<_>, _>>()?;
+                layout::stack_rows(&parts, cols).map_err(shape_error)
+            }
             Inst::Interleave { even, odd } => {
                 layout::interleave(self.operand(*even)?, self.operand(*odd)?).map_err(shape_error)
             }

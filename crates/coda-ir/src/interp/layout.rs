@@ -82,6 +82,14 @@ pub(super) fn concat_cols(parts: &[&HostTensor], rows: usize) -> Result<Vec<f64>
     Ok(out)
 }
 
+/// The parts' rows one after another (equal column counts).
+pub(super) fn stack_rows(parts: &[&HostTensor], cols: usize) -> Result<Vec<f64>, String> {
+    if let Some(bad) = parts.iter().find(|p| p.cols != cols) {
+        return Err(format!("stacking a part of {} columns into {cols} columns", bad.cols));
+    }
+    Ok(parts.iter().flat_map(|p| p.data.iter().copied()).collect())
+}
+
 /// `out[:, 2j] = even[:, j]`, `out[:, 2j+1] = odd[:, j]`.
 pub(super) fn interleave(even: &HostTensor, odd: &HostTensor) -> Result<Vec<f64>, String> {
     if even.shape() != odd.shape() {

@@ -68,6 +68,9 @@ struct MapPlan {
     /// Parameter position in the launch.
     param: usize,
     buffer: usize,
+    /// Stacked weights: the second buffer, the lower address of the two
+    /// being the map's base and their distance the stride of `dims[1]`.
+    stacked: Option<usize>,
     dtype: DType,
     /// Bytes from the buffer's address to the map's first row.
     offset: u64,
@@ -100,11 +103,12 @@ pub struct Plan {
     /// Grid-reduction counters in the workspace: (offset, bytes).
     pub(super) counters: Vec<(usize, usize)>,
     launches: Vec<LaunchPlan>,
-    /// Tensor maps already encoded, by (launch, map, address). Encoding
+    /// Tensor maps already encoded, by (launch, map, address, address of
+    /// the stacked buffer or 0). Encoding
     /// one costs about a microsecond, as much as the rest of a launch's
     /// preparation; weights keep their addresses from call to call, and
     /// a training loop's activations come back to the same few.
-    encoded: Mutex<HashMap<(usize, usize, u64), ParamBlock>>,
+    encoded: Mutex<HashMap<(usize, usize, u64, u64), ParamBlock>>,
     /// The plan's launches as CUDA graphs, one per stream (`graph.rs`).
     pub(super) graphs: Mutex<Graphs>,
 }
@@ -264,22 +268,33 @@ impl Plan {
             }
             for (m, map) in plan.maps.iter().enumerate() {
                 let address = at[map.buffer] + map.offset;
-                if let Some(block) = encoded.get(&(l, m, address)) {
+                let second = map.stacked.map_or(0, |b| at[b] + map.offset);
+                if let Some(block) = encoded.get(&(l, m, address, second)) {
                     params[map.param] = block.clone();
                     continue;
                 }
+                let mut strides = map.strides.clone();
+                let base = match map.stacked {
+                    Some(_) => {
+                        if let Some(s) = strides.first_mut() {
+                            *s = address.abs_diff(second);
+                        }
+                        address.min(second)
+                    }
+                    None => address,
+                };
                 let block = crate::tma::TiledMap {
                     dtype: map.dtype,
-                    address,
+                    address: base,
                     dims: map.dims.clone(),
-                    strides: map.strides.clone(),
+                    strides,
                     box_dims: map.box_dims.clone(),
                 }
                 .encode()?;
                 if encoded.len() >= ENCODED_MAPS {
                     encoded.clear();
                 }
-                encoded.insert((l, m, address), block.clone());
+                encoded.insert((l, m, address, second), block.clone());
                 params[map.param] = block;
             }
             launches.push(Launch { kernel: plan.kernel, cfg: plan.cfg, params });
@@ -403,9 +418,24 @@ fn plan_launch(
             extents.push(u64::try_from(size(d, dims)?.max(1)).unwrap_or(1));
         }
         let base = u64::try_from(map.base_row).map_err(|_| invalid(format!("tensor map base row {}", map.base_row)))?;
+        let stacked = match &map.stacked {
+            Some(name) => {
+                let s = buffer(name)?;
+                if layouts[s].ld != layout.ld || layouts[s].dtype != layout.dtype {
+                    return Err(invalid(format!(
+                        "`{}` and `{name}` are read as one stacked weight and need one dtype and row stride, \
+                         not {} with {} elements per row and {} with {}",
+                        map.buffer, layout.dtype, layout.ld, layouts[s].dtype, layouts[s].ld
+                    )));
+                }
+                Some(s)
+            }
+            None => None,
+        };
         maps.push(MapPlan {
             param: params.len(),
             buffer: b,
+            stacked,
             dtype: layout.dtype,
             offset: base * row_bytes,
             dims: extents,

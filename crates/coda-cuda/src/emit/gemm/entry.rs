@@ -27,9 +27,11 @@ pub(super) fn prefetch_hook(calls: &[String]) -> String {
 /// The entry point instantiating the portable mainloop.
 pub(super) fn sm80_entry(spec: &GemmSpec, epi: &str, entry: &str) -> String {
     let cfg = format!("coda::{}", spec.config.name());
-    let rows = match &spec.b.row_perm {
-        Some(p) => format!(", coda::PairRows<{}, {}, {}>", p.start, p.end, p.group),
-        None => String::new(),
+    let rows = match (&spec.b.row_perm, spec.b.stacked) {
+        (Some(p), None) => format!(", coda::PairRows<{}, {}, {}>", p.start, p.end, p.group),
+        (Some(p), Some((_, stack))) => format!(", coda::PairRows<{}, {}, {}, {stack}>", p.start, p.end, p.group),
+        (None, Some((_, stack))) => format!(", coda::StackedRows<{stack}>"),
+        (None, None) => String::new(),
     };
     format!(
         "extern \"C\" __global__ void __launch_bounds__({cfg}::kThreads, {cfg}::kMinBlocks)\n\
@@ -51,7 +53,10 @@ pub(super) fn sm90_entry(spec: &GemmSpec, epi: &str, entry: &str, pre: Option<&s
     let (maps, rows, tbp) = match &spec.b.row_perm {
         Some(p) => (
             format!("{}, {}, {}", map("ta"), map("tb"), map("tbp")),
-            format!("coda::Sm90PairRows<{}, {}, {}>", p.start, p.end, p.group),
+            match spec.b.stacked {
+                Some(_) => format!("coda::Sm90PairRows<{}, {}, {}, true>", p.start, p.end, p.group),
+                None => format!("coda::Sm90PairRows<{}, {}, {}>", p.start, p.end, p.group),
+            },
             "tbp",
         ),
         None => (format!("{}, {}", map("ta"), map("tb")), "coda::IdentityRows".to_string(), "tb"),
@@ -75,6 +80,7 @@ pub(super) fn sm90_entry(spec: &GemmSpec, epi: &str, entry: &str, pre: Option<&s
 pub(super) fn gemm_args(em: &Emitter<'_>, spec: &GemmSpec) -> StructSpec {
     let a = em.ir.buffers[spec.a.buf].name.clone();
     let b = em.ir.buffers[spec.b.buf].name.clone();
+    let b2 = spec.b.stacked.map_or_else(|| b.clone(), |(buf, _)| em.ir.buffers[buf].name.clone());
     let f = |name: &str, kind: &str, value: FieldValue| FieldSpec { name: name.into(), kind: kind.into(), value };
     StructSpec::new(
         "GemmArgs",
@@ -86,6 +92,8 @@ pub(super) fn gemm_args(em: &Emitter<'_>, spec: &GemmSpec) -> StructSpec {
             f("k", "i32", FieldValue::Expr(spec.k.to_string())),
             f("lda", "i64", FieldValue::Ld(a)),
             f("ldb", "i64", FieldValue::Ld(b)),
+            f("b2", "ptr", FieldValue::Ptr(b2.clone())),
+            f("ldb2", "i64", FieldValue::Ld(b2)),
         ],
     )
 }
