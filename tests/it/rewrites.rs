@@ -301,6 +301,9 @@ fn sibling_weights_stack_where_they_meet_and_split_without_pair_layouts() {
     let view = coda::grad_view(&checked).unwrap_or_else(|e| panic!("{e}"));
     let saving = &view.grads.first().unwrap_or_else(|| panic!("no grad")).saving_forward;
     assert!(saving.insts.iter().any(|(_, i)| matches!(i, coda::ir::Inst::StackRows { .. })));
+    // `explain --grad` names the saved product by both weights.
+    let text = coda::explain_text(&view);
+    assert!(text.contains("= `h @ [w1; w2].T`"), "{text}");
     let off = coda::opt::Options { pair_layouts: false, ..coda::opt::Options::default() };
     let applied = check_block_with(saving, "saving, pair layouts off", &[1, 5], &[1, 2], &off);
     assert_eq!(applied.get("unstacked-sibling-weights"), Some(&1), "{applied:?}");

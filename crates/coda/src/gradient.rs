@@ -133,7 +133,7 @@ pub fn grad_header(checked: &Checked, gradient: &Gradient) -> String {
             "//   {}: {} = `{}` @ {}{}\n",
             s.name,
             s.ty,
-            checked.source.slice(span),
+            saved_text(checked, forward, s.value),
             checked.source.location(span),
             layout_note(s)
         ));
@@ -145,6 +145,28 @@ pub fn grad_header(checked: &Checked, gradient: &Gradient) -> String {
         unnamed
     )));
     out
+}
+
+/// The source text of a saved value; a product of stacked weights (made
+/// from two matmuls by `coda_opt::stack_siblings`) reads as its left
+/// operand's text times the weights stacked, `h @ [w_gate; w_up].T`.
+fn saved_text(checked: &Checked, forward: &Block, value: coda_ir::Value) -> String {
+    let mut v = value;
+    while let coda_ir::Inst::Cast { arg, .. } = forward.inst(v) {
+        v = *arg;
+    }
+    if let coda_ir::Inst::MatMul { lhs, rhs, .. } = forward.inst(v) {
+        if let coda_ir::Inst::StackRows { parts } = forward.inst(*rhs) {
+            let name = |p: &coda_ir::Value| forward.names.get(p.index()).cloned().flatten().unwrap_or_default();
+            let parts: Vec<String> = parts.iter().map(name).collect();
+            let lhs = match forward.names.get(lhs.index()).cloned().flatten() {
+                Some(name) => name,
+                None => checked.source.slice(forward.insts.span(*lhs)).to_string(),
+            };
+            return format!("{lhs} @ [{}].T", parts.join("; "));
+        }
+    }
+    checked.source.slice(forward.insts.span(value)).to_string()
 }
 
 /// How a saved tensor's columns differ from its value's, if they do, and
