@@ -49,9 +49,7 @@ struct Rewriter<'a> {
 /// Rewrites `old` with the chosen pair layouts; an error is a bug in a rule
 /// (it built an ill-typed instruction).
 pub(crate) fn rewrite(old: &Block, options: &Options, plan: &BTreeMap<Value, Choice>) -> Result<Outcome, TypeError> {
-    let mut new = Block::new(old.name.clone(), old.kind, old.span);
-    new.dims = old.dims.clone();
-    new.params = old.params.clone();
+    let new = empty_like(old);
     let mut r = Rewriter {
         old,
         new,
@@ -426,25 +424,43 @@ pub(crate) fn compact(block: &Block) -> Result<Block, TypeError> {
             }
         }
     }
-    let mut out = Block::new(block.name.clone(), block.kind, block.span);
-    out.dims = block.dims.clone();
-    out.params = block.params.clone();
+    let mut out = empty_like(block);
     let mut map: Vec<Option<Value>> = vec![None; block.insts.len()];
     for (v, inst) in block.insts.iter() {
         // Parameters stay, live or not, so that parameter indices hold.
         if !live[v.index()] && !matches!(inst, Inst::Param(_)) {
             continue;
         }
-        let copy = inst.map_operands(|o| map[o.index()].unwrap_or(o));
-        let nv = out.push(copy, block.insts.span(v))?;
-        if let Some(name) = block.names.get(v.index()).cloned().flatten() {
-            out.set_name(nv, &name);
-        }
-        map[v.index()] = Some(nv);
+        map[v.index()] = Some(copy_inst(&mut out, block, v, &map)?);
     }
+    copy_outputs(&mut out, block, &map)?;
+    Ok(out)
+}
+
+/// A block with `block`'s name, kind, dims and parameters, and nothing else.
+pub(crate) fn empty_like(block: &Block) -> Block {
+    let mut out = Block::new(block.name.clone(), block.kind, block.span);
+    out.dims = block.dims.clone();
+    out.params = block.params.clone();
+    out
+}
+
+/// Copies instruction `v` of `block` into `out` with its operands mapped
+/// (an operand without a new value keeps its own) and its name.
+pub(crate) fn copy_inst(out: &mut Block, block: &Block, v: Value, map: &[Option<Value>]) -> Result<Value, TypeError> {
+    let copy = block.inst(v).map_operands(|o| map[o.index()].unwrap_or(o));
+    let nv = out.push(copy, block.insts.span(v))?;
+    if let Some(name) = block.names.get(v.index()).cloned().flatten() {
+        out.set_name(nv, &name);
+    }
+    Ok(nv)
+}
+
+/// `block`'s outputs in `out`, at their values' new values.
+pub(crate) fn copy_outputs(out: &mut Block, block: &Block, map: &[Option<Value>]) -> Result<(), TypeError> {
     for o in &block.outputs {
         let value = map[o.value.index()].ok_or_else(|| TypeError("an output lost its value".into()))?;
         out.outputs.push(Output { value, ..o.clone() });
     }
-    Ok(out)
+    Ok(())
 }

@@ -4,7 +4,7 @@
 //! rows stacked, which the gated pair layout then takes as it takes a fused
 //! `[gate; up]` weight.
 
-use crate::rewriter::compact;
+use crate::rewriter::{compact, copy_inst, copy_outputs, empty_like};
 use coda_ir::infer::TypeError;
 use coda_ir::{Block, DType, Dim, Inst, Value};
 use std::collections::BTreeSet;
@@ -39,29 +39,18 @@ pub(crate) fn stack(block: &Block) -> Result<(Block, usize), TypeError> {
         return Ok((block.clone(), 0));
     }
     let users = block.users();
-    let mut new = Block::new(block.name.clone(), block.kind, block.span);
-    new.dims = block.dims.clone();
-    new.params = block.params.clone();
+    let mut new = empty_like(block);
     let mut map: Vec<Option<Value>> = vec![None; block.insts.len()];
-    for (v, inst) in block.insts.iter() {
+    for (v, _) in block.insts.iter() {
         if map[v.index()].is_some() {
             continue;
         }
-        if let Some(pair) = pairs.iter().find(|p| p.first == v) {
-            emit_stacked(block, &users, &mut new, &mut map, *pair)?;
-            continue;
+        match pairs.iter().find(|p| p.first == v) {
+            Some(pair) => emit_stacked(block, &users, &mut new, &mut map, *pair)?,
+            None => map[v.index()] = Some(copy_inst(&mut new, block, v, &map)?),
         }
-        let copy = inst.map_operands(|o| map[o.index()].unwrap_or(o));
-        let nv = new.push(copy, block.insts.span(v))?;
-        if let Some(name) = block.names.get(v.index()).cloned().flatten() {
-            new.set_name(nv, &name);
-        }
-        map[v.index()] = Some(nv);
     }
-    for o in &block.outputs {
-        let value = map[o.value.index()].ok_or_else(|| TypeError("an output lost its value".into()))?;
-        new.outputs.push(coda_ir::Output { value, ..o.clone() });
-    }
+    copy_outputs(&mut new, block, &map)?;
     Ok((compact(&new)?, pairs.len()))
 }
 
@@ -214,9 +203,7 @@ fn elementwise_reach(block: &Block, users: &[Vec<Value>], v: Value) -> BTreeSet<
 /// Computes every stacked product not read in pair order as its parts
 /// again (see [`RULE_UNSTACK`]). Returns the block and how many were.
 pub(crate) fn unstack(block: &Block) -> Result<(Block, usize), TypeError> {
-    let mut new = Block::new(block.name.clone(), block.kind, block.span);
-    new.dims = block.dims.clone();
-    new.params = block.params.clone();
+    let mut new = empty_like(block);
     let mut map: Vec<Value> = Vec::with_capacity(block.insts.len());
     // New value -> the parts' products of a split stacked product (and
     // their casts, by type).
