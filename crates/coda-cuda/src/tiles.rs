@@ -135,9 +135,11 @@ impl Chooser<'_> {
             // The Hopper loader reads stacked weights only as the two
             // halves of one pair group (`coda::Sm90PairRows`'s STACKED).
             let tma_stack = !b_stacked || b_pairs.is_some_and(|p| p.start == 0 && p.end == p.group);
-            let chosen = match config::for_target(target, portable, &shape.cols, wide, b_pairs, b_transposed) {
-                _ if !tma_stack && wide => TileConfig::Cfg64x64,
-                _ if !tma_stack => portable,
+            let targeted = match tma_stack {
+                true => config::for_target(target, portable, &shape.cols, wide, b_pairs, b_transposed),
+                false => portable,
+            };
+            let chosen = match targeted {
                 c if c.is_sm90() || !wide => c,
                 _ => TileConfig::Cfg64x64,
             };

@@ -24,11 +24,14 @@ pub(crate) const RULE: &str = "stacked-sibling-weights";
 /// through become the parts' own products).
 pub(crate) const RULE_UNSTACK: &str = "unstacked-sibling-weights";
 
-/// One pair of sibling matmuls of the original block.
+/// One pair of sibling matmuls of the original block: `lhs @ weights[i]ᵀ`.
 #[derive(Debug, Clone, Copy)]
 struct Siblings {
     first: Value,
     second: Value,
+    lhs: Value,
+    weights: [Value; 2],
+    dtype: DType,
 }
 
 /// Stacks every pair of sibling matmuls whose results meet in element-wise
@@ -64,23 +67,16 @@ fn emit_stacked(
     pair: Siblings,
 ) -> Result<(), TypeError> {
     let span = old.insts.span(pair.first);
-    let (lhs, w0, dtype) = match old.inst(pair.first) {
-        Inst::MatMul { lhs, rhs, operand_dtype, .. } => (*lhs, *rhs, *operand_dtype),
-        _ => return Err(TypeError("a sibling is not a matmul".into())),
-    };
-    let Inst::MatMul { rhs: w1, .. } = old.inst(pair.second) else {
-        return Err(TypeError("a sibling is not a matmul".into()));
-    };
     let new_of = |v: Value| map[v.index()].ok_or_else(|| TypeError("a sibling's operand comes after it".into()));
-    let parts = vec![new_of(w0)?, new_of(*w1)?];
+    let parts = vec![new_of(pair.weights[0])?, new_of(pair.weights[1])?];
     let rows = old.ty(pair.first).shape.cols.clone();
     let stacked = new.push(Inst::StackRows { parts }, span)?;
     let product = Inst::MatMul {
-        lhs: new_of(lhs)?,
+        lhs: new_of(pair.lhs)?,
         rhs: stacked,
         lhs_transposed: false,
         rhs_transposed: true,
-        operand_dtype: dtype,
+        operand_dtype: pair.dtype,
     };
     let mut whole = new.push(product, span)?;
     // Both results only cast to one type: the halves of one cast.
@@ -138,39 +134,42 @@ fn common_cast(block: &Block, users: &[Vec<Value>], pair: Siblings) -> Option<DT
 /// meet in element-wise work; each matmul in at most one pair.
 fn find(block: &Block) -> Vec<Siblings> {
     let users = block.users();
-    let candidates: Vec<Value> =
-        block.insts.iter().filter(|(v, _)| weight_product(block, *v).is_some()).map(|(v, _)| v).collect();
+    let candidates: Vec<(Value, WeightProduct)> =
+        block.insts.iter().filter_map(|(v, _)| Some((v, weight_product(block, v)?))).collect();
     let mut taken = BTreeSet::new();
     let mut pairs = Vec::new();
-    for (i, &a) in candidates.iter().enumerate() {
-        if taken.contains(&a) {
+    for (i, (a, pa)) in candidates.iter().enumerate() {
+        if taken.contains(a) {
             continue;
         }
-        let reach_a = elementwise_reach(block, &users, a);
-        for &b in &candidates[i + 1..] {
-            if taken.contains(&b) || weight_product(block, a) != weight_product(block, b) {
-                continue;
-            }
+        let reach_a = elementwise_reach(block, &users, *a);
+        for (b, pb) in &candidates[i + 1..] {
             // The stacked product replaces the first: the second's weight
             // must be defined before it.
-            let Inst::MatMul { rhs, .. } = block.inst(b) else { continue };
-            if rhs.index() > a.index() {
+            if taken.contains(b) || pa.shared != pb.shared || pb.weight.index() > a.index() {
                 continue;
             }
-            if elementwise_reach(block, &users, b).is_disjoint(&reach_a) {
+            if elementwise_reach(block, &users, *b).is_disjoint(&reach_a) {
                 continue;
             }
-            taken.extend([a, b]);
-            pairs.push(Siblings { first: a, second: b });
+            taken.extend([*a, *b]);
+            let (lhs, dtype, _) = pa.shared.clone();
+            pairs.push(Siblings { first: *a, second: *b, lhs, weights: [pa.weight, pb.weight], dtype });
             break;
         }
     }
     pairs
 }
 
-/// What two siblings share: the left operand, the operand type and the
-/// weight's shape, for a matmul `x @ Wᵀ` of a weight of constant rows.
-fn weight_product(block: &Block, v: Value) -> Option<(Value, DType, Dim, Dim)> {
+/// A matmul `x @ Wᵀ` of a weight of constant rows: the weight, and what
+/// two siblings share (the left operand, the operand type and the
+/// weight's shape).
+struct WeightProduct {
+    weight: Value,
+    shared: (Value, DType, coda_ir::Shape),
+}
+
+fn weight_product(block: &Block, v: Value) -> Option<WeightProduct> {
     let Inst::MatMul { lhs, rhs, lhs_transposed: false, rhs_transposed: true, operand_dtype } = block.inst(v) else {
         return None;
     };
@@ -178,7 +177,7 @@ fn weight_product(block: &Block, v: Value) -> Option<(Value, DType, Dim, Dim)> {
     let param = block.params.get(*index)?;
     let shape = &block.ty(*rhs).shape;
     (param.dtype == *operand_dtype && shape.rows.as_const().is_some_and(|r| r > 0))
-        .then(|| (*lhs, *operand_dtype, shape.rows.clone(), shape.cols.clone()))
+        .then(|| WeightProduct { weight: *rhs, shared: (*lhs, *operand_dtype, shape.clone()) })
 }
 
 /// The values computed element-wise from `v` (through casts, unary,

@@ -354,11 +354,11 @@ fn summary(ir: &BlockIr, kernel: &Kernel, block: &Block) -> String {
         KernelKind::Gemm(g) => {
             let operand = |o: &crate::kir::Operand| {
                 let t = matches!(o.layout, Layout::AKxM | Layout::BNxK);
-                let stacked = o.stacked.map_or(String::new(), |(buf, _)| format!("+{}", name(buf)));
-                match (stacked.is_empty(), t) {
-                    (true, t) => format!("{}{}", name(o.buf), if t { ".T" } else { "" }),
-                    (false, t) => format!("[{}{stacked}]{}", name(o.buf), if t { ".T" } else { "" }),
-                }
+                let read = match o.stacked {
+                    Some((second, _)) => format!("[{}+{}]", name(o.buf), name(second)),
+                    None => name(o.buf),
+                };
+                format!("{read}{}", if t { ".T" } else { "" })
             };
             let prelude = match &g.prelude {
                 Some(p) => {

@@ -53,10 +53,13 @@ pub(super) fn sm90_entry(spec: &GemmSpec, epi: &str, entry: &str, pre: Option<&s
     let (maps, rows, tbp) = match &spec.b.row_perm {
         Some(p) => (
             format!("{}, {}, {}", map("ta"), map("tb"), map("tbp")),
-            match spec.b.stacked {
-                Some(_) => format!("coda::Sm90PairRows<{}, {}, {}, true>", p.start, p.end, p.group),
-                None => format!("coda::Sm90PairRows<{}, {}, {}>", p.start, p.end, p.group),
-            },
+            format!(
+                "coda::Sm90PairRows<{}, {}, {}{}>",
+                p.start,
+                p.end,
+                p.group,
+                if spec.b.stacked.is_some() { ", true" } else { "" }
+            ),
             "tbp",
         ),
         None => (format!("{}, {}", map("ta"), map("tb")), "coda::IdentityRows".to_string(), "tb"),
