@@ -34,7 +34,20 @@ if [ ! -x "$py/bin/python" ]; then
     python3 -m venv "$py"
 fi
 if ! "$py/bin/python" -c 'import torch, numpy, pytest, maturin' 2>/dev/null; then
-    "$py/bin/pip" install --quiet --disable-pip-version-check --no-cache-dir torch numpy pytest maturin
+    # One wheel at a time: a single pip command downloads every wheel before
+    # it installs any, and torch's CUDA libraries take gigabytes, so the
+    # disk would hold all of them twice. pip resolves the set first (from
+    # the index's metadata, downloading no wheel), then installs each one.
+    report="$py/resolved.json"
+    "$py/bin/pip" install --quiet --disable-pip-version-check --dry-run --ignore-installed \
+        --report "$report" torch numpy pytest maturin
+    "$py/bin/python" -c '
+import json, sys
+for item in json.load(open(sys.argv[1]))["install"]:
+    print(item["metadata"]["name"] + "==" + item["metadata"]["version"])
+' "$report" | while read -r requirement; do
+        "$py/bin/pip" install --quiet --disable-pip-version-check --no-cache-dir --no-deps "$requirement"
+    done
 fi
 PATH="$PWD/$py/bin:$PATH" "$py/bin/pip" install --quiet --disable-pip-version-check --no-cache-dir --no-build-isolation ./python
 "$py/bin/python" -m pytest -q -rs python/tests
