@@ -194,6 +194,11 @@ pub(crate) struct CompileArgs {
     /// `--dims` (132: an H100 SXM).
     #[arg(long, default_value_t = 132, value_parser = clap::value_parser!(u32).range(1..), requires = "dims")]
     pub(crate) multiprocessors: u32,
+    /// Compile every kernel with NVRTC, one at a time and bypassing the
+    /// kernel cache, and print each one's cold compile time, slowest first
+    /// (with any --emit; no GPU needed).
+    #[arg(long)]
+    pub(crate) time: bool,
     #[command(flatten)]
     pub(crate) kernels: KernelFlags,
 }

@@ -6,7 +6,9 @@ use crate::commands::{check_dims_known, load, parse_dims, Outcome};
 use anyhow::{bail, Context, Result};
 use coda::cuda::config::LaunchHint;
 use coda::ColorChoice;
-use coda_runtime::{Arch, CompileOptions as NvrtcOptions, Compiler, RuntimeError};
+use coda_runtime::{
+    Arch, CompileOptions as NvrtcOptions, CompiledKernel, Compiler, KernelCache, RuntimeError, Toolkit,
+};
 use std::path::Path;
 
 /// Runs `codac compile`.
@@ -34,13 +36,20 @@ pub(crate) fn compile(args: &CompileArgs, color: ColorChoice) -> Result<Outcome>
     };
     std::fs::create_dir_all(&args.out).with_context(|| format!("cannot create {}", args.out.display()))?;
     remove_earlier_outputs(&args.out)?;
-    let compiler = if ptx || cubin { Some(nvrtc()?) } else { None };
     let jobs: Vec<_> = compiled
         .kernels
         .iter()
         .map(|k| (k.source.as_str(), NvrtcOptions::new(arch).file_name(&k.file_name).emit_ptx(ptx)))
         .collect();
-    let mut outputs = compiler.map(|c| c.compile_many(&jobs)).unwrap_or_default().into_iter();
+    let outputs = if args.time {
+        timed_compiles(&jobs)?
+    } else if ptx || cubin {
+        nvrtc()?.compile_many(&jobs)
+    } else {
+        Vec::new()
+    };
+    let times: Vec<f64> = outputs.iter().map(|o| o.as_ref().map_or(f64::NAN, |k| k.compile_ms)).collect();
+    let mut outputs = outputs.into_iter();
     for kernel in &compiled.kernels {
         if cu {
             write(&args.out.join(&kernel.file_name), kernel.source.as_bytes())?;
@@ -61,6 +70,10 @@ pub(crate) fn compile(args: &CompileArgs, color: ColorChoice) -> Result<Outcome>
     }
     write(&args.out.join("manifest.json"), compiled.manifest.to_json().as_bytes())?;
     print_kernels(&compiled.manifest, cu);
+    if args.time {
+        let names: Vec<&str> = compiled.kernels.iter().map(|k| k.file_name.trim_end_matches(".cu")).collect();
+        print_compile_times(&names, &times);
+    }
     if !cu && !ptx && !cubin {
         println!("wrote {} only (--emit names no kind of file)", args.out.join("manifest.json").display());
     }
@@ -168,6 +181,33 @@ fn nvrtc() -> Result<&'static Compiler> {
             bail!("--emit ptx/cubin needs NVRTC: {e}")
         }
         Err(e) => Err(e.into()),
+    }
+}
+
+/// `--time`: every kernel compiled alone, one after another, by an NVRTC
+/// with a cache in memory only, so each figure is that kernel's cold
+/// compile on one thread (what a first run pays for it where it is the
+/// slowest of its block: a block's kernels compile in parallel).
+fn timed_compiles(jobs: &[(&str, NvrtcOptions)]) -> Result<Vec<coda_runtime::Result<CompiledKernel>>> {
+    let compiler = match Compiler::new(Toolkit::discover(), KernelCache::new(None)) {
+        Ok(c) => c,
+        Err(e @ (RuntimeError::NoNvrtc { .. } | RuntimeError::NoToolkit { .. })) => {
+            bail!("--time needs NVRTC: {e}")
+        }
+        Err(e) => return Err(e.into()),
+    };
+    Ok(jobs.iter().map(|(source, opts)| compiler.compile(source, opts)).collect())
+}
+
+/// The `--time` table: each kernel's cold compile, slowest first, and the
+/// sum (ties keep the kernels' order, so the table is stable).
+fn print_compile_times(names: &[&str], ms: &[f64]) {
+    let mut rows: Vec<(&str, f64)> = names.iter().copied().zip(ms.iter().copied()).collect();
+    rows.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let total: f64 = ms.iter().sum();
+    println!("NVRTC cold compile per kernel (one thread, no cache): {} kernels, {:.2} s in all", ms.len(), total / 1e3);
+    for (name, ms) in rows {
+        println!("  {:>7.2} s  {name}", ms / 1e3);
     }
 }
 
