@@ -75,3 +75,35 @@ fn a_name_that_is_no_gemm_is_an_error_listing_the_gemms() {
     assert!(err.contains("no GEMM kernel named `gemm_nope`"), "{err}");
     assert!(err.contains("gemm_attn_w_o, gemm_gate_up, gemm_mlp"), "{err}");
 }
+
+/// A GEMM unfused in one block only (`CodegenOptions::unfused_in`, what
+/// the autotuner files): that block compiles as `--unfuse` would compile
+/// it, the other blocks as by default; a name the block lacks is ignored.
+#[test]
+fn a_gemm_unfused_in_one_block_leaves_the_others_fused() {
+    // The forward block and the training step's blocks, one source.
+    let (mut blocks, source) = step_blocks("gemma2_layer.coda");
+    let forward = small_example(&crate::cuda::workspace().join("examples/gemma2_layer.coda"));
+    blocks.extend(forward.module.blocks.iter().cloned());
+    let compiled = |block: &Block, o: &CodegenOptions| {
+        coda::cuda::compile_block(block, &source, o).unwrap_or_else(|e| panic!("{}: {e}", block.name))
+    };
+    let compile = |block: &Block, o: &CodegenOptions| compiled(block, o).kernels;
+    let target = &blocks[0];
+    let fused_ir = compiled(target, &CodegenOptions::default()).ir;
+    let gemm = fused_ir.kernels.iter().find(|k| matches!(k.kind, KernelKind::Gemm(_)) && !is_bare_gemm(k));
+    let gemm = gemm.map(|k| k.name.clone()).unwrap_or_else(|| panic!("{}: every GEMM is bare", target.name));
+    let mut options = CodegenOptions::default();
+    options.unfused_in.insert(target.name.clone(), BTreeSet::from([gemm.clone(), "gemm_nope".to_string()]));
+    let by_flag = CodegenOptions { unfused: BTreeSet::from([gemm.clone()]), ..Default::default() };
+    assert!(blocks.len() >= 2, "{}", blocks.len());
+    for block in &blocks {
+        let (tuned, fused) = (compile(block, &options), compile(block, &CodegenOptions::default()));
+        if block.name == target.name {
+            assert!(tuned == compile(block, &by_flag), "{}: not as --unfuse {gemm}", block.name);
+            assert!(tuned != fused, "{}: {gemm} stayed fused", block.name);
+        } else {
+            assert!(tuned == fused, "{} changed", block.name);
+        }
+    }
+}

@@ -49,12 +49,25 @@ pub struct TuneReport {
     pub trials: Vec<TuneTrial>,
     /// Alternatives not timed because they change the block's kernel list.
     pub skipped: Vec<String>,
-    /// The fastest configuration of the kernel timed alone (by
-    /// `tune::MARGIN`).
+    /// The block with this GEMM unfused against the block as the rules
+    /// build it, when its epilogue is not bare.
+    pub unfused: Option<UnfusedTrial>,
+    /// What won alone (by `tune::MARGIN`): the fastest configuration of
+    /// the kernel timed alone, or `unfused` where the block ran faster
+    /// with the GEMM unfused and that saved more time.
     pub alone: String,
-    /// The configuration filed for it: `alone`, unless the block ran no
-    /// faster with the winners ([`TuneBlockCheck`]).
+    /// What was filed for it: `alone`, unless the block ran no faster with
+    /// the winners ([`TuneBlockCheck`]).
     pub chosen: String,
+}
+
+/// A GEMM's site unfused (its bare GEMM, and its epilogue's work in the
+/// kernels after it) against fused: the block's medians both ways (ms),
+/// two rounds of each, alternating, as the block check times them.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct UnfusedTrial {
+    pub median_ms: f32,
+    pub fused_median_ms: f32,
 }
 
 /// A block timed with every kernel's winner against the rules'
@@ -103,6 +116,9 @@ impl TuneReport {
         }
         for s in &self.skipped {
             line += &format!(", {s} skipped (it changes the kernel list)");
+        }
+        if let Some(u) = &self.unfused {
+            line += &format!(", the block {:.3} ms against {:.3} ms with it unfused", u.fused_median_ms, u.median_ms);
         }
         if self.chosen == self.rules && self.alone != self.rules {
             return line + &format!(": {} wins alone, not in the block: keeps {}", self.alone, self.chosen);
@@ -664,6 +680,7 @@ mod tests {
             rules: "Sm90Cfg128x256".into(),
             trials: vec![trial("Sm90Cfg128x128", 0.084), trial("Sm90Cfg128x128pp", 0.089)],
             skipped: Vec::new(),
+            unfused: None,
             alone: "Sm90Cfg128x128".into(),
             chosen: "Sm90Cfg128x128".into(),
         };
@@ -682,6 +699,19 @@ mod tests {
         assert!(kept.line().ends_with("Sm90Cfg128x128pp skipped (it changes the kernel list): keeps Sm90Cfg128x256"));
         let dropped = TuneReport { chosen: "Sm90Cfg128x256".into(), ..tuned.clone() };
         assert!(dropped.line().ends_with(": Sm90Cfg128x128 wins alone, not in the block: keeps Sm90Cfg128x256"));
+        let unfused = TuneReport {
+            trials: Vec::new(),
+            unfused: Some(UnfusedTrial { median_ms: 1.5, fused_median_ms: 1.625 }),
+            alone: "unfused".into(),
+            chosen: "unfused".into(),
+            ..tuned.clone()
+        };
+        assert_eq!(
+            unfused.line(),
+            "autotune llama3_layer gemm_x_out (Sm90Cfg128x256), the block 1.625 ms against 1.500 ms with it unfused: takes unfused"
+        );
+        let json = serde_json::to_value(&unfused).unwrap_or_default();
+        assert_eq!(json["unfused"]["fused_median_ms"], 1.625);
         let check = TuneBlockCheck {
             block: "llama3_layer".into(),
             winners: vec!["gemm_x1 Sm90Cfg128x128pp".into(), "gemm_z Sm90Cfg128x128pp".into()],

@@ -72,6 +72,12 @@ pub struct CodegenOptions {
     /// a fused site is measured against. A name no block has is an error
     /// of [`compile_module`].
     pub unfused: BTreeSet<String>,
+    /// GEMM kernels that run unfused in one block only: block name → the
+    /// GEMMs' names in its default partition (what `codac bench
+    /// --autotune` files for a site it measured faster unfused). A name
+    /// the block does not have is ignored, as a tuned tile configuration
+    /// is.
+    pub unfused_in: BTreeMap<String, BTreeSet<String>>,
 }
 
 impl Default for CodegenOptions {
@@ -83,6 +89,7 @@ impl Default for CodegenOptions {
             tile_config: None,
             launch: None,
             unfused: BTreeSet::new(),
+            unfused_in: BTreeMap::new(),
         }
     }
 }
@@ -96,8 +103,9 @@ pub struct CompiledBlock {
     pub manifest: BlockManifest,
     /// The kernel IR the sources were emitted from.
     pub ir: kir::BlockIr,
-    /// The names in [`CodegenOptions::unfused`] that are GEMMs of this
-    /// block (by their names in the default partition).
+    /// The GEMMs of this block that run unfused, named in
+    /// [`CodegenOptions::unfused`] or [`CodegenOptions::unfused_in`] (by
+    /// their names in the default partition).
     pub unfused: BTreeSet<String>,
 }
 
@@ -144,13 +152,15 @@ fn kernel_ir_unfused(
     options: &CodegenOptions,
 ) -> Result<(kir::BlockIr, BTreeSet<String>), CodegenError> {
     let fused = kernel_ir(block, options, &BTreeSet::new())?;
-    if options.unfused.is_empty() || block.kind == coda_ir::BlockKind::Kernel {
+    let only_here = options.unfused_in.get(&block.name);
+    let wanted = |name: &String| options.unfused.contains(name) || only_here.is_some_and(|n| n.contains(name));
+    if (options.unfused.is_empty() && only_here.is_none()) || block.kind == coda_ir::BlockKind::Kernel {
         return Ok((fused, BTreeSet::new()));
     }
     let mut matmuls = BTreeSet::new();
     let mut names = BTreeSet::new();
     for k in &fused.kernels {
-        if let (kir::KernelKind::Gemm(g), true) = (&k.kind, options.unfused.contains(&k.name)) {
+        if let (kir::KernelKind::Gemm(g), true) = (&k.kind, wanted(&k.name)) {
             matmuls.insert(g.matmul);
             names.insert(k.name.clone());
         }

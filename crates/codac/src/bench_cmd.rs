@@ -92,7 +92,11 @@ pub(crate) fn bench(args: &BenchArgs, color: ColorChoice) -> Result<Outcome> {
     } else {
         (Vec::new(), Vec::new())
     };
-    let (options, mut compiled) = tune::with_tuning(&checked, &options, compiled, &device, &store, &dims)?;
+    let (tuned_options, mut compiled) = tune::with_tuning(&checked, &options, compiled, &device, &store, &dims)?;
+    for line in crate::run_cmd::tuning_lines(&options, &tuned_options, &store) {
+        eprintln!("{line}");
+    }
+    let options = tuned_options;
     crate::overrides::apply(&mut compiled)?;
     let job =
         coda_bench::Job { checked: &checked, options: &options, compiled: &compiled, device: &device, dims: &dims };

@@ -118,6 +118,7 @@ impl KernelFlags {
             tile_config: self.tile_config,
             launch,
             unfused: self.unfuse.iter().cloned().collect(),
+            unfused_in: Default::default(),
         }
     }
 

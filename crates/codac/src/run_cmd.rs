@@ -55,9 +55,8 @@ pub(crate) fn run(args: &RunArgs, color: ColorChoice) -> Result<Outcome> {
     let compiled = coda::compile(&checked, &options)?;
     let (tuned, mut compiled) = coda_bench::tune::with_tuning(&checked, &options, compiled, &device, &store, &dims)?;
     crate::overrides::apply(&mut compiled)?;
-    if tuned.codegen.tiles != options.codegen.tiles {
-        let path = store.path().map_or(String::new(), |p| format!(" ({})", p.display()));
-        println!("tile configurations tuned by `codac bench --autotune`{path}");
+    for line in tuning_lines(&options, &tuned, &store) {
+        println!("{line}");
     }
     let mut all_ok = true;
     // With `--grad`, training steps: each backward block reads its saving
@@ -449,6 +448,26 @@ fn time(
         println!("RESULT kernel block={} name={} kind={kind} median_us={us:.1}", block.name, t.name);
     }
     Ok(())
+}
+
+/// What `codac bench --autotune` changed in a compile, one line each (none
+/// where nothing): tuned tile configurations, and the GEMMs that run
+/// unfused because their blocks ran faster so.
+pub(crate) fn tuning_lines(
+    rules: &coda::CompileOptions,
+    tuned: &coda::CompileOptions,
+    store: &coda_runtime::TuningStore,
+) -> Vec<String> {
+    let path = store.path().map_or(String::new(), |p| format!(" ({})", p.display()));
+    let (tiles, unfused) = coda_bench::tune::tuning_summary(rules, tuned);
+    let mut lines = Vec::new();
+    if tiles {
+        lines.push(format!("tile configurations tuned by `codac bench --autotune`{path}"));
+    }
+    if !unfused.is_empty() {
+        lines.push(format!("unfused, as `codac bench --autotune` measured them faster{path}: {}", unfused.join(", ")));
+    }
+    lines
 }
 
 #[cfg(test)]
