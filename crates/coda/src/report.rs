@@ -38,6 +38,19 @@ pub(crate) struct KernelReport {
     pub(crate) joined: Vec<String>,
     /// Why a GEMM has its tile configuration, where its epilogue's traffic decided.
     pub(crate) tiles: Option<String>,
+    /// For a GEMM whose epilogue does more than store its accumulator: the
+    /// block with it unfused.
+    pub(crate) unfused: Option<UnfusedSite>,
+}
+
+/// A block with one GEMM unfused (as `--unfuse` compiles it), against the
+/// block as the rules build it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct UnfusedSite {
+    /// The block's kernels, unfused.
+    pub(crate) kernels: usize,
+    /// The block's traffic, unfused.
+    pub(crate) bytes_moved: u64,
 }
 
 /// The report of one block.
@@ -86,8 +99,36 @@ pub(crate) fn block_report(block: &Block, source: &SourceFile, options: &Explain
     };
     let compiled = coda_cuda::compile_block(&rewritten, source, &options.codegen);
     let staged = compiled.as_ref().map_or_else(|_| Vec::new(), |c| staged(&c.ir));
-    let kernels = compiled.map(|c| kernel_reports(&c.ir, &c.manifest, &dims)).map_err(|e| e.to_string());
+    let kernels = compiled
+        .map(|c| {
+            let mut kernels = kernel_reports(&c.ir, &c.manifest, &dims);
+            for k in kernels.iter_mut().filter(|k| k.kind == "gemm") {
+                k.unfused = unfused_site(&rewritten, source, options, &c, &k.name, &dims);
+            }
+            kernels
+        })
+        .map_err(|e| e.to_string());
     BlockReport { rules, dims, kernels, staged, unfused_bytes }
+}
+
+/// `block` (compiled as `fused`) with GEMM `gemm` unfused, or `None` where
+/// that changes no kernel (its epilogue only stores the accumulator).
+fn unfused_site(
+    block: &Block,
+    source: &SourceFile,
+    options: &ExplainOptions,
+    fused: &coda_cuda::CompiledBlock,
+    gemm: &str,
+    dims: &BTreeMap<String, i64>,
+) -> Option<UnfusedSite> {
+    let mut codegen = options.codegen.clone();
+    codegen.unfused.insert(gemm.to_string());
+    let unfused = coda_cuda::compile_block(block, source, &codegen).ok()?;
+    if unfused.kernels == fused.kernels {
+        return None;
+    }
+    let bytes = unfused.ir.kernels.iter().map(|k| traffic::kernel_bytes(&unfused.ir, k, dims));
+    Some(UnfusedSite { kernels: unfused.ir.kernels.len(), bytes_moved: bytes.fold(0, u64::saturating_add) })
 }
 
 /// The inputs and outputs that have a staging buffer, in buffer order.
@@ -132,6 +173,7 @@ fn kernel_reports(
                 why: kernel.why.clone(),
                 joined: kernel.joined.clone(),
                 tiles: kernel.tiles.clone(),
+                unfused: None,
             }
         })
         .collect()
@@ -201,11 +243,38 @@ pub(crate) fn report_text(r: &BlockReport) -> String {
         if let Some(why) = &k.tiles {
             out.push_str(&wrapped(&format!("//      tiles: {why}")));
         }
+        if let Some(u) = &k.unfused {
+            out.push_str(&wrapped(&format!(
+                "//      fused: {}",
+                unfused_comparison(u, kernels.len(), r.fused_bytes())
+            )));
+        }
     }
     let (fused, unfused) = (r.fused_bytes(), r.unfused_bytes);
     let ratio = if fused > 0 { format!(" ({:.1}× less)", unfused as f64 / fused as f64) } else { String::new() };
     out.push_str(&format!("// bytes moved{at}: {} fused, {} unfused{ratio}\n", mb(fused), mb(unfused)));
     out
+}
+
+/// Why a GEMM site is fused, in bytes: what the block moves with it
+/// unfused against fused (`kernels` and `bytes`).
+fn unfused_comparison(u: &UnfusedSite, kernels: usize, bytes: u64) -> String {
+    let more = u.kernels.saturating_sub(kernels);
+    let extra = if more == 0 { String::new() } else { format!(", with {more} more kernel{}", plural(more)) };
+    let verdict = match u.bytes_moved.cmp(&bytes) {
+        std::cmp::Ordering::Greater => format!("{} more", mb(u.bytes_moved - bytes)),
+        std::cmp::Ordering::Less => format!("{} less", mb(bytes - u.bytes_moved)),
+        std::cmp::Ordering::Equal => "the same bytes".to_string(),
+    };
+    format!("unfusing it (a bare GEMM, its epilogue's work in later kernels) moves {verdict}{extra}; `bench --autotune` times both")
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
 }
 
 /// The widest line of `explain`'s comments, in characters. The lists in a
@@ -267,6 +336,10 @@ pub(crate) fn report_json(block: &str, r: &BlockReport) -> (Value, Vec<Value>) {
                 "why_not_epilogue": k.why,
                 "in_epilogue": k.joined,
                 "tiles_why": k.tiles,
+                "unfused_alternative": k.unfused.map(|u| json!({
+                    "kernels": u.kernels,
+                    "bytes_moved": u.bytes_moved,
+                })),
             })
         })
         .collect();
