@@ -31,27 +31,21 @@
 //! skipped when a parameter or any IR value would have more than
 //! `MAX_VALUE_ELEMENTS` elements, when all values together would exceed
 //! `MAX_TOTAL_ELEMENTS`, or when the matmuls would need more than
-//! `MAX_MATMUL_MACS` multiply-adds. Sizes come from
+//! `MAX_MATMUL_MACS` multiply-adds (`common/mod.rs`). Sizes come from
 //! `coda::ir::interp::bind_shape`, the interpreter's own binding rule.
 
 #![no_main]
 
-use coda::ir::interp::bind_shape;
-use coda::ir::{Block, Inst};
 use coda::cuda::CodegenError;
-use coda::{Checked, CompileError, CompileOptions, DimBindings, EvalOptions};
+use coda::{Checked, CompileError, CompileOptions, EvalOptions};
 use libfuzzer_sys::fuzz_target;
+
+#[path = "common/mod.rs"]
+mod common;
+use common::{small_dims, small_enough};
 
 /// Diagnostics rendered per input, as in `codac` (`MAX_DIAGNOSTICS`).
 const MAX_RENDERED: usize = 50;
-/// The value every symbolic dimension is bound to.
-const SMALL_DIM: i64 = 3;
-/// The most elements one parameter or IR value may have for the block to be evaluated.
-const MAX_VALUE_ELEMENTS: u128 = 1 << 20;
-/// The most elements all IR values together may have.
-const MAX_TOTAL_ELEMENTS: u128 = 1 << 23;
-/// The most multiply-adds all matmuls together may need.
-const MAX_MATMUL_MACS: u128 = 1 << 24;
 
 fuzz_target!(|data: &[u8]| {
     let checked = match coda::check_bytes("fuzz.coda", data) {
@@ -76,7 +70,7 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     for block in &checked.module.blocks {
-        let dims: DimBindings = block.symbolic_dims().map(|name| (name.to_string(), SMALL_DIM)).collect();
+        let dims = small_dims(block);
         if !small_enough(block, &dims) {
             continue;
         }
@@ -104,39 +98,4 @@ fn compile_without_bugs(checked: &Checked) {
         Err(err @ CompileError::Codegen(CodegenError::Internal { .. })) => panic!("{err}"),
         _ => {}
     }
-}
-
-/// Whether every parameter and value of `block` binds to a small shape under `dims`.
-fn small_enough(block: &Block, dims: &DimBindings) -> bool {
-    let elements = |shape| match bind_shape(shape, dims) {
-        Ok((rows, cols)) => Some(rows as u128 * cols as u128),
-        Err(_) => None,
-    };
-    for param in &block.params {
-        match elements(&param.shape) {
-            Some(n) if n <= MAX_VALUE_ELEMENTS => {}
-            _ => return false,
-        }
-    }
-    let mut total: u128 = 0;
-    let mut macs: u128 = 0;
-    for (value, inst) in block.insts.iter() {
-        let Some(n) = elements(&block.ty(value).shape) else {
-            return false;
-        };
-        if n > MAX_VALUE_ELEMENTS {
-            return false;
-        }
-        total += n;
-        if let Inst::MatMul { lhs, lhs_transposed, .. } = inst {
-            let lhs_shape = &block.ty(*lhs).shape;
-            let inner = if *lhs_transposed { &lhs_shape.rows } else { &lhs_shape.cols };
-            let k = match inner.eval(&|name| dims.get(name).copied()) {
-                Ok(k) if k > 0 => k as u128,
-                _ => return false,
-            };
-            macs += n * k;
-        }
-    }
-    total <= MAX_TOTAL_ELEMENTS && macs <= MAX_MATMUL_MACS
 }

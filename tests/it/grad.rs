@@ -232,6 +232,28 @@ fn emulate_backward(checked: &coda::Checked) {
     }
 }
 
+/// The GPU cases' backward blocks at their own dims, among them per-head
+/// norms (`qk_norm.coda`), whose nested group reductions the emulator
+/// keeps instead of recomputing per element (it took minutes for one
+/// block before).
+#[test]
+fn backward_blocks_of_the_gpu_cases_emulate_like_the_interpreter() {
+    let mut emulated = 0;
+    for path in crate::cuda::inputs() {
+        let name = crate::cuda::display_name(&path);
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        if name.starts_with("examples/") || crate::cuda::expects_error(&path, &text) {
+            continue;
+        }
+        let checked = coda::check(&name, &text).unwrap_or_else(|e| panic!("{name}: {e}"));
+        if !checked.grads.is_empty() {
+            emulate_backward(&checked);
+            emulated += 1;
+        }
+    }
+    assert!(emulated >= 5, "only {emulated} GPU cases declare gradients");
+}
+
 #[test]
 fn backward_blocks_compile_and_emulate_like_the_interpreter() {
     insta::glob!("../../examples", "*.coda", |path: &std::path::Path| {

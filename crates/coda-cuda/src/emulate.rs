@@ -273,13 +273,18 @@ impl Emu<'_> {
             Space::Col => (0, k),
             Space::Tile => (m, k),
         };
-        if node.space != Space::Tile {
+        // Row, column and scalar values, and the tile's per-group and
+        // top-k reductions, are kept: every element that reads one would
+        // otherwise recompute it, and nested per-head reductions (a norm's
+        // backward) would take time exponential in their depth.
+        let kept = node.space != Space::Tile || matches!(node.op, Op::GroupReduce { .. } | Op::TopK { .. });
+        if kept {
             if let Some(v) = self.memo.borrow().get(&(id, m, k)) {
                 return *v;
             }
         }
         let v = self.compute(node, m, k);
-        if node.space != Space::Tile {
+        if kept {
             self.memo.borrow_mut().insert((id, m, k), v);
         }
         v
