@@ -6,7 +6,10 @@
 //! Each forward block is reparameterized as `coda::compile` does
 //! (`coda::opt::reparameterize`), and so are the blocks of `grad_view` when
 //! the file declares gradients; blocks the code generator refuses, and
-//! blocks too large to evaluate (`common::small_enough`), are skipped. With
+//! blocks too large to evaluate (`common::small_enough`), are skipped.
+//! Besides the rules' kernels, every form `codac bench --autotune` can
+//! choose is checked: each GEMM unfused in turn, and every Hopper tile
+//! configuration asked for by name (partials follow the tile). With
 //! every symbolic dim bound to 3 and `coda::random_inputs` (seed 0), the
 //! emulated outputs are compared with the interpreter's with storage
 //! rounding. A bug, recorded as a crash, is:
@@ -25,6 +28,9 @@
 
 #![no_main]
 
+use coda::cuda::config::TileConfig;
+use coda::cuda::kir::KernelKind;
+use coda::cuda::CodegenOptions;
 use coda::ir::{Block, BlockKind, DType};
 use coda::{Checked, EvalOptions, HostTensor};
 use libfuzzer_sys::fuzz_target;
@@ -61,8 +67,8 @@ fn check_blocks(checked: &Checked) {
             },
             _ => block.clone(),
         };
-        let options = coda::cuda::CodegenOptions::default();
-        let Ok(compiled) = coda::cuda::compile_block(&rewritten, &checked.source, &options) else { continue };
+        let rules = CodegenOptions::default();
+        let Ok(compiled) = coda::cuda::compile_block(&rewritten, &checked.source, &rules) else { continue };
         let dims = small_dims(block);
         if !small_enough(block, &dims) || !small_enough(&rewritten, &dims) {
             continue;
@@ -70,18 +76,41 @@ fn check_blocks(checked: &Checked) {
         let Ok(inputs) = coda::random_inputs(block, &dims, 0) else { continue };
         let eval = |round_to_storage| coda::eval(block, &dims, &inputs, &EvalOptions { round_to_storage });
         let (Ok(rounded), Ok(exact)) = (eval(true), eval(false)) else { continue };
-        let got = match coda::cuda::emulate::emulate(&compiled.ir, &rewritten, &dims, &host_inputs(block, &inputs)) {
-            Ok(got) => got,
-            Err(err) => panic!("block `{}`: the emulator failed on the generated kernels: {err}", block.name),
-        };
-        for output in &block.outputs {
-            let name = &output.tensor.name;
-            let (Some(want), Some(exact), Some(got)) = (rounded.get(name), exact.get(name), got.get(name)) else {
-                panic!("block `{}`: output `{name}` missing from the kernels' outputs", block.name);
+        let host = host_inputs(block, &inputs);
+        for (form, options) in forms(&compiled.ir) {
+            let compiled = match coda::cuda::compile_block(&rewritten, &checked.source, &options) {
+                Ok(c) => c,
+                Err(err) => panic!("block `{}`: {form} does not compile: {err}", block.name),
             };
-            compare(&block.name, name, &want.data, &exact.data, got);
+            let what = format!("block `{}`, {form}", block.name);
+            let got = match coda::cuda::emulate::emulate(&compiled.ir, &rewritten, &dims, &host) {
+                Ok(got) => got,
+                Err(err) => panic!("{what}: the emulator failed on the generated kernels: {err}"),
+            };
+            for output in &block.outputs {
+                let name = &output.tensor.name;
+                let (Some(want), Some(exact), Some(got)) = (rounded.get(name), exact.get(name), got.get(name)) else {
+                    panic!("{what}: output `{name}` missing from the kernels' outputs");
+                };
+                compare(&what, name, &want.data, &exact.data, got);
+            }
         }
     }
+}
+
+/// The forms of a block's kernels to check, named: the rules' (first),
+/// each GEMM of `ir` unfused, and each Hopper tile configuration.
+fn forms(ir: &coda::cuda::kir::BlockIr) -> Vec<(String, CodegenOptions)> {
+    let mut forms = vec![("the rules' kernels".to_string(), CodegenOptions::default())];
+    for k in ir.kernels.iter().filter(|k| matches!(k.kind, KernelKind::Gemm(_))) {
+        let options = CodegenOptions { unfused: [k.name.clone()].into_iter().collect(), ..Default::default() };
+        forms.push((format!("{} unfused", k.name), options));
+    }
+    for config in TileConfig::ALL.into_iter().filter(|c| c.is_sm90()) {
+        let options = CodegenOptions { tile_config: Some(config), ..Default::default() };
+        forms.push((format!("tiles {}", config.name()), options));
+    }
+    forms
 }
 
 /// The inputs as the kernels read them: `f32`, rounded to their dtypes.

@@ -315,7 +315,8 @@ impl Autotune<'_> {
 
     /// The block with `kernel` unfused against `rig`'s block (the rules'
     /// form), or `None` where the GEMM's epilogue only stores its
-    /// accumulator, so that unfusing it changes no kernel.
+    /// accumulator, so that unfusing it changes no kernel, or where the
+    /// code generator refuses the unfused form (a size limit, say).
     fn unfused(
         &self,
         rig: &Rig,
@@ -326,7 +327,7 @@ impl Autotune<'_> {
         let name = &block.manifest.block;
         let mut tuned = Tuned::default();
         tuned.add(name, 0, &kernel.name, Choice::Unfused);
-        let (options, variant) = self.variant(&tuned, block)?;
+        let Ok((options, variant)) = self.variant(&tuned, block) else { return Ok(None) };
         let manifest = variant.manifest.blocks.first().or_bug(|| format!("block `{name}` compiled to nothing"))?;
         if same_kernels(compiled, block.manifest, &variant, manifest)? {
             return Ok(None);
