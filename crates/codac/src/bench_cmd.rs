@@ -42,9 +42,10 @@ pub(crate) struct BenchArgs {
     #[arg(long)]
     pub(crate) json: bool,
     /// First time every GEMM kernel with each alternative tile configuration
-    /// (interleaved with the rules' choice) and file the fastest next to the
-    /// kernel cache, where `codac run` and `codac bench` find it for this
-    /// device, program and dimensions; then benchmark with the winners.
+    /// (interleaved with the rules' choice), and the block with each fused
+    /// GEMM unfused against the block as is, and file the winners next to
+    /// the kernel cache, where `codac run` and `codac bench` find them for
+    /// this device, program and dimensions; then benchmark with the winners.
     #[arg(long)]
     pub(crate) autotune: bool,
     #[command(flatten)]
