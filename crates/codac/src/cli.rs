@@ -122,10 +122,12 @@ impl KernelFlags {
         }
     }
 
-    /// The options of `explain`: these flags.
-    pub(crate) fn explain_options(&self) -> coda::ExplainOptions {
+    /// The options of `explain`: these flags, and `launch` (its dims are
+    /// the traffic figures' too).
+    pub(crate) fn explain_options(&self, launch: Option<coda::cuda::config::LaunchHint>) -> coda::ExplainOptions {
         let arch = coda::cuda::CodegenOptions::default().arch;
-        coda::ExplainOptions { rewrite: self.rewrite(), codegen: self.codegen(arch, None), ..Default::default() }
+        let dims = launch.as_ref().map(|l| l.dims.clone()).unwrap_or_default();
+        coda::ExplainOptions { dims, rewrite: self.rewrite(), codegen: self.codegen(arch, launch) }
     }
 }
 
@@ -139,6 +141,14 @@ pub(crate) struct ExplainArgs {
     /// Work on the backward blocks (the `grad` declarations, or every block w.r.t. all float inputs); see docs/backward.md.
     #[arg(long)]
     pub(crate) grad: bool,
+    /// Run-time dimensions, e.g. `M=1000`: the traffic figures are for
+    /// them (default 8192) and tile configurations are chosen for them as
+    /// `codac run` would.
+    #[arg(long, value_delimiter = ',')]
+    pub(crate) dims: Vec<String>,
+    /// Streaming multiprocessors of the GPU, with `--dims` (132: an H100 SXM).
+    #[arg(long, default_value_t = 132, value_parser = clap::value_parser!(u32).range(1..), requires = "dims")]
+    pub(crate) multiprocessors: u32,
     #[command(flatten)]
     pub(crate) kernels: KernelFlags,
 }

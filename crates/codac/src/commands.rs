@@ -42,7 +42,8 @@ pub(crate) fn run(cli: Cli) -> Result<Outcome> {
                 return Ok(Outcome::UserError);
             }
             let checked = crate::grad_cmd::view(checked, args.grad)?;
-            let options = args.kernels.explain_options();
+            let launch = crate::compile_cmd::launch_hint(&args.dims, args.multiprocessors, &checked, None)?;
+            let options = args.kernels.explain_options(launch);
             if args.json {
                 let text = serde_json::to_string_pretty(&coda::explain_json_with(&checked, &options))?;
                 println!("{text}");

@@ -24,7 +24,7 @@ pub(crate) fn compile(args: &CompileArgs, color: ColorChoice) -> Result<Outcome>
         (checked, args.block.clone())
     };
     let (cu, ptx, cubin) = parse_emit(&args.emit)?;
-    let launch = launch_hint(args, &checked, block.as_deref())?;
+    let launch = launch_hint(&args.dims, args.multiprocessors, &checked, block.as_deref())?;
     let options = args.kernels.compile_options(arch.to_string(), block, launch);
     let compiled = match coda::compile(&checked, &options) {
         // A located diagnostic: shown like the checker's, with the source.
@@ -144,19 +144,25 @@ fn supported_arch(text: &str) -> Result<Arch> {
     Ok(arch)
 }
 
-/// `--dims` and `--multiprocessors`, checked against the blocks compiled
-/// (each must bind exactly their run-time dims); none without `--dims`.
-fn launch_hint(args: &CompileArgs, checked: &coda::Checked, block: Option<&str>) -> Result<Option<LaunchHint>> {
-    if args.dims.is_empty() {
+/// `--dims` and `--multiprocessors` of `compile` and `explain`, checked
+/// against the blocks (all, or `block`; each must bind exactly their
+/// run-time dims); none without `--dims`.
+pub(crate) fn launch_hint(
+    dims: &[String],
+    multiprocessors: u32,
+    checked: &coda::Checked,
+    block: Option<&str>,
+) -> Result<Option<LaunchHint>> {
+    if dims.is_empty() {
         return Ok(None);
     }
-    let dims = parse_dims(&args.dims)?;
+    let dims = parse_dims(dims)?;
     for b in &checked.module.blocks {
         if block.is_none_or(|name| name == b.name) {
             check_dims_known(b, &dims)?;
         }
     }
-    Ok(Some(LaunchHint { dims, multiprocessors: args.multiprocessors }))
+    Ok(Some(LaunchHint { dims, multiprocessors }))
 }
 
 /// `(cu, ptx, cubin)` from `--emit`.

@@ -227,6 +227,23 @@ fn compile_with_dims_chooses_tiles_for_them() {
     assert!(text(&out.stderr).contains("not a run-time dimension"), "{}", text(&out.stderr));
 }
 
+/// `explain --dims` describes the kernels `compile --dims` makes, with the
+/// traffic at those dims.
+#[test]
+fn explain_with_dims_shows_the_tiles_and_traffic_at_them() {
+    let out = codac(&["explain", "examples/llama3_block.coda", "--dims", "M=1000"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("// bytes moved at M = 1000:"), "{stdout}");
+    let qkv = stdout.lines().find(|l| l.starts_with("//   gemm_u gemm:")).unwrap_or_default();
+    assert!(qkv.contains("Sm90Cfg128x128 tiles"), "{qkv}");
+    let blind = text(&codac(&["explain", "examples/llama3_block.coda"]).stdout);
+    assert!(blind.contains("// bytes moved at M = 8192:"), "{blind}");
+    let out = codac(&["explain", "examples/llama3_block.coda", "--dims", "Q=4"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("not a run-time dimension"), "{}", text(&out.stderr));
+}
+
 /// `--tile-config` gives every Hopper GEMM the configuration asked for and
 /// refuses a name that is not a Hopper configuration, listing the valid ones.
 #[test]
