@@ -207,7 +207,8 @@ pub(crate) struct CompileArgs {
     pub(crate) multiprocessors: u32,
     /// Compile every kernel with NVRTC, one at a time and bypassing the
     /// kernel cache, and print each one's cold compile time, slowest first
-    /// (with any --emit; no GPU needed).
+    /// (with any --emit; with `--emit ptx` the time includes the PTX pass,
+    /// which a run does not make; no GPU needed).
     #[arg(long)]
     pub(crate) time: bool,
     #[command(flatten)]
