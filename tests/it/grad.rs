@@ -234,8 +234,7 @@ fn emulate_backward(checked: &coda::Checked) {
 
 /// The GPU cases' backward blocks at their own dims, among them per-head
 /// norms (`qk_norm.coda`), whose nested group reductions the emulator
-/// keeps instead of recomputing per element (it took minutes for one
-/// block before).
+/// keeps: recomputed per element, one block takes minutes.
 #[test]
 fn backward_blocks_of_the_gpu_cases_emulate_like_the_interpreter() {
     let mut emulated = 0;

@@ -202,6 +202,9 @@ fn elementwise_reach(block: &Block, users: &[Vec<Value>], v: Value) -> BTreeSet<
 /// Computes every stacked product not read in pair order as its parts
 /// again (see [`RULE_UNSTACK`]). Returns the block and how many were.
 pub(crate) fn unstack(block: &Block) -> Result<(Block, usize), TypeError> {
+    if !block.insts.iter().any(|(_, inst)| matches!(inst, Inst::StackRows { .. })) {
+        return Ok((block.clone(), 0));
+    }
     let mut new = empty_like(block);
     let mut map: Vec<Value> = Vec::with_capacity(block.insts.len());
     // New value -> the parts' products of a split stacked product (and

@@ -48,7 +48,7 @@ pub(crate) fn compile(args: &CompileArgs, color: ColorChoice) -> Result<Outcome>
     } else {
         Vec::new()
     };
-    let times: Vec<f64> = outputs.iter().map(|o| o.as_ref().map_or(f64::NAN, |k| k.compile_ms)).collect();
+    let mut times = Vec::new();
     let mut outputs = outputs.into_iter();
     for kernel in &compiled.kernels {
         if cu {
@@ -60,6 +60,7 @@ pub(crate) fn compile(args: &CompileArgs, color: ColorChoice) -> Result<Outcome>
                 eprintln!("warning: NVRTC warnings for {}:\n{}", kernel.file_name, out.log);
             }
             let stem = kernel.file_name.trim_end_matches(".cu");
+            times.push((stem, out.compile_ms));
             if cubin {
                 write(&args.out.join(format!("{stem}.{}.cubin", arch)), &out.cubin)?;
             }
@@ -71,8 +72,7 @@ pub(crate) fn compile(args: &CompileArgs, color: ColorChoice) -> Result<Outcome>
     write(&args.out.join("manifest.json"), compiled.manifest.to_json().as_bytes())?;
     print_kernels(&compiled.manifest, cu);
     if args.time {
-        let names: Vec<&str> = compiled.kernels.iter().map(|k| k.file_name.trim_end_matches(".cu")).collect();
-        print_compile_times(&names, &times);
+        print_compile_times(times);
     }
     if !cu && !ptx && !cubin {
         println!("wrote {} only (--emit names no kind of file)", args.out.join("manifest.json").display());
@@ -205,13 +205,16 @@ fn timed_compiles(jobs: &[(&str, NvrtcOptions)]) -> Result<Vec<coda_runtime::Res
     Ok(jobs.iter().map(|(source, opts)| compiler.compile(source, opts)).collect())
 }
 
-/// The `--time` table: each kernel's cold compile, slowest first, and the
-/// sum (ties keep the kernels' order, so the table is stable).
-fn print_compile_times(names: &[&str], ms: &[f64]) {
-    let mut rows: Vec<(&str, f64)> = names.iter().copied().zip(ms.iter().copied()).collect();
+/// The `--time` table: each kernel's cold compile (ms), slowest first,
+/// and the sum (ties keep the kernels' order, so the table is stable).
+fn print_compile_times(mut rows: Vec<(&str, f64)>) {
+    let total: f64 = rows.iter().map(|r| r.1).sum();
     rows.sort_by(|a, b| b.1.total_cmp(&a.1));
-    let total: f64 = ms.iter().sum();
-    println!("NVRTC cold compile per kernel (one thread, no cache): {} kernels, {:.2} s in all", ms.len(), total / 1e3);
+    println!(
+        "NVRTC cold compile per kernel (one thread, no cache): {} kernels, {:.2} s in all",
+        rows.len(),
+        total / 1e3
+    );
     for (name, ms) in rows {
         println!("  {:>7.2} s  {name}", ms / 1e3);
     }
