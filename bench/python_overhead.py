@@ -15,7 +15,7 @@ import argparse
 import statistics
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
@@ -141,6 +141,27 @@ def main() -> None:
     def identity() -> None:
         Identity.apply(leaf)
 
+    # PyTorch's share of a differentiated call: an autograd.Function with
+    # the block's inputs, which allocates the saving forward's outputs and
+    # saves what the block saves, but launches nothing.
+    from codac._ops import _keep
+
+    gradient = layer.gradient
+
+    class Allocating(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:  # type: ignore[override]
+            everything = saving_layout.empty_outputs()
+            ctx.save_for_backward(*_keep(gradient, tensors, everything))
+            return tuple(everything[: gradient.n_outputs])
+
+        @staticmethod
+        def backward(ctx: Any, *grads: torch.Tensor) -> tuple[None, ...]:  # type: ignore[override]
+            return (None,) * len(leaves)
+
+    def allocating() -> None:
+        Allocating.apply(*leaves)
+
     if args.profile:
         import cProfile
         import pstats
@@ -163,6 +184,7 @@ def main() -> None:
         ("torch.empty(16, device='cuda')", empty),
         ("torch.add(out=) on 16 elements (1 launch)", add),
         ("torch.autograd.Function, identity on one tensor", identity),
+        ("torch.autograd.Function, the block's inputs, outputs and saves, no launch", allocating),
         ("  part: the latest call, recognised by its guard", latest_call),
         ("  part: launch_cuda, forward (2 outputs)", forward_launch),
         ("  part: launch_cuda, saving forward (4 outputs)", saving_launch),
@@ -171,9 +193,10 @@ def main() -> None:
     times = per_call_us([fn for _, fn in named], args.calls, args.rounds)
     rows = [(name, us) for (name, _), us in zip(named, times)]
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
-    print(f"{'call':<50} {'host us/call':>12}")
+    width = max(len(name) for name, _ in rows)
+    print(f"{'call':<{width}} {'host us/call':>12}")
     for name, us in rows:
-        print(f"{name:<50} {us:>12.1f}")
+        print(f"{name:<{width}} {us:>12.1f}")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 //! Per-head operations stay one operation whatever the number of heads:
 //! QK-norm with RoPE written with `head_dim=` has the same IR and the same
-//! kernels at 2 heads and at 64, apart from the widths written in them.
+//! kernels at 2 heads and at 64, apart from the widths written in them;
+//! independent statistics of the same heads share a pass over the row.
 
 /// QK-norm and RoPE of `heads` heads of 128, forward and backward.
 fn source(heads: usize) -> String {
@@ -40,4 +41,35 @@ fn per_head_code_does_not_grow_with_the_number_of_heads() {
         let grown = b.len().abs_diff(a.len());
         assert!(grown <= 256, "a kernel grew by {grown} bytes from 2 to 64 heads");
     }
+}
+
+/// Independent statistics of the same heads share one pass over the row:
+/// the backward of a per-head RMSNorm with RoPE recomputes each head's sum
+/// of squares and forms its dot product with the rotated output gradient
+/// in one loop over the head's columns, behind one barrier.
+#[test]
+fn independent_per_head_statistics_share_one_pass() {
+    let source = "dim M\ndim HD = 128\n\
+         block q(u: f32[M, 4 * HD], g: bf16[HD], pos: i32[M]) -> (y: bf16[M, 4 * HD]) {\n    \
+             y = rope(rmsnorm(u, g, 1e-6, head_dim=HD), pos, head_dim=HD)\n\
+         }\n\
+         grad q_grad = q wrt (u, g)\n";
+    let checked = coda::check("q.coda", source).unwrap_or_else(|e| panic!("{e}"));
+    assert!(!checked.has_errors(), "{}", checked.render_diagnostics());
+    let view = coda::grad_view(&checked).unwrap_or_else(|e| panic!("{e}"));
+    let step = coda::compile(&view, &coda::CompileOptions::for_arch("sm_90a")).unwrap_or_else(|e| panic!("{e}"));
+    let staged: Vec<(usize, usize)> = step
+        .kernels
+        .iter()
+        .map(|k| {
+            let arrays = k.source.lines().filter(|l| l.contains("__shared__ float") && l.contains("_s[")).count();
+            let passes = k.source.matches("for (int g = (int)threadIdx.x / 32;").count();
+            (arrays, passes)
+        })
+        .filter(|(arrays, _)| *arrays > 0)
+        .collect();
+    // The saving forward stages the sums of squares alone, the backward
+    // both statistics.
+    let one_pass = staged.iter().all(|(_, passes)| *passes == 1);
+    assert!(one_pass && staged.contains(&(2, 1)), "(staged per-head values, passes) per kernel: {staged:?}");
 }

@@ -670,6 +670,48 @@ __device__ __forceinline__ void block_lse(float& m, float& s, float* red) {
         s = b;
     }
 }
+// ---------------------------------------------------------------------------
+// Column-tile reductions of a column-reduction kernel: lane l of each of the
+// W warps holds a partial of the tile's column l (its rows in turn); the
+// partials meet in red (2 * 32 * W floats) and every thread combines its
+// column's W partials in warp order. Fixed order; every thread of the
+// column gets the result.
+// ---------------------------------------------------------------------------
+template <int W>
+__device__ __forceinline__ float tile_col_sum(float v, float* red) {
+    __syncthreads();
+    red[threadIdx.x] = v;
+    __syncthreads();
+    const int l = (int)(threadIdx.x & 31);
+    float s = red[l];
+#pragma unroll
+    for (int w = 1; w < W; ++w) s += red[w * 32 + l];
+    return s;
+}
+template <int W>
+__device__ __forceinline__ float tile_col_max(float v, float* red) {
+    __syncthreads();
+    red[threadIdx.x] = v;
+    __syncthreads();
+    const int l = (int)(threadIdx.x & 31);
+    float s = red[l];
+#pragma unroll
+    for (int w = 1; w < W; ++w) s = maximum(s, red[w * 32 + l]);
+    return s;
+}
+template <int W>
+__device__ __forceinline__ void tile_col_lse(float& m, float& s, float* red) {
+    __syncthreads();
+    red[threadIdx.x] = m;
+    red[W * 32 + threadIdx.x] = s;
+    __syncthreads();
+    const int l = (int)(threadIdx.x & 31);
+    float a = red[l], b = red[W * 32 + l];
+#pragma unroll
+    for (int w = 1; w < W; ++w) coda::lse_merge(a, b, red[w * 32 + l], red[W * 32 + w * 32 + l]);
+    m = a;
+    s = b;
+}
 // A NaN anywhere makes the log-sum-exp NaN (the interpreter's rule).
 __device__ __forceinline__ void lse_push(float& m, float& s, float& bad, float x) {
     if (x != x) bad = x;

@@ -148,7 +148,8 @@ fn emit_kernel(
         }
         KernelKind::Col { cols } => {
             let code = rowk::emit_col(&mut em, &entry)?;
-            (code, simple_launch(&em, "colreduce", SymExpr::from(cols)))
+            let grid = SymExpr::from(cols).ceil_div(i64::from(rowk::COL_TILE));
+            (code, Launch { threads: rowk::COL_THREADS, ..simple_launch(&em, "colreduce", grid) })
         }
     };
     let globals: String = em.globals.values().map(|d| format!("{d}\n")).collect();
@@ -384,7 +385,9 @@ fn summary(ir: &BlockIr, kernel: &Kernel, block: &Block) -> String {
                 _ => format!("one warp per row of {}; {outputs}{grid}", dim_text(rows)),
             }
         }
-        KernelKind::Col { cols } => format!("one CTA per column of {}; {outputs}", dim_text(cols)),
+        KernelKind::Col { cols } => {
+            format!("one CTA per {} columns of {}; {outputs}", rowk::COL_TILE, dim_text(cols))
+        }
     }
 }
 

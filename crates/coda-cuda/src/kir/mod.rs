@@ -448,7 +448,7 @@ pub enum KernelKind {
         /// The grid reductions, when the kernel has any.
         grid: Option<GridSpec>,
     },
-    /// One CTA per column, threads striding over rows.
+    /// One CTA per 32 columns (a column per lane), its warps striding over rows.
     Col {
         /// Number of columns.
         cols: Dim,

@@ -15,6 +15,8 @@ mod reduce;
 mod rope;
 mod values;
 
+pub(crate) use reduce::GroupMember;
+
 use super::code::{Code, Line};
 use super::names::Namer;
 use super::ops::{binary, float_lit, perm_args};
@@ -84,6 +86,10 @@ pub(crate) struct Emitter<'a> {
     /// it exchanges partial results through the shared array `red`, which
     /// the kernel then declares.
     pub(crate) block_reductions: bool,
+    /// Whether the kernel is a column-reduction kernel of column tiles
+    /// (`emit::rowk::emit_col`): a reduction over rows is then the lane's
+    /// column, its warps taking rows in turn, combined in warp order.
+    pub(crate) column_tile: bool,
     /// The shared array that holds each per-head reduction of the current
     /// row, where a row kernel stages them (`emit::rowk`), by node.
     pub(crate) group_arrays: HashMap<NodeId, String>,
@@ -119,6 +125,7 @@ impl<'a> Emitter<'a> {
             unroll_columns: None,
             chunk: None,
             block_reductions: false,
+            column_tile: false,
             group_arrays: HashMap::new(),
             top_arrays: HashMap::new(),
             top_nodes: HashMap::new(),
@@ -483,7 +490,11 @@ impl<'a> Emitter<'a> {
             }
             Op::GroupReduce { op, groups, arg, cols } => match self.group_arrays.get(&node) {
                 Some(array) => return Ok(Code::of(format!("{array}[{k}]"), [&ki]).reading(&[array])),
-                None => return self.group_reduce(node, *op, *groups, *arg, cols, &m, &k),
+                None => {
+                    let member = reduce::GroupMember { node, op: *op, arg: *arg };
+                    let mut values = self.group_reductions(&[member], *groups, cols, &m, &k)?;
+                    return values.pop().ok_or_else(|| self.internal("a group reduction without a value"));
+                }
             },
             Op::RowReduce { op, arg, width } => return self.reduce(node, *op, *arg, width, &m, true),
             Op::ColReduce { op, arg, height } => return self.reduce(node, *op, *arg, height, &k, false),

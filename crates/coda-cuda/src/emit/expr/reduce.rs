@@ -72,6 +72,11 @@ impl Emitter<'_> {
         let outer_chunk = self.chunk.take();
         if let Some(width) = chunk_width {
             self.open_chunks(&i, ("", &extent), (tpr, width), &[]);
+        } else if !row && self.column_tile {
+            let warps = tpr / 32;
+            // Independent loads of several rows in flight per thread.
+            self.line("#pragma unroll 8");
+            self.open(format!("for (int {i} = (int)(threadIdx.x / 32); {i} < {extent}; {i} += {warps})"));
         } else {
             let header = format!("for (int {i} = cg::lane<{tpr}>(); {i} < {extent}; {i} += {tpr})");
             match row {
@@ -88,7 +93,11 @@ impl Emitter<'_> {
         }
         self.close();
         self.chunk = outer_chunk;
-        let finish = self.combine(op, &name, tpr, red);
+        let combine = match !row && self.column_tile {
+            true => ("tile_col", tpr / 32),
+            false => ("block", tpr),
+        };
+        let finish = self.combine(op, &name, combine, red);
         self.define("float", &name, finish, Some(value));
         let (m, k) = if row { (at.to_string(), "0".to_string()) } else { ("0".to_string(), at.to_string()) };
         self.bind(node, &m, &k, Code::local(&name));
@@ -96,25 +105,33 @@ impl Emitter<'_> {
     }
 }
 
+/// One per-head reduction of [`Emitter::group_reductions`].
+pub(crate) struct GroupMember {
+    /// The [`crate::kir::Op::GroupReduce`] node.
+    pub(crate) node: NodeId,
+    /// Its reduction.
+    pub(crate) op: ReduceOp,
+    /// Its operand.
+    pub(crate) arg: NodeId,
+}
+
 impl Emitter<'_> {
-    /// A reduction over the columns of group `g` of `arg` (`cols` columns)
-    /// at row `m`: the [`Self::coop`] threads of a warp (or one thread)
-    /// stride over the group's columns, then combine their results in a
+    /// Reductions over the columns of group `g` (`cols` columns) at row
+    /// `m`, one per member: the [`Self::coop`] threads of a warp (or one
+    /// thread) stride over the group's columns once, accumulating every
+    /// member (members share their loads), then combine each result in a
     /// fixed order. A head is at most a few hundred columns, and a row
-    /// kernel's warps take different groups (`emit::rowk`).
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn group_reduce(
+    /// kernel's warps take different groups (`emit::rowk`). Every member's
+    /// operand must be computable inside that loop: it reads no reduction
+    /// that is not yet evaluated.
+    pub(crate) fn group_reductions(
         &mut self,
-        node: NodeId,
-        op: ReduceOp,
+        members: &[GroupMember],
         groups: ColGroups,
-        arg: NodeId,
         cols: &Dim,
         m: &str,
         g: &str,
-    ) -> Result<Code, CodegenError> {
-        let value = self.kernel.nodes[node].value;
-        let name = self.local_for(value);
+    ) -> Result<Vec<Code>, CodegenError> {
         let gi = Code::index(g);
         let j = self.locals.fresh("kj");
         let (count, column) = match groups {
@@ -124,20 +141,29 @@ impl Emitter<'_> {
                 (self.dim_int(&heads), format!("{g} + {j} * {w}"))
             }
         };
-        self.stmt(Code::lit(accumulator(op, &name)), value);
+        let names: Vec<String> = members.iter().map(|x| self.local_for(self.kernel.nodes[x.node].value)).collect();
+        for (x, name) in members.iter().zip(&names) {
+            self.stmt(Code::lit(accumulator(x.op, name)), self.kernel.nodes[x.node].value);
+        }
         let tpr = self.coop;
         self.open(format!("for (int {j} = cg::lane<{tpr}>(); {j} < {count}; {j} += {tpr})"));
         let (outer_coop, outer_chunk) = (std::mem::replace(&mut self.coop, 1), self.chunk.take());
         let c = self.index("kc", Code::of(column, [&gi]).reading(&[&j]));
-        let x = self.eval(arg, m, &c)?;
+        for (x, name) in members.iter().zip(&names) {
+            let v = self.eval(x.arg, m, &c)?;
+            self.line_of(accumulate(x.op, name, &v));
+        }
         self.coop = outer_coop;
         self.chunk = outer_chunk;
-        self.line_of(accumulate(op, &name, &x));
         self.close();
-        let finish = self.combine(op, &name, tpr, "nullptr");
-        self.define("float", &name, finish, Some(value));
-        self.bind(node, m, g, Code::local(&name));
-        Ok(Code::local(name))
+        let mut out = Vec::with_capacity(members.len());
+        for (x, name) in members.iter().zip(names) {
+            let finish = self.combine(x.op, &name, ("block", tpr), "nullptr");
+            self.define("float", &name, finish, Some(self.kernel.nodes[x.node].value));
+            self.bind(x.node, m, g, Code::local(&name));
+            out.push(Code::local(name));
+        }
+        Ok(out)
     }
 }
 
@@ -146,16 +172,20 @@ impl Emitter<'_> {
     /// threads combined in a fixed order through the shared array `red`
     /// (or `nullptr` within a warp), writing the combining statements a
     /// log-sum-exp needs first.
-    fn combine(&mut self, op: ReduceOp, name: &str, tpr: u32, red: &str) -> Code {
+    /// The combination of every thread's partial of a reduction into
+    /// `name`: `(family, n)` names the prelude's functions (`block_*<n>`
+    /// over the `n` threads of a row, `tile_col_*<n>` over the `n` warps
+    /// of a column tile).
+    fn combine(&mut self, op: ReduceOp, name: &str, (family, n): (&str, u32), red: &str) -> Code {
         let (acc, m, s, bad) = (format!("{name}_acc"), format!("{name}_m"), format!("{name}_s"), format!("{name}_bad"));
         let red_code = scratch_code(red);
         match op {
-            ReduceOp::Sum => Code::of(format!("cg::block_sum<{tpr}>({acc}, {red})"), [&red_code]).reading(&[&acc]),
-            ReduceOp::Max => Code::of(format!("cg::block_max<{tpr}>({acc}, {red})"), [&red_code]).reading(&[&acc]),
+            ReduceOp::Sum => Code::of(format!("cg::{family}_sum<{n}>({acc}, {red})"), [&red_code]).reading(&[&acc]),
+            ReduceOp::Max => Code::of(format!("cg::{family}_max<{n}>({acc}, {red})"), [&red_code]).reading(&[&acc]),
             ReduceOp::LogSumExp => {
-                let text = format!("{bad} = cg::block_sum<{tpr}>({bad} != 0.0f ? 1.0f : 0.0f, {red});");
+                let text = format!("{bad} = cg::{family}_sum<{n}>({bad} != 0.0f ? 1.0f : 0.0f, {red});");
                 self.line_of(Code::of(text, [&red_code]).reading(&[&bad]));
-                let text = format!("cg::block_lse<{tpr}>({m}, {s}, {red});");
+                let text = format!("cg::{family}_lse<{n}>({m}, {s}, {red});");
                 self.line_of(Code::of(text, [&red_code]).reading(&[&m, &s]));
                 Code::lit(format!("cg::lse_finish({m}, {s}, {bad})")).reading(&[&m, &s, &bad])
             }
