@@ -62,3 +62,36 @@ fn the_dgrad_epilogue_stores_the_recomputed_swiglu() {
     let explain = coda::explain_text(&view);
     assert!(explain.contains("in the epilogue: `y`: it reads no accumulator"), "{explain}");
 }
+
+/// A row statistic that the forward outputs is read from that output: the
+/// LM head's backward forms the softmax from the saved logits and the
+/// output `lse`, and no backward kernel takes the logits' log-sum-exp
+/// again. Without the output, the backward recomputes it.
+#[test]
+fn a_log_sum_exp_the_forward_outputs_is_not_recomputed() {
+    assert_eq!(saved_of("lm_head_ce.coda"), [["logits", "lse"]]);
+    let text = |with_lse: bool| {
+        format!(
+            "dim M\n\
+             block ce(h: bf16[M, 64], w: bf16[512, 64], t: i32[M]) -> (loss: f32{}) {{\n    \
+                 let logits = h @ w.T\n    \
+                 loss = cross_entropy(logits, t)\n{}\
+             }}\n\
+             grad ce_grad = ce(loss) wrt (h, w)\n",
+            if with_lse { ", lse: f32[M]" } else { "" },
+            if with_lse { "    lse = logsumexp(logits, axis=-1)\n" } else { "" },
+        )
+    };
+    for with_lse in [true, false] {
+        let checked = coda::check("ce.coda", &text(with_lse)).unwrap_or_else(|e| panic!("{e}"));
+        assert!(!checked.has_errors(), "{}", checked.render_diagnostics());
+        let gradient = checked.grads.first().unwrap_or_else(|| panic!("no gradient"));
+        let logsumexps = gradient
+            .backward
+            .insts
+            .iter()
+            .filter(|(_, i)| matches!(i, coda::ir::Inst::Reduce { op: coda::ir::ReduceOp::LogSumExp, .. }))
+            .count();
+        assert_eq!(logsumexps, usize::from(!with_lse), "log-sum-exps in the backward, lse output: {with_lse}");
+    }
+}

@@ -137,6 +137,29 @@ impl<'f> Builder<'f> {
             self.bwd.params.push(Tensor { name, dtype: ty.dtype, shape: ty.shape, rank: 2, span });
             params[v.index()] = Some(SavedParam { index: self.bwd.params.len() - 1, layout });
         }
+        // Row statistics the forward outputs: one param per output, the
+        // output's own tensor, for every reduction it holds.
+        let mut by_output: Vec<Option<usize>> = vec![None; self.fwd.outputs.len()];
+        for (v, j) in crate::saving::statistics_in_outputs(self.fwd) {
+            if params[v.index()].is_some() {
+                continue;
+            }
+            let index = match by_output[j] {
+                Some(index) => index,
+                None => {
+                    let tensor = self.fwd.outputs[j].tensor.clone();
+                    let value = self.fwd.outputs[j].value;
+                    let ty = self.fwd.ty(value).clone();
+                    let saved =
+                        Saved { name: tensor.name.clone(), value, ty, layout: SavedLayout::Plain, output: Some(j) };
+                    self.saved.push(saved);
+                    self.bwd.params.push(Tensor { span: self.fwd.insts.span(value), ..tensor });
+                    by_output[j] = Some(self.bwd.params.len() - 1);
+                    self.bwd.params.len() - 1
+                }
+            };
+            params[v.index()] = Some(SavedParam { index, layout: SavedLayout::Plain });
+        }
         params
     }
 
@@ -160,7 +183,14 @@ impl<'f> Builder<'f> {
         for (v, inst) in self.fwd.insts.iter() {
             let span = self.fwd.insts.span(v);
             let b = match saved_params[v.index()] {
-                Some(SavedParam { index, layout: SavedLayout::Plain }) => self.emit(Inst::Param(index), span)?,
+                Some(SavedParam { index, layout: SavedLayout::Plain }) => {
+                    let param = self.emit(Inst::Param(index), span)?;
+                    // A per-row statistic read from a vector output.
+                    match self.bwd.ty(param).shape == self.fwd.ty(v).shape {
+                        true => param,
+                        false => self.emit(Inst::Transpose { arg: param }, span)?,
+                    }
+                }
                 Some(SavedParam { index, layout: SavedLayout::PairedHalves }) => {
                     let param = self.emit(Inst::Param(index), span)?;
                     paired[v.index()] = Some(param);

@@ -3,7 +3,7 @@
 //! is what a training step runs before the backward.
 
 use crate::{GradError, Saved, SavedLayout};
-use coda_ir::{BinaryOp, Block, DType, Dim, Inst, Output, Tensor, Value};
+use coda_ir::{Axis, BinaryOp, Block, DType, Dim, Inst, Output, Tensor, Value};
 
 /// The value saved for matmul `mm`: the matmul result itself, or, when the
 /// result's only use is a chain of additions (residuals) ending in a cast to
@@ -213,6 +213,29 @@ pub(crate) fn output_holding(fwd: &Block, v: Value, ty: &coda_ir::Ty) -> Option<
     fwd.outputs.iter().position(|o| {
         o.value == v && !o.accumulate && o.tensor.dtype == ty.dtype && o.tensor.rank == 2 && *fwd.ty(v) == *ty
     })
+}
+
+/// Per-row statistics that the forward outputs: `(v, j)` for each
+/// reduction over columns `v` (`[rows, 1]`: a row's sum, maximum or
+/// log-sum-exp) that output `j` holds, as the same instruction on the same
+/// operand, in `v`'s type, stored whole (as a column or as a vector). The
+/// backward reads the output instead of recomputing the reduction, which
+/// would read its whole operand again: `lse = logsumexp(logits, axis=-1)`
+/// beside a cross-entropy spares the backward a pass over the `M × V`
+/// logits. Exact: the output is the value of the same instruction on the
+/// same value.
+pub(crate) fn statistics_in_outputs(fwd: &Block) -> Vec<(Value, usize)> {
+    fwd.insts
+        .iter()
+        .filter(|(_, inst)| matches!(inst, Inst::Reduce { axis: Axis::Cols, .. }))
+        .filter_map(|(v, inst)| {
+            let ty = fwd.ty(v);
+            let held = |o: &Output| {
+                !o.accumulate && o.tensor.dtype == ty.dtype && fwd.inst(o.value) == inst && fwd.ty(o.value) == ty
+            };
+            fwd.outputs.iter().position(held).map(|j| (v, j))
+        })
+        .collect()
 }
 
 /// `forward` plus an output for each saved tensor that no output holds
