@@ -677,27 +677,24 @@ __device__ __forceinline__ void block_lse(float& m, float& s, float* red) {
 // column's W partials in warp order. Fixed order; every thread of the
 // column gets the result.
 // ---------------------------------------------------------------------------
-template <int W>
-__device__ __forceinline__ float tile_col_sum(float v, float* red) {
+template <int W, class Op>
+__device__ __forceinline__ float tile_col_fold(float v, float* red, Op op) {
     __syncthreads();
     red[threadIdx.x] = v;
     __syncthreads();
     const int l = (int)(threadIdx.x & 31);
     float s = red[l];
 #pragma unroll
-    for (int w = 1; w < W; ++w) s += red[w * 32 + l];
+    for (int w = 1; w < W; ++w) s = op(s, red[w * 32 + l]);
     return s;
 }
 template <int W>
+__device__ __forceinline__ float tile_col_sum(float v, float* red) {
+    return tile_col_fold<W>(v, red, [](float a, float b) { return a + b; });
+}
+template <int W>
 __device__ __forceinline__ float tile_col_max(float v, float* red) {
-    __syncthreads();
-    red[threadIdx.x] = v;
-    __syncthreads();
-    const int l = (int)(threadIdx.x & 31);
-    float s = red[l];
-#pragma unroll
-    for (int w = 1; w < W; ++w) s = maximum(s, red[w * 32 + l]);
-    return s;
+    return tile_col_fold<W>(v, red, [](float a, float b) { return maximum(a, b); });
 }
 template <int W>
 __device__ __forceinline__ void tile_col_lse(float& m, float& s, float* red) {
