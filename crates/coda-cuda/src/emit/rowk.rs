@@ -25,9 +25,8 @@ use coda_ir::{Dim, ReduceOp};
 pub(crate) const THREADS: u32 = crate::kir::CTA_THREADS;
 
 /// Columns per CTA of a column-reduction kernel: one per lane of a warp, so
-/// that a warp's load is one contiguous row segment. (One CTA per column,
-/// threads striding over rows, read a sector per element: about 0.58 TB/s
-/// on the H200.)
+/// that a warp's load is one contiguous row segment (a CTA per column, its
+/// threads striding over rows, reads a 32-byte sector per element).
 pub(crate) const COL_TILE: u32 = 32;
 
 /// Threads per CTA of a column-reduction kernel: `COL_THREADS / 32` warps,

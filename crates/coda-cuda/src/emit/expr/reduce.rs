@@ -70,9 +70,10 @@ impl Emitter<'_> {
         let i = self.locals.fresh(if row { "kk" } else { "mm" });
         // A reduction inside a chunked loop's elements runs plain.
         let outer_chunk = self.chunk.take();
+        let column_tile = !row && self.column_tile;
         if let Some(width) = chunk_width {
             self.open_chunks(&i, ("", &extent), (tpr, width), &[]);
-        } else if !row && self.column_tile {
+        } else if column_tile {
             let warps = tpr / 32;
             // Independent loads of several rows in flight per thread.
             self.line("#pragma unroll 8");
@@ -93,7 +94,7 @@ impl Emitter<'_> {
         }
         self.close();
         self.chunk = outer_chunk;
-        let combine = match !row && self.column_tile {
+        let combine = match column_tile {
             true => ("tile_col", tpr / 32),
             false => ("block", tpr),
         };
@@ -168,14 +169,12 @@ impl Emitter<'_> {
 }
 
 impl Emitter<'_> {
-    /// The result of a reduction into `name`: the accumulators of `tpr`
-    /// threads combined in a fixed order through the shared array `red`
-    /// (or `nullptr` within a warp), writing the combining statements a
-    /// log-sum-exp needs first.
-    /// The combination of every thread's partial of a reduction into
-    /// `name`: `(family, n)` names the prelude's functions (`block_*<n>`
-    /// over the `n` threads of a row, `tile_col_*<n>` over the `n` warps
-    /// of a column tile).
+    /// The result of a reduction into `name`: every thread's accumulators
+    /// combined in a fixed order through the shared array `red` (or
+    /// `nullptr` within a warp), writing the combining statements a
+    /// log-sum-exp needs first. `(family, n)` names the prelude's
+    /// functions: `block_*<n>` over the `n` threads of a row,
+    /// `tile_col_*<n>` over the `n` warps of a column tile.
     fn combine(&mut self, op: ReduceOp, name: &str, (family, n): (&str, u32), red: &str) -> Code {
         let (acc, m, s, bad) = (format!("{name}_acc"), format!("{name}_m"), format!("{name}_s"), format!("{name}_bad"));
         let red_code = scratch_code(red);
