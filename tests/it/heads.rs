@@ -73,3 +73,40 @@ fn independent_per_head_statistics_share_one_pass() {
     let one_pass = staged.iter().all(|(_, passes)| *passes == 1);
     assert!(one_pass && staged.contains(&(2, 1)), "(staged per-head values, passes) per kernel: {staged:?}");
 }
+
+/// QK-norm and RoPE of a projection, as Qwen3 writes them.
+fn projection(head_dim: usize) -> String {
+    format!(
+        "dim M\ndim HD = {head_dim}\n\
+         block q(h: bf16[M, 512], w: bf16[8 * HD, 512], g: bf16[HD], pos: i32[M]) -> (y: bf16[M, 8 * HD]) {{\n    \
+             y = rope(rmsnorm(h @ w.T, g, 1e-6, head_dim=HD), pos, head_dim=HD)\n\
+         }}\n"
+    )
+}
+
+/// The names and sources of the kernels of a forward block.
+fn kernels_of(source: &str, arch: &str) -> (Vec<String>, Vec<String>) {
+    let checked = coda::check("q.coda", source).unwrap_or_else(|e| panic!("{e}"));
+    assert!(!checked.has_errors(), "{}", checked.render_diagnostics());
+    let compiled = coda::compile(&checked, &coda::CompileOptions::for_arch(arch)).unwrap_or_else(|e| panic!("{e}"));
+    let kinds = compiled.kernels.iter().map(|k| k.name.clone()).collect();
+    (kinds, compiled.kernels.iter().map(|k| k.source.clone()).collect())
+}
+
+/// A per-head RMSNorm of a projection whose heads one warp holds whole is
+/// computed in the projection's epilogue: one GEMM kernel, its quads
+/// combining each head's sum of squares, and RoPE still read in pair
+/// layout. Where no tile of the GEMM holds a head (128 columns on the
+/// portable mainloop, whose warps hold 64), a row kernel computes the
+/// statistics instead.
+#[test]
+fn per_head_statistics_of_a_projection_stay_in_its_epilogue() {
+    let (names, sources) = kernels_of(&projection(128), "sm_90a");
+    assert_eq!(names.len(), 1, "kernels on sm_90a: {names:?}");
+    assert!(sources[0].contains("coda::shfl_xor(") && sources[0].contains("[(j * 8) / 128]"), "{}", sources[0]);
+    let (names, _) = kernels_of(&projection(64), "sm_80");
+    assert_eq!(names.len(), 1, "kernels on sm_80 with heads of 64: {names:?}");
+    let (names, sources) = kernels_of(&projection(128), "sm_80");
+    assert_eq!(names.len(), 2, "kernels on sm_80 with heads of 128: {names:?}");
+    assert!(!sources.iter().any(|s| s.contains("[(j * 8) / 128]")), "no epilogue reduces heads");
+}

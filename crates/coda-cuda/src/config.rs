@@ -252,6 +252,23 @@ impl TileConfig {
         self.spec().tile
     }
 
+    /// Columns of the tile that one warp holds (`Frag::CJ * 8`): the whole
+    /// tile on the Hopper mainloops, whose warps split rows; a warp tile's
+    /// on the portable one (`kWarpsN` of `coda_gemm_sm80.cuh`: 2 or 4).
+    pub fn warp_cols(self) -> i64 {
+        match self {
+            TileConfig::Cfg64x64 | TileConfig::Cfg128x128 => 32,
+            TileConfig::Cfg128x128w4 | TileConfig::Cfg128x256 => 64,
+            _ => self.tile().1,
+        }
+    }
+
+    /// Whether every warp holds whole heads of `width` columns, so that an
+    /// epilogue reduces a head within one quad of lanes.
+    pub fn holds_heads(self, width: i64) -> bool {
+        width % 8 == 0 && width > 0 && self.warp_cols() % width == 0
+    }
+
     /// Threads per CTA.
     pub fn threads(self) -> u32 {
         self.spec().threads
@@ -293,6 +310,25 @@ impl TileConfig {
         };
         u32::try_from(bytes).unwrap_or(u32::MAX)
     }
+}
+
+/// Whether some configuration holds whole heads of `width` columns in each
+/// warp ([`TileConfig::holds_heads`]): a per-head reduction of that width
+/// may then live in a GEMM epilogue, and the tile choice keeps to such a
+/// configuration (`tiles.rs`).
+pub fn whole_heads(width: i64) -> bool {
+    TileConfig::ALL.iter().any(|c| c.holds_heads(width))
+}
+
+/// The configuration, among `candidates` in order, that holds whole heads
+/// of every width in `widths`, preferring `chosen`.
+pub fn holding_heads(chosen: TileConfig, widths: &[i64]) -> Option<TileConfig> {
+    let holds = |c: &TileConfig| widths.iter().all(|w| c.holds_heads(*w));
+    let candidates = match chosen.is_sm90() {
+        true => [TileConfig::Sm90Cfg128x256, TileConfig::Sm90Cfg128x128],
+        false => [TileConfig::Cfg128x256, TileConfig::Cfg128x128w4],
+    };
+    std::iter::once(chosen).chain(candidates).find(holds)
 }
 
 /// Picks the configuration for an `m × n` accumulator (see the module docs).

@@ -22,7 +22,7 @@ pub fn kernel_form_errors(block: &Block, source: &SourceFile) -> Vec<Diagnostic>
     if block.kind != BlockKind::Kernel {
         return Vec::new();
     }
-    let plan = plan::partition(block, &Default::default());
+    let plan = plan::partition(block, &Default::default(), &Default::default());
     let outside = outside_epilogue(block, &plan);
     let mut diagnostics = Vec::new();
     let mut first_outside = None;
@@ -156,7 +156,11 @@ impl Rule<'_> {
                 .with_help("start the rotated columns `cols=a:b` at an even column"),
             // A `kernel` block never runs unfused: its partition has no
             // unfused GEMMs.
-            Refusal::ReadsUnpermuted | Refusal::Dim(_) | Refusal::OtherThreads | Refusal::Unfused => self
+            Refusal::ReadsUnpermuted
+            | Refusal::Dim(_)
+            | Refusal::OtherThreads
+            | Refusal::Unfused
+            | Refusal::HeadsAcrossWarps(_) => self
                 .other_columns(&what)
                 .with_primary(span, "needs values that other threads hold")
                 .with_help(SPLIT),

@@ -134,8 +134,14 @@ pub fn compile_block(
 /// epilogues: the partition, every GEMM's tile configuration, the kernel
 /// IR, row kernels fused into the GEMMs after them, kernel names.
 fn kernel_ir(block: &Block, options: &CodegenOptions, unfused: &BTreeSet<Value>) -> Result<kir::BlockIr, CodegenError> {
-    let plan = plan::partition(block, unfused);
-    let tiles = tiles::choose(block, &plan, options);
+    let mut plan = plan::partition(block, unfused, &BTreeSet::new());
+    let mut tiles = tiles::choose(block, &plan, options);
+    // Per-head reductions go to row kernels where no tile of their GEMM
+    // holds whole heads.
+    if !tiles.split_heads().is_empty() {
+        plan = plan::partition(block, unfused, tiles.split_heads());
+        tiles = tiles::choose(block, &plan, options);
+    }
     let mut ir = kir::build::build(block, &plan, &tiles)?;
     if options.row_preludes {
         kir::prelude::fuse_row_preludes(&mut ir, &crate::traffic::default_dims(block));

@@ -21,6 +21,10 @@ pub(crate) struct Tiles {
     /// asked for): those may move to staged subtiles once their epilogue is
     /// built ([`config::subtiles_pay`]).
     rules_chose: BTreeSet<usize>,
+    /// The matmuls whose GEMMs reduce heads in their epilogues but could
+    /// run with no configuration holding whole heads in each warp: they
+    /// are partitioned again without those reductions.
+    split_heads: BTreeSet<Value>,
 }
 
 /// A built GEMM epilogue, as [`Tiles::refined`] judges it.
@@ -35,6 +39,12 @@ impl Tiles {
     /// The configuration of plan kernel `k`, if it is a GEMM.
     pub(crate) fn of(&self, k: usize) -> Option<TileConfig> {
         self.configs.get(&k).copied()
+    }
+
+    /// The matmuls whose per-head reductions no configuration of theirs
+    /// holds (see [`TileConfig::holds_heads`]).
+    pub(crate) fn split_heads(&self) -> &BTreeSet<Value> {
+        &self.split_heads
     }
 
     /// The configuration of GEMM `k` once its epilogue is built: staged
@@ -55,6 +65,13 @@ impl Tiles {
         }
         let fit = subtile_fit(epilogue, depth);
         let Some(staged) = config::subtiles_pay(config, n, fit.regions) else { return (config, None) };
+        let heads = epilogue.nodes.iter().filter_map(|node| match node.op {
+            Op::GroupReduce { groups, .. } if node.reg.is_some() => Some(groups.width()),
+            _ => None,
+        });
+        if !heads.into_iter().all(|width| staged.holds_heads(width)) {
+            return (config, None);
+        }
         match fit.traffic {
             None => (staged, None),
             Some(per_1024) => {
@@ -150,17 +167,34 @@ impl Chooser<'_> {
                 }
                 None => chosen,
             };
-            let fits = |c: &TileConfig| chosen.alternatives().contains(c);
+            let widths = self.head_widths(k);
+            let holds = |c: &TileConfig| widths.iter().all(|w| c.holds_heads(*w));
+            let fits = |c: &TileConfig| chosen.alternatives().contains(c) && holds(c);
             let asked = [options.tile_config, tuned.get(&ordinal).copied()];
             let asked = asked.into_iter().flatten().find(fits);
             if asked.is_none() {
                 tiles.rules_chose.insert(k);
             }
-            let chosen = asked.unwrap_or(chosen);
+            let chosen = match config::holding_heads(asked.unwrap_or(chosen), &widths) {
+                Some(c) => c,
+                None => {
+                    tiles.split_heads.insert(*matmul);
+                    chosen
+                }
+            };
             ordinal += 1;
             tiles.configs.insert(k, chosen);
         }
         tiles
+    }
+
+    /// The head widths of the per-head reductions in GEMM `k`'s epilogue.
+    fn head_widths(&self, k: usize) -> Vec<i64> {
+        let widths = self.members(k).iter().filter_map(|v| match self.block.inst(*v) {
+            Inst::GroupReduce { groups, .. } if self.plan.homes[v.index()] == Home::Acc(k) => Some(groups.width()),
+            _ => None,
+        });
+        widths.collect::<BTreeSet<i64>>().into_iter().collect()
     }
 
     /// Whether kernel `k` reads `v` from memory (an input, a stored value or

@@ -24,7 +24,8 @@
 //!   every pair in adjacent accumulator columns; halves become even/odd
 //!   columns, rotate-half RoPE becomes interleaved RoPE, and an output
 //!   leaving the block is put back in order by its store
-//!   ([`coda_ir::Inst::UnpermuteCols`]).
+//!   ([`coda_ir::Inst::UnpermuteCols`]). Per-head statistics (QK-norm
+//!   before RoPE) keep the layout, which only reorders columns within heads.
 //!
 //! * **sibling weights** ([`siblings`]): two products of one left operand
 //!   whose results meet in element-wise work (separate `gate_proj` and
@@ -189,7 +190,7 @@ pub fn stack_siblings(block: &Block) -> Result<Block, RewriteError> {
 }
 
 /// The rule names, in the order `codac explain` lists them.
-pub const RULES: [&str; 12] = [
+pub const RULES: [&str; 13] = [
     rowscale::RULE,
     affine::RULE_SHIFT,
     affine::RULE_BIAS,
@@ -200,6 +201,7 @@ pub const RULES: [&str; 12] = [
     siblings::RULE_UNSTACK,
     pairs::RULE_GATED,
     pairs::RULE_ROPE,
+    pairs::RULE_HEAD_STATISTICS,
     pairs::RULE_UNPERMUTE_STORE,
     zdz::RULE,
 ];

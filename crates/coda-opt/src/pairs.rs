@@ -26,6 +26,14 @@ pub(crate) const RULE_ROPE: &str = "rope-pair-layout";
 /// bias between a projection and its RoPE, as in Qwen2 or GPT-NeoX).
 pub(crate) const RULE_PERMUTE_VECTOR: &str = "permuted-column-vector";
 
+/// A per-head reduction of a value in pair layout, and a per-head value
+/// expanded over its heads, are the same in pair order: every pair group
+/// lies inside one head, so the permutation only reorders columns within
+/// heads, `group_reduce(Y')[:, h] = group_reduce(Y)[:, h]` and
+/// `group_expand(s)' = group_expand(s)`. QK-norm between a projection and
+/// its RoPE (Qwen3, OLMo-2, Gemma-3) then keeps the RoPE pair layout.
+pub(crate) const RULE_HEAD_STATISTICS: &str = "per-head-statistics-in-pair-layout";
+
 /// A value in pair layout that leaves the block is stored in original column
 /// order by its store: `out[:, P.source(p)] = Y'[:, p]`.
 pub(crate) const RULE_UNPERMUTE_STORE: &str = "unpermute-in-store";
@@ -43,6 +51,12 @@ pub(crate) struct Choice {
     pub(crate) perm: PairPerm,
     /// [`RULE_GATED`] or [`RULE_ROPE`].
     pub(crate) rule: &'static str,
+}
+
+/// Whether every pair group of `perm` lies inside one head of `width`
+/// columns (see [`RULE_HEAD_STATISTICS`]).
+pub(crate) fn within_heads(perm: PairPerm, width: i64) -> bool {
+    width > 0 && width % perm.group == 0 && perm.start % width == 0
 }
 
 /// Chooses a pair permutation for each matmul whose result (through

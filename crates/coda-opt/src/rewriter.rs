@@ -11,7 +11,7 @@
 use crate::pairs::{self, Choice};
 use crate::{affine, fold, rowscale, Options};
 use coda_ir::infer::TypeError;
-use coda_ir::{Axis, BinaryOp, Block, Dim, Inst, Output, PairPerm, RopeSpec, RopeStyle, Value};
+use coda_ir::{Axis, BinaryOp, Block, ColGroups, Dim, Inst, Output, PairPerm, RopeSpec, RopeStyle, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// The result of one rewriting walk.
@@ -197,6 +197,13 @@ impl Rewriter<'_> {
                 let Mapped::Paired { value, .. } = self.map[arg.index()] else { return Ok(None) };
                 Ok(Some(Mapped::Plain(self.emit(Inst::Reduce { op: *op, axis: Axis::Cols, arg: value }, span)?)))
             }
+            // Nor does a per-head one, when pairs stay inside heads.
+            Inst::GroupReduce { op, groups: ColGroups::Heads(width), arg } if pairs::within_heads(perm, *width) => {
+                let Mapped::Paired { value, .. } = self.map[arg.index()] else { return Ok(None) };
+                self.count(pairs::RULE_HEAD_STATISTICS);
+                let reduce = Inst::GroupReduce { op: *op, groups: ColGroups::Heads(*width), arg: value };
+                Ok(Some(Mapped::Plain(self.emit(reduce, span)?)))
+            }
             _ => Ok(None),
         }
     }
@@ -235,6 +242,10 @@ impl Rewriter<'_> {
             }
             Inst::Unary { .. } | Inst::Cast { .. } | Inst::Binary { .. } | Inst::Select { .. } => {
                 self.elementwise_in_layout(&inst, perm, span)
+            }
+            // A per-head value over its heads is constant inside each head.
+            Inst::GroupExpand { groups: ColGroups::Heads(width), .. } if pairs::within_heads(perm, *width) => {
+                self.plain(old).map(Some)
             }
             // A per-column vector (a bias) read in the accumulator's order.
             _ if self.old.ty(old).shape.rows.is_one() && self.old.ty(old).shape.cols.as_const() >= Some(perm.end) => {

@@ -20,9 +20,11 @@
 //!   inside a thread's adjacent column pair `(2j, 2j+1)` are *pair ops*
 //!   (`even`/`odd` halves give half-width values, `interleave` joins them);
 //! * a row's top k ([`Op::TopK`], row kernels, once per row);
-//! * per-head reductions ([`Op::GroupReduce`], row kernels: one thread's
-//!   loop over a group of columns) and their expansion back over the
-//!   group's columns ([`Op::GroupExpand`], an index transform);
+//! * per-head reductions ([`Op::GroupReduce`]: in row kernels one thread's
+//!   loop over a group of columns; in a GEMM epilogue, over heads that one
+//!   warp holds whole, each thread's columns then its quad's) and their
+//!   expansion back over the group's columns ([`Op::GroupExpand`], an
+//!   index transform);
 //! * whole-row reductions ([`Op::RowReduce`], row kernels) and whole-column
 //!   reductions ([`Op::ColReduce`], column-reduction kernels), computed
 //!   cooperatively in a fixed order;
@@ -80,15 +82,27 @@ pub enum Space {
 /// value per fragment element. Stride 2: the node's column `c` lives in the
 /// accumulator pair starting at `offset + 2c` (`offset` even), one value per
 /// fragment pair; `even(x)` and `odd(x)` of the same stride-1 value share a
-/// map, which is what makes a pair op thread-local.
+/// map, which is what makes a pair op thread-local. Stride `w` above 2 (a
+/// head width, a multiple of 8): the node's column `c` is one value per row
+/// for the head of accumulator columns `offset + w·c ..`, held by every
+/// thread that holds columns of that head (a per-head statistic, computed
+/// before the pair loop, `emit/gemm/heads.rs`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ColMap {
-    /// First accumulator column (even for stride 2).
+    /// First accumulator column (even for stride 2, a multiple of the
+    /// stride above 2).
     pub offset: i64,
-    /// 1 or 2.
+    /// 1, 2, or a head width.
     pub stride: i64,
     /// Number of columns of the node.
     pub len: Dim,
+}
+
+impl ColMap {
+    /// Whether the node holds one value per head ([`ColMap::stride`] above 2).
+    pub fn per_head(&self) -> bool {
+        self.stride > 2
+    }
 }
 
 /// What a partial buffer holds, and how a reader finishes it.
@@ -217,7 +231,8 @@ pub enum Op {
         rows: Dim,
     },
     /// A reduction over the columns of group `k` of the operand (per-head
-    /// statistics), one thread's loop over the group (row kernels).
+    /// statistics): one thread's loop over the group (row kernels), or a
+    /// per-head register node of a GEMM epilogue ([`ColMap::per_head`]).
     GroupReduce {
         /// The reduction.
         op: ReduceOp,

@@ -16,6 +16,11 @@
 //! * row reductions (sum, max, log-sum-exp, target pick) and column sums of
 //!   epilogue values become per-tile partials of that GEMM, finished by the
 //!   later kernels that read them;
+//! * per-head reductions (sum, max) of epilogue values over heads that one
+//!   warp of the GEMM's tile holds whole are epilogue values too, one per
+//!   row and head ([`ColMap::per_head`]); a GEMM whose tiles cannot hold
+//!   its heads is partitioned again with them in a row kernel
+//!   (`split_heads`);
 //! * anything else goes to a *row kernel* (one CTA or one warp per row);
 //!   a sum or maximum over the rows of a per-row value that a row kernel
 //!   over those rows can compute joins that kernel as a *grid reduction*
@@ -170,19 +175,26 @@ pub(crate) struct Plan {
 ///
 /// The GEMMs of the matmuls in `unfused` keep their epilogues bare: they
 /// store the accumulator, and what their epilogues would compute goes to
-/// the kernels after them (the unfused form a fused site must beat).
-pub(crate) fn partition(block: &Block, unfused: &BTreeSet<Value>) -> Plan {
-    let first = walk(block, unfused, None);
+/// the kernels after them (the unfused form a fused site must beat). Those
+/// in `split_heads` take no per-head reductions (their tiles cannot hold
+/// whole heads, [`crate::tiles`]).
+pub(crate) fn partition(block: &Block, unfused: &BTreeSet<Value>, split_heads: &BTreeSet<Value>) -> Plan {
+    let first = walk(block, unfused, split_heads, None);
     if !first.join_choices {
         return first.plan;
     }
     let foresight = first.foresight();
-    walk(block, unfused, Some(foresight)).plan
+    walk(block, unfused, split_heads, Some(foresight)).plan
 }
 
 /// One walk of the partitioner; inline values join GEMM epilogues only
 /// with the [`join::Foresight`] of an earlier walk.
-fn walk<'a>(block: &'a Block, unfused: &BTreeSet<Value>, foresight: Option<join::Foresight>) -> rules::Planner<'a> {
+fn walk<'a>(
+    block: &'a Block,
+    unfused: &BTreeSet<Value>,
+    split_heads: &BTreeSet<Value>,
+    foresight: Option<join::Foresight>,
+) -> rules::Planner<'a> {
     let canon = cse::number_values(block);
     let live = cse::live_values(block, &canon);
     let n = block.insts.len();
@@ -206,6 +218,7 @@ fn walk<'a>(block: &'a Block, unfused: &BTreeSet<Value>, foresight: Option<join:
         foresight,
         join_choices: false,
         unfused: unfused.clone(),
+        split_heads: split_heads.clone(),
     };
     for (value, inst) in block.insts.iter() {
         if planner.plan.canon[value.index()] != value || !live[value.index()] {

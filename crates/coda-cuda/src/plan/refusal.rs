@@ -46,6 +46,9 @@ pub(crate) enum Refusal {
     OtherThreads,
     /// The GEMM was asked to run unfused (`CodegenOptions::unfused`).
     Unfused,
+    /// A per-head reduction over heads of this many columns, in a GEMM
+    /// whose tiles do not hold whole heads in each warp.
+    HeadsAcrossWarps(i64),
 }
 
 impl fmt::Display for Refusal {
@@ -94,6 +97,10 @@ impl fmt::Display for Refusal {
             Refusal::Dim(message) => write!(f, "{message}"),
             Refusal::OtherThreads => write!(f, "this operation needs values of other threads"),
             Refusal::Unfused => write!(f, "its GEMM runs unfused, as asked (`--unfuse`)"),
+            Refusal::HeadsAcrossWarps(width) => write!(
+                f,
+                "no tile configuration of its GEMM holds whole heads of {width} columns in one warp"
+            ),
         }
     }
 }
@@ -102,6 +109,8 @@ impl fmt::Display for Refusal {
 pub(crate) fn describe_map(m: &ColMap) -> String {
     if m.stride == 1 {
         format!("columns {}.. of the accumulator", m.offset)
+    } else if m.stride > 2 {
+        format!("heads of {} columns from {} of the accumulator", m.stride, m.offset)
     } else {
         format!("column pairs from {} of the accumulator", m.offset)
     }

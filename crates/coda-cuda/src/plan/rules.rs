@@ -5,7 +5,7 @@
 use super::refusal::Refusal;
 use super::{is_inlinable, recompute, Home, KernelPlan, OperandPlan, Plan};
 use crate::kir::{ColMap, PartialKind};
-use coda_ir::{Axis, BinaryOp, Block, BlockKind, DType, Inst, ReduceOp, RopeStyle, Value};
+use coda_ir::{Axis, BinaryOp, Block, BlockKind, ColGroups, DType, Inst, ReduceOp, RopeStyle, Value};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The partitioner's state.
@@ -32,6 +32,10 @@ pub(super) struct Planner<'a> {
     pub(super) join_choices: bool,
     /// Matmuls whose GEMMs keep a bare epilogue ([`super::partition`]).
     pub(super) unfused: BTreeSet<Value>,
+    /// Matmuls whose GEMMs take no per-head reductions: no tile
+    /// configuration they may run with holds whole heads in each warp
+    /// ([`super::partition`]).
+    pub(super) split_heads: BTreeSet<Value>,
 }
 
 impl Planner<'_> {
@@ -300,6 +304,30 @@ impl Planner<'_> {
             },
             // Only stored: the store writes column `c` to `perm.source(c)`.
             Inst::UnpermuteCols { .. } if first.offset == 0 && first.stride == 1 => Ok(first),
+            // Per-head statistics of heads that one warp holds whole: each
+            // thread reduces its columns of the head, then its quad
+            // (`emit/gemm/heads.rs`). One value per head and row, held by
+            // the head's accumulator columns (stride = the head width).
+            Inst::GroupReduce { op: ReduceOp::Sum | ReduceOp::Max, groups: ColGroups::Heads(width), arg } => {
+                let heads_fit = first.stride == 1 && first.offset % width == 0 && crate::config::whole_heads(*width);
+                let gemm_ok = match &self.plan.kernels[k] {
+                    KernelPlan::Gemm { matmul, .. } => !self.split_heads.contains(matmul),
+                    _ => false,
+                };
+                if !heads_fit || self.block.kind == BlockKind::Kernel {
+                    return Err(Refusal::OtherThreads);
+                }
+                if !gemm_ok {
+                    return Err(Refusal::HeadsAcrossWarps(*width));
+                }
+                let heads = self.block.ty(self.c(*arg)).shape.cols.div_exact(&coda_ir::Dim::constant(*width));
+                let len = heads.map_err(|e| Refusal::Dim(e.to_string()))?;
+                Ok(ColMap { offset: first.offset, stride: *width, len })
+            }
+            // A per-head value over its head's columns.
+            Inst::GroupExpand { groups: ColGroups::Heads(width), cols, .. } if same && first.stride == *width => {
+                Ok(ColMap { offset: first.offset, stride: 1, len: cols.clone() })
+            }
             Inst::Broadcast { .. } => Err(Refusal::Broadcast),
             Inst::Transpose { .. } => Err(Refusal::Transpose),
             // Only stored, a part at a time (`kir::Store::col_offset`): parts

@@ -52,6 +52,7 @@
 mod ahead;
 mod entry;
 mod facts;
+mod heads;
 mod hoist;
 mod operands;
 mod outputs;
@@ -100,6 +101,9 @@ pub(crate) fn emit(
         put_staged: false,
         packed: Vec::new(),
         whole_col_tiles: spec.n.as_const().filter(|n| n % spec.config.tile().1 == 0),
+        head_arrays: HashMap::new(),
+        plain_loads: false,
+        in_head_loop: false,
     };
     g.staged = staging::staged_store(em, spec);
     g.twins = g.staged.map_or_else(Vec::new, |(first, how)| staging::twin_stores(em, spec, first, how));
@@ -227,6 +231,15 @@ struct Gemm {
     /// template and call arguments of `coda::stage_tile_finish` (before the
     /// loop) and `coda::stage_tile_async` (the prefetch hook).
     staged_load: Option<(usize, String)>,
+    /// The per-head nodes computed before the pair loop, by their arrays
+    /// (`heads.rs`).
+    head_arrays: HashMap<NodeId, String>,
+    /// Whether operands are evaluated element by element, with no staged,
+    /// pair or quad loads (the passes before the pair loop).
+    plain_loads: bool,
+    /// Whether the current body is the loop over rows and heads that
+    /// computes per-head values (`heads.rs`), rather than a pair loop.
+    in_head_loop: bool,
 }
 
 /// The most column vectors a Hopper epilogue stages per tile (1 KiB of
@@ -300,6 +313,10 @@ impl Gemm {
             if node.reg.is_none() || !live.insert(id) {
                 continue;
             }
+            // Computed before the pair loop (`heads.rs`).
+            if node.reg.as_ref().is_some_and(ColMap::per_head) {
+                continue;
+            }
             stack.extend(node.op.operands());
         }
         live
@@ -308,6 +325,7 @@ impl Gemm {
     fn main_loop(&mut self, em: &mut Emitter<'_>) -> Result<(), CodegenError> {
         let live = Self::live(em);
         let outer = em.take_lines();
+        let head_lines = self.head_passes(em, &live)?;
         em.set_indent(4);
         em.push_scope();
         self.regs.clear();
@@ -326,7 +344,9 @@ impl Gemm {
         for (idx, store) in em.kernel.stores.clone().into_iter().enumerate() {
             let twin = self.twins.contains(&idx);
             let held = self.packed.contains(&idx);
-            if self.staged.map(|(i, _)| i) == Some(idx) || twin || held || em.kernel.nodes[store.node].reg.is_none() {
+            // Per-row and per-head values are stored outside the pair loop.
+            let outside = em.kernel.nodes[store.node].reg.as_ref().is_none_or(ColMap::per_head);
+            if self.staged.map(|(i, _)| i) == Some(idx) || twin || held || outside {
                 continue;
             }
             if self.scratch == Some(idx) {
@@ -378,6 +398,7 @@ impl Gemm {
             lines.push(format!("{}cg::stage_cols_finish(f);", pad(2)));
             lines.push(format!("{}const char* colv = cg::col_area(t, smem);", pad(2)));
         }
+        lines.extend(head_lines);
         let (before, ahead) = self.ahead_lines(em);
         lines.extend(before.into_iter().map(|l| format!("{}{l}", pad(2))));
         let outer_lines = std::mem::take(&mut lines);

@@ -20,12 +20,19 @@ impl Gemm {
         }
         let o = map.offset;
         let expr = match (map.stride, slot) {
+            // The head of the pair (or of the head loop's column).
+            (w, _) if w > 2 => format!("(n - {o}) / {w}").replace("(n - 0)", "n"),
             (1, 0) if o == 0 => "n".to_string(),
             (1, s) => format!("n + {} - {o}", s).replace(" + 0 - 0", "").replace(" - 0", ""),
             _ if o == 0 => "n >> 1".to_string(),
             _ => format!("(n - {o}) >> 1"),
         };
-        let name = em.index(if map.stride == 1 { "c" } else { "cp" }, Code::lit(expr).reading(&["n"]));
+        let base = match map.stride {
+            1 => "c",
+            2 => "cp",
+            _ => "ch",
+        };
+        let name = em.index(base, Code::lit(expr).reading(&["n"]));
         self.cols.insert(key, name.clone());
         name
     }
@@ -52,6 +59,10 @@ impl Gemm {
     pub(super) fn register(&mut self, em: &mut Emitter<'_>, id: NodeId) -> Result<(), CodegenError> {
         let node = em.kernel.nodes[id].clone();
         let map = node.reg.clone().ok_or_else(|| em.internal("not a register node"))?;
+        if let Some(value) = self.head_value(id, &map) {
+            self.regs.insert(id, vec![value]);
+            return Ok(());
+        }
         let name = em.local_for(node.value);
         let mut vars = Vec::new();
         if let Op::RopePartner(spec, _) = &node.op {
@@ -80,6 +91,10 @@ impl Gemm {
     ) -> Result<Code, CodegenError> {
         if let Some(vars) = self.regs.get(&op) {
             return Ok(vars.get(slot).or(vars.first()).cloned().unwrap_or_default());
+        }
+        if self.plain_loads {
+            let c = self.col(em, map, slot);
+            return em.eval(op, "m", &c);
         }
         let half = if slot == 0 { "x" } else { "y" };
         if let (Op::Load(buf), Space::Tile, 1) = (&em.kernel.nodes[op].op, em.kernel.nodes[op].space, map.stride) {
@@ -278,6 +293,8 @@ impl Gemm {
                 };
                 vars.get(from).cloned().ok_or_else(|| em.internal("slice operand slot"))?
             }
+            // A per-head value at each column of its head.
+            Op::GroupExpand(_, a) => self.operand(em, *a, map, slot)?,
             Op::Interleave(e, o) => {
                 let half = ColMap { offset: map.offset, stride: 2, len: map.len.clone() };
                 self.operand(em, if slot == 0 { *e } else { *o }, &half, 0)?

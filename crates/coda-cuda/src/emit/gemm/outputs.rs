@@ -15,6 +15,9 @@ impl Gemm {
     pub(super) fn store(&mut self, em: &mut Emitter<'_>, store: &Store) -> Result<(), CodegenError> {
         let (node, buf, accumulate) = (store.node, store.buf, store.accumulate);
         let map = em.kernel.nodes[node].reg.clone().ok_or_else(|| em.internal("GEMM store of a non-register"))?;
+        if map.per_head() {
+            return Err(em.internal("GEMM store of a per-head value"));
+        }
         let vars = self.slot_values(em, node, "store")?;
         let value = em.kernel.nodes[node].value;
         if let Some(perm) = store.col_perm {
