@@ -136,7 +136,8 @@ impl Gemm {
         let arg_map = em.kernel.nodes[arg].reg.clone().ok_or_else(|| em.internal("per-head reduction operand"))?;
         let (identity, combine): (&str, fn(&str, &str) -> String) = match op {
             ReduceOp::Sum => ("0.0f", |a, b| format!("{a} + {b}")),
-            ReduceOp::Max => ("coda::neg_inf()", |a, b| format!("fmaxf({a}, {b})")),
+            // NaN-propagating, as the interpreter's maximum.
+            ReduceOp::Max => ("coda::neg_inf()", |a, b| format!("cg::maximum({a}, {b})")),
             ReduceOp::LogSumExp => return Err(em.internal("per-head log-sum-exp in an epilogue")),
         };
         let width = map.stride;
