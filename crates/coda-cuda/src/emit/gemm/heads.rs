@@ -97,18 +97,9 @@ impl Gemm {
     /// Starts a body of the pre-loop passes: fresh memos, the per-row
     /// values bound, loads element by element (nothing is staged yet).
     fn open_pass(&mut self, em: &mut Emitter<'_>, in_head_loop: bool) {
-        em.set_indent(4);
-        em.push_scope();
-        self.regs.clear();
-        self.cols.clear();
-        self.pairs.clear();
-        self.quads.clear();
-        self.inline_pairs.clear();
+        self.open_body(em);
         self.plain_loads = true;
         self.in_head_loop = in_head_loop;
-        for (id, array) in self.rows.clone() {
-            em.bind(id, "m", "0", Code::lit(format!("{array}[i]")).reading(&[&array, "i"]));
-        }
         for id in self.head_arrays.keys().copied().collect::<Vec<_>>() {
             let value = em.kernel.nodes[id].reg.as_ref().and_then(|map| self.head_value(id, map));
             self.regs.extend(value.map(|v| (id, vec![v])));
@@ -190,16 +181,9 @@ impl Gemm {
         lines.push(format!("{}}}", pad(2)));
         // The quad's lanes hold a row's columns between them.
         let x = format!("{array}[i][h]");
-        lines.extend([
-            format!("{}#pragma unroll", pad(2)),
-            format!("{}for (int i = 0; i < Frag::RI; ++i) {{", pad(2)),
-            format!("{}#pragma unroll", pad(3)),
-            format!("{}for (int h = 0; h < {heads}; ++h) {{", pad(3)),
-            format!("{}{x} = {};", pad(4), combine(&x, &format!("coda::shfl_xor({x}, 1)"))),
-            format!("{}{x} = {};", pad(4), combine(&x, &format!("coda::shfl_xor({x}, 2)"))),
-            format!("{}}}", pad(3)),
-            format!("{}}}", pad(2)),
-        ]);
+        let butterfly =
+            [1, 2].map(|lane| format!("{}{x} = {};", pad(4), combine(&x, &format!("coda::shfl_xor({x}, {lane})"))));
+        lines.extend(row_head_loop(width, butterfly.into(), false, false));
         self.head_arrays.insert(id, array);
         Ok(lines)
     }
@@ -230,24 +214,9 @@ impl Gemm {
             .map(|m| m.stride)
             .ok_or_else(|| em.internal("per-head values without a width"))?;
         let heads = format!("Frag::CJ * 8 / {width}");
-        let pad = |n: usize| "    ".repeat(n);
         let mut lines: Vec<String> =
-            arrays.iter().map(|(_, array)| format!("{}float {array}[Frag::RI][{heads}];", pad(2))).collect();
-        lines.extend([
-            format!("{}#pragma unroll", pad(2)),
-            format!("{}for (int i = 0; i < Frag::RI; ++i) {{", pad(2)),
-            format!("{}#pragma unroll", pad(3)),
-            format!("{}for (int h = 0; h < {heads}; ++h) {{", pad(3)),
-        ]);
-        if reads_m {
-            lines.push(format!("{}const int m = f.row(i);", pad(4)));
-        }
-        if reads_n {
-            lines.push(format!("{}const int n = f.col(h * ({width} / 8));", pad(4)));
-        }
-        lines.extend(body);
-        lines.push(format!("{}}}", pad(3)));
-        lines.push(format!("{}}}", pad(2)));
+            arrays.iter().map(|(_, array)| format!("        float {array}[Frag::RI][{heads}];")).collect();
+        lines.extend(row_head_loop(width, body, reads_m, reads_n));
         self.head_arrays.extend(arrays);
         Ok(lines)
     }
@@ -270,23 +239,8 @@ impl Gemm {
         let text =
             format!("if (f.row_in(i) && (f.lane & 3) == 0 && {head} >= 0 && {head} < {len}) cg::{op}({access}, {v});");
         em.stmt(Code::of(text, [&head, &access, &v]).reading(&["f"]), value);
-        let (body, _, reads_n) = self.close_pass(em);
-        let width = map.stride;
-        let heads = format!("Frag::CJ * 8 / {width}");
-        let pad = |n: usize| "    ".repeat(n);
-        let mut lines = vec![
-            format!("{}#pragma unroll", pad(2)),
-            format!("{}for (int i = 0; i < Frag::RI; ++i) {{", pad(2)),
-            format!("{}#pragma unroll", pad(3)),
-            format!("{}for (int h = 0; h < {heads}; ++h) {{", pad(3)),
-            format!("{}const int m = f.row(i);", pad(4)),
-        ];
-        if reads_n {
-            lines.push(format!("{}const int n = f.col(h * ({width} / 8));", pad(4)));
-        }
-        lines.extend(body);
-        lines.push(format!("{}}}", pad(3)));
-        lines.push(format!("{}}}", pad(2)));
+        let (body, reads_m, reads_n) = self.close_pass(em);
+        let lines = row_head_loop(map.stride, body, reads_m, reads_n);
         Ok(lines)
     }
 
@@ -299,4 +253,27 @@ impl Gemm {
             false => Code::lit(format!("{array}[i][(j * 8) / {}]", map.stride)).reading(&[array, "i", "j"]),
         })
     }
+}
+
+/// A loop over the thread's rows and its heads of `width` columns around
+/// `body` (rendered at four levels of indentation), with the row's `m` and
+/// a column `n` of the head where the body reads them.
+fn row_head_loop(width: i64, body: Vec<String>, reads_m: bool, reads_n: bool) -> Vec<String> {
+    let pad = |n: usize| "    ".repeat(n);
+    let mut lines = vec![
+        format!("{}#pragma unroll", pad(2)),
+        format!("{}for (int i = 0; i < Frag::RI; ++i) {{", pad(2)),
+        format!("{}#pragma unroll", pad(3)),
+        format!("{}for (int h = 0; h < Frag::CJ * 8 / {width}; ++h) {{", pad(3)),
+    ];
+    if reads_m {
+        lines.push(format!("{}const int m = f.row(i);", pad(4)));
+    }
+    if reads_n {
+        lines.push(format!("{}const int n = f.col(h * ({width} / 8));", pad(4)));
+    }
+    lines.extend(body);
+    lines.push(format!("{}}}", pad(3)));
+    lines.push(format!("{}}}", pad(2)));
+    lines
 }

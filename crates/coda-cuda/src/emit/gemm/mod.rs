@@ -326,18 +326,9 @@ impl Gemm {
         let live = Self::live(em);
         let outer = em.take_lines();
         let head_lines = self.head_passes(em, &live)?;
-        em.set_indent(4);
-        em.push_scope();
-        self.regs.clear();
-        self.cols.clear();
-        self.pairs.clear();
-        self.quads.clear();
+        self.open_body(em);
         self.ahead.clear();
         self.streaming = false;
-        self.inline_pairs.clear();
-        for (id, array) in self.rows.clone() {
-            em.bind(id, "m", "0", Code::lit(format!("{array}[i]")).reading(&[&array, "i"]));
-        }
         for id in &live {
             self.register(em, *id)?;
         }
@@ -453,6 +444,21 @@ impl Gemm {
         }
         em.set_indent(2);
         Ok(())
+    }
+
+    /// Starts the body of a loop over the thread's pairs or heads: a memo
+    /// scope with fresh per-body memos and the per-row values bound.
+    fn open_body(&mut self, em: &mut Emitter<'_>) {
+        em.set_indent(4);
+        em.push_scope();
+        self.regs.clear();
+        self.cols.clear();
+        self.pairs.clear();
+        self.quads.clear();
+        self.inline_pairs.clear();
+        for (id, array) in self.rows.clone() {
+            em.bind(id, "m", "0", Code::lit(format!("{array}[i]")).reading(&[&array, "i"]));
+        }
     }
 
     /// Whether the configuration stages subtiles (`subtile.rs`).
