@@ -320,8 +320,9 @@ pub fn whole_heads(width: i64) -> bool {
     TileConfig::ALL.iter().any(|c| c.holds_heads(width))
 }
 
-/// The configuration, among `candidates` in order, that holds whole heads
-/// of every width in `widths`, preferring `chosen`.
+/// `chosen` if it holds whole heads of every width in `widths`, else the
+/// first of its mainloop's two full-width configurations (BN 256, then
+/// 128) that does; `None` where neither does.
 pub fn holding_heads(chosen: TileConfig, widths: &[i64]) -> Option<TileConfig> {
     let holds = |c: &TileConfig| widths.iter().all(|w| c.holds_heads(*w));
     let candidates = match chosen.is_sm90() {

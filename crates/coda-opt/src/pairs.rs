@@ -31,7 +31,7 @@ pub(crate) const RULE_PERMUTE_VECTOR: &str = "permuted-column-vector";
 /// lies inside one head, so the permutation only reorders columns within
 /// heads, `group_reduce(Y')[:, h] = group_reduce(Y)[:, h]` and
 /// `group_expand(s)' = group_expand(s)`. QK-norm between a projection and
-/// its RoPE (Qwen3, OLMo-2, Gemma-3) then keeps the RoPE pair layout.
+/// its RoPE (Qwen3, Gemma-3, Persimmon) then keeps the RoPE pair layout.
 pub(crate) const RULE_HEAD_STATISTICS: &str = "per-head-statistics-in-pair-layout";
 
 /// A value in pair layout that leaves the block is stored in original column

@@ -109,7 +109,7 @@ impl fmt::Display for Refusal {
 pub(crate) fn describe_map(m: &ColMap) -> String {
     if m.stride == 1 {
         format!("columns {}.. of the accumulator", m.offset)
-    } else if m.stride > 2 {
+    } else if m.per_head() {
         format!("heads of {} columns from {} of the accumulator", m.stride, m.offset)
     } else {
         format!("column pairs from {} of the accumulator", m.offset)

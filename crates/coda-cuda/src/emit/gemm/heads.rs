@@ -111,8 +111,6 @@ impl Gemm {
         em.pop_scope();
         self.plain_loads = false;
         self.in_head_loop = false;
-        self.regs.clear();
-        self.cols.clear();
         let body = hoist::without_unread_indices(em.take_body());
         let reads = |name: &str| body.iter().any(|line| line.reads(name));
         let (m, n) = (reads("m"), reads("n"));

@@ -21,7 +21,8 @@ impl Gemm {
         let o = map.offset;
         let expr = match (map.stride, slot) {
             // The head of the pair (or of the head loop's column).
-            (w, _) if w > 2 => format!("(n - {o}) / {w}").replace("(n - 0)", "n"),
+            (w, _) if w > 2 && o == 0 => format!("n / {w}"),
+            (w, _) if w > 2 => format!("(n - {o}) / {w}"),
             (1, 0) if o == 0 => "n".to_string(),
             (1, s) => format!("n + {} - {o}", s).replace(" + 0 - 0", "").replace(" - 0", ""),
             _ if o == 0 => "n >> 1".to_string(),
