@@ -14,12 +14,17 @@ q, k and v of layer l+1, as examples/<layer>_layer.coda declares them:
           residual add, pre/post_feedforward_layernorm around the MLP,
           every gain 1 + w, norms in float32 as Gemma2RMSNorm), the
           tanh-GELU gated MLP, input_layernorm, q/k/v, RoPE (base 1e4)
+  lm_head Llama-3's end (LlamaForCausalLM): the final norm (LlamaRMSNorm),
+          lm_head over the 128256-token vocabulary, the logits upcast to
+          float32 and the mean cross-entropy (ignore_index -100), as
+          examples/lm_head_ce.coda
 Each in two passes: `fwd` (the layer) and `step` (the layer, then backward
-from random gradients of x2, q, k and v, to every float input: the
-examples' `grad` declarations). "cuBLAS" is the pass's GEMMs alone as
-torch.mm on operands of the same shapes (7 forward; a step adds each
-weight's dgrad and wgrad: 21). RoPE reads cos/sin tables [M, head_dim]
-that a model computes once per forward, not timed.
+to every float input, the examples' `grad` declarations: from random
+gradients of x2, q, k and v, or from the loss). "cuBLAS" is the pass's
+GEMMs alone as torch.mm on operands of the same shapes (7 forward; a step
+adds each weight's dgrad and wgrad: 21; the LM head's 1 and 3). RoPE reads
+cos/sin tables [M, head_dim] that a model computes once per forward, not
+timed.
 
 Before timing a step, the eager and compiled steps run once on the same
 inputs and every gradient must agree within compare.GRADIENT_TOLERANCE.
@@ -49,17 +54,24 @@ import compare
 LAYERS = {
     "qwen3": dict(D=4096, F=12288, HD=128, QH=32, KVH=8, eps=1e-6, base=1e6),
     "gemma2": dict(D=2304, F=9216, HD=256, QH=8, KVH=4, eps=1e-6, base=1e4),
+    "lm_head": dict(D=4096, V=128256, HD=128, eps=1e-5),
 }
 TINY = {
     "qwen3": dict(D=128, F=256, HD=32, QH=4, KVH=2, eps=1e-6, base=1e6),
     "gemma2": dict(D=128, F=256, HD=64, QH=2, KVH=1, eps=1e-6, base=1e4),
+    "lm_head": dict(D=128, V=512, HD=32, eps=1e-5),
 }
 
 
 class Layer(NamedTuple):
-    forward: Callable  # (*weights-and-activations, cos, sin) -> (x2, q, k, v)
-    gemms: Callable  # the forward's 7 GEMMs as torch.mm
+    forward: Callable  # (*inputs, *extras) -> its outputs, or a scalar loss
+    gemms: Callable  # the forward's GEMMs as torch.mm
+    step_gemms: Callable  # the step's GEMMs as torch.mm
     inputs: tuple[str, ...]  # the differentiated inputs, in the block's order
+    extras: tuple[str, ...]  # the other arguments (RoPE tables, targets)
+    grads: tuple[str, ...]  # the outputs' gradients, in order; none: backward from the loss
+    block: str  # the example's block
+    shapes: Callable  # (p, m) -> {name: (kind, shape)}
 
 
 def rope_heads(x, heads, hd, cos, sin):
@@ -85,7 +97,7 @@ def qwen3(p):
         return x2, q, k, F.linear(hn, w_v)
 
     names = ("attn", "x0", "w_o", "g_post", "w_gate", "w_up", "w_down", "g_in", "w_q", "w_k", "w_v", "g_q", "g_k")
-    return Layer(forward, mm_forward, names)
+    return block_layer(p, forward, names, "qwen3_layer")
 
 
 def gemma_norm(x, w, eps):
@@ -110,7 +122,39 @@ def gemma2(p):
 
     names = ("attn", "x0", "w_o", "g_post_attn", "g_pre_ffn", "w_gate", "w_up", "w_down", "g_post_ffn", "g_in",
              "w_q", "w_k", "w_v")
-    return Layer(forward, mm_forward, names)
+    return block_layer(p, forward, names, "gemma2_layer")
+
+
+def block_layer(p, forward, names, block):
+    """A layer from attention output to the next layer's q, k and v."""
+    return Layer(forward, mm_forward, mm_step, names, ("cos", "sin"), ("dx2", "dq", "dk", "dv"), block,
+                 lambda p, m: shapes(p, m, names))
+
+
+def lm_head(p):
+    D, eps = p["D"], p["eps"]
+
+    def forward(x, g, w_lm, targets):
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+        logits = F.linear(g * h.to(x.dtype), w_lm)
+        return F.cross_entropy(logits.float(), targets, ignore_index=-100)
+
+    @torch.no_grad()
+    def gemms(w):
+        return torch.mm(w["x"], w["w_lm"].T)
+
+    @torch.no_grad()
+    def step_gemms(w):
+        logits = gemms(w)
+        torch.mm(logits, w["w_lm"])
+        torch.mm(logits.T, w["x"])
+
+    def table(p, m):
+        return {"x": ("act", (m, D)), "g": ("gain", (D,)), "w_lm": ("weight", (p["V"], D)),
+                "targets": ("targets", (m,))}
+
+    return Layer(forward, gemms, step_gemms, ("x", "g", "w_lm"), ("targets",), (), "lm_head_ce", table)
 
 
 @torch.no_grad()
@@ -155,11 +199,11 @@ def shapes(p, m, names):
     return table
 
 
-def make_sets(p, m, names, seed, dev, rotation_bytes):
+def make_sets(p, m, names, table_of, seed, dev, rotation_bytes):
     """Copies of the step's inputs (the differentiated ones require grad),
     enough to cycle through rotation_bytes, at least 3."""
-    table = shapes(p, m, names)
-    one = sum(math.prod(shape) * 2 for _, shape in table.values())
+    table = table_of(p, m)
+    one = sum(math.prod(shape) * (8 if kind == "targets" else 2) for kind, shape in table.values())
     gen = torch.Generator(device=dev)
     gen.manual_seed(seed)
     sets = []
@@ -170,6 +214,10 @@ def make_sets(p, m, names, seed, dev, rotation_bytes):
                 pos = torch.randint(0, 4096, (shape[0],), generator=gen, device=dev)
                 cos, sin = compare.rope_tables(pos, shape[1], torch.float32, p["base"])
                 s[n] = (cos if kind == "cos" else sin).to(torch.bfloat16)
+            elif kind == "targets":
+                # Next-token ids, every 17th row without a target.
+                s[n] = torch.randint(0, p["V"], shape, generator=gen, device=dev)
+                s[n][::17] = -100
             else:
                 s[n] = compare.make_tensor(kind, shape, gen, p["HD"], dev)
         for n in names:
@@ -183,13 +231,16 @@ def passes(layer, forward):
 
     def fwd(s):
         with torch.no_grad():
-            return forward(*(s[n] for n in layer.inputs), s["cos"], s["sin"])
+            return forward(*(s[n] for n in layer.inputs + layer.extras))
 
     def step(s):
         for n in layer.inputs:
             s[n].grad = None
-        x2, q, k, v = forward(*(s[n] for n in layer.inputs), s["cos"], s["sin"])
-        torch.autograd.backward((x2, q, k, v), (s["dx2"], s["dq"].view(q.shape), s["dk"].view(k.shape), s["dv"]))
+        outputs = forward(*(s[n] for n in layer.inputs + layer.extras))
+        if layer.grads:
+            torch.autograd.backward(outputs, [s[g].view(o.shape) for g, o in zip(layer.grads, outputs)])
+        else:
+            outputs.backward()
 
     return fwd, step
 
@@ -227,7 +278,7 @@ def codac_figures(paths):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     compare.add_run_arguments(ap)
-    ap.add_argument("--layers", default="qwen3,gemma2")
+    ap.add_argument("--layers", default="qwen3,gemma2,lm_head")
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
@@ -245,15 +296,15 @@ def main():
     rows, failures = [], 0
     for name in args.layers.split(","):
         p = (TINY if dry else LAYERS)[name]
-        layer = {"qwen3": qwen3, "gemma2": gemma2}[name](p)
-        sets, one = make_sets(p, args.m, layer.inputs, args.seed, args.device, rotation)
+        layer = {"qwen3": qwen3, "gemma2": gemma2, "lm_head": lm_head}[name](p)
+        sets, one = make_sets(p, args.m, layer.inputs, layer.shapes, args.seed, args.device, rotation)
         t0 = time.time()
         compiled = torch.compile(layer.forward, dynamic=False)
         (e_fwd, e_step), (c_fwd, c_step) = passes(layer, layer.forward), passes(layer, compiled)
         differences = gradient_differences(layer, e_step, c_step, sets[0])
         agree = all(d <= compare.GRADIENT_TOLERANCE for d in differences.values())
         build = time.time() - t0
-        for pass_name, eager, comp, gemms in (("fwd", e_fwd, c_fwd, layer.gemms), ("step", e_step, c_step, mm_step)):
+        for pass_name, eager, comp, gemms in (("fwd", e_fwd, c_fwd, layer.gemms), ("step", e_step, c_step, layer.step_gemms)):
             res = {"layer": name, "pass": pass_name, "m": args.m, "copies": len(sets), "bytes_per_copy": one}
             if pass_name == "step":
                 res["gradient_difference"], res["gradients_agree"] = differences, agree
@@ -264,7 +315,7 @@ def main():
                 failures += 1
                 print(f"error: {name} step: eager and compiled gradients differ, not timed: {differences}",
                       file=sys.stderr)
-            res["codac"] = codac.get((f"{name}_layer", pass_name))
+            res["codac"] = codac.get((layer.block, pass_name))
             rows.append(res)
         print(f"{name}: {len(sets)} copies of {one / 1e6:.1f} MB, torch.compile build and check {build:.0f} s, "
               f"{time.time() - t0:.0f} s in all", flush=True)

@@ -13,8 +13,9 @@
 #   2. bench/compare.py: the same shapes and steps as cuBLAS GEMMs, eager
 #      PyTorch and torch.compile, with the ratios to codac from step 1.
 # With BENCH_SET=layers instead: codac bench, forward and --grad, of the
-# Qwen3 and Gemma-2 layers (examples/qwen3_layer.coda, gemma2_layer.coda),
-# then bench/compare_layers.py beside them (codac-<layer>[-grad].json,
+# Qwen3 and Gemma-2 layers (examples/qwen3_layer.coda, gemma2_layer.coda)
+# and the LM head with its loss (examples/lm_head_ce.coda), then
+# bench/compare_layers.py beside them (codac-<layer>[-grad].json,
 # layers.json, layers.txt).
 #
 # Writes under $OUT (default /tmp/codac-bench): codac-8b.json,
@@ -82,9 +83,10 @@ codac_bench() {
 }
 if [ "${BENCH_SET:-llama}" = layers ]; then
     layers_args=(--m "$M" --iters "$ITERS" --json "$OUT/layers.json")
-    for layer in qwen3 gemma2; do
-        codac_bench "$layer" "examples/${layer}_layer.coda"
-        codac_bench "$layer-grad" "examples/${layer}_layer.coda" --grad
+    for layer in qwen3:examples/qwen3_layer.coda gemma2:examples/gemma2_layer.coda \
+        lm_head:examples/lm_head_ce.coda; do
+        codac_bench "${layer%%:*}" "${layer#*:}"
+        codac_bench "${layer%%:*}-grad" "${layer#*:}" --grad
     done
     for name in "${made[@]}"; do
         layers_args+=(--codac "$OUT/codac-$name.json")

@@ -119,7 +119,8 @@ fn example_dims(file: &str) -> &'static [(&'static str, i64)] {
     match file {
         "llama3_block.coda" => &[("D", 8), ("F", 6), ("HD", 4), ("QH", 2), ("KVH", 1)],
         "gpt2_block.coda" => &[("D", 6), ("H", 10)],
-        "lm_head_ce.coda" => &[("D", 6), ("V", 9)],
+        // A vocabulary of two groups of 8: the logits are saved as shifted exponentials.
+        "lm_head_ce.coda" => &[("D", 6), ("V", 16)],
         "parallel_block.coda" => &[("D", 8), ("F", 6), ("HD", 4), ("H", 2)],
         "gemma_mlp.coda" => &[("D", 6), ("F", 5)],
         "out_proj_kernel.coda" => &[("D", 6)],

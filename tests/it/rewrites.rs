@@ -204,9 +204,11 @@ fn rewrites_of_backward_blocks_agree_with_the_original() {
         }
     }
     let rule = "row-dot-from-saved-product";
-    for (block, count) in [("llama3_layer_grad", 1), ("lm_head_ce_grad", 1), ("gemma_mlp_grad", 1)] {
+    // The LM head saves its logits as shifted exponentials, not as the
+    // product the rule reads (docs/backward.md §3).
+    for (block, count) in [("llama3_layer_grad", 1), ("lm_head_ce_grad", 0), ("gemma_mlp_grad", 1)] {
         let applied = seen.get(block).cloned().unwrap_or_default();
-        assert_eq!(applied.get(rule), Some(&count), "{block}: {applied:?}");
+        assert_eq!(applied.get(rule).copied().unwrap_or(0), count, "{block}: {applied:?}");
     }
 }
 

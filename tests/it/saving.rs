@@ -69,7 +69,7 @@ fn the_dgrad_epilogue_stores_the_recomputed_swiglu() {
 /// again. Without the output, the backward recomputes it.
 #[test]
 fn a_log_sum_exp_the_forward_outputs_is_not_recomputed() {
-    assert_eq!(saved_of("lm_head_ce.coda"), [["logits", "lse"]]);
+    assert_eq!(saved_of("lm_head_ce.coda"), [["logits_exp", "logits_max", "lse"]]);
     let text = |with_lse: bool| {
         format!(
             "dim M\n\
@@ -94,4 +94,35 @@ fn a_log_sum_exp_the_forward_outputs_is_not_recomputed() {
             .count();
         assert_eq!(logsumexps, usize::from(!with_lse), "log-sum-exps in the backward, lse output: {with_lse}");
     }
+}
+
+/// Logits that the backward reads only through the softmax are saved as
+/// bf16 exponentials shifted by the maximum of each group of columns, the
+/// widest of 64, 32, 16 and 8 that divides the vocabulary, and those
+/// maxima; a vocabulary that none divides keeps its f32 logits. The
+/// backward's gradients against finite differences:
+/// `example_gradients_match_finite_differences` (`lm_head_ce.coda`).
+#[test]
+fn a_softmax_reads_its_logits_as_shifted_exponentials() {
+    let saved = |vocabulary: i64| {
+        let text = format!(
+            "dim M\n\
+             block ce(h: bf16[M, 64], w: bf16[{vocabulary}, 64], t: i32[M]) -> (loss: f32, lse: f32[M]) {{\n    \
+                 let logits = h @ w.T\n    \
+                 loss = cross_entropy(logits, t)\n    \
+                 lse = logsumexp(logits, axis=-1)\n\
+             }}\n\
+             grad ce_grad = ce(loss) wrt (h, w)\n"
+        );
+        let checked = coda::check("ce.coda", &text).unwrap_or_else(|e| panic!("{e}"));
+        assert!(!checked.has_errors(), "{}", checked.render_diagnostics());
+        let gradient = checked.grads.first().unwrap_or_else(|| panic!("no gradient"));
+        let saved: Vec<String> =
+            gradient.saved.iter().map(|s| format!("{} {}[{}]", s.name, s.ty.dtype.name(), s.ty.shape.cols)).collect();
+        saved.join(", ")
+    };
+    assert_eq!(saved(512), "logits_exp bf16[512], logits_max f32[8], lse f32[1]");
+    assert_eq!(saved(96), "logits_exp bf16[96], logits_max f32[3], lse f32[1]");
+    assert_eq!(saved(24), "logits_exp bf16[24], logits_max f32[3], lse f32[1]");
+    assert_eq!(saved(100), "logits f32[100], lse f32[1]");
 }

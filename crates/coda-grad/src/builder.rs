@@ -183,18 +183,19 @@ impl<'f> Builder<'f> {
         for (v, inst) in self.fwd.insts.iter() {
             let span = self.fwd.insts.span(v);
             let b = match saved_params[v.index()] {
-                Some(SavedParam { index, layout: SavedLayout::Plain }) => {
+                Some(SavedParam { index, layout: SavedLayout::PairedHalves }) => {
+                    let param = self.emit(Inst::Param(index), span)?;
+                    paired[v.index()] = Some(param);
+                    self.unpair(param, span)?
+                }
+                // The builder saves in the two layouts only (`shifted` rewrites later).
+                Some(SavedParam { index, .. }) => {
                     let param = self.emit(Inst::Param(index), span)?;
                     // A per-row statistic read from a vector output.
                     match self.bwd.ty(param).shape == self.fwd.ty(v).shape {
                         true => param,
                         false => self.emit(Inst::Transpose { arg: param }, span)?,
                     }
-                }
-                Some(SavedParam { index, layout: SavedLayout::PairedHalves }) => {
-                    let param = self.emit(Inst::Param(index), span)?;
-                    paired[v.index()] = Some(param);
-                    self.unpair(param, span)?
                 }
                 None => match half_of_paired(inst, &paired) {
                     Some(slice) => self.emit(slice, span)?,

@@ -42,6 +42,7 @@ mod builder;
 mod compact;
 mod names;
 mod saving;
+mod shifted;
 mod unary;
 mod vjp;
 
@@ -87,6 +88,19 @@ pub enum SavedLayout {
     /// `[:, F:]`, saved interleaved: column `2j` holds `value[:, j]` and
     /// `2j + 1` holds `value[:, F + j]` (`saving::paired_halves`).
     PairedHalves,
+    /// A matmul result `L` that the backward reads only as a softmax,
+    /// saved as `bf16(exp(L − m))` with `m` its maximum over each group of
+    /// `width` columns (`shifted::shifted_exponentials`).
+    ShiftedExp {
+        /// The group width.
+        width: i64,
+    },
+    /// The maximum of a matmul result over each group of `width` columns,
+    /// `f32[M, N / width]`, saved beside its [`SavedLayout::ShiftedExp`].
+    GroupMax {
+        /// The group width.
+        width: i64,
+    },
 }
 
 /// The result of [`differentiate`].
@@ -163,7 +177,7 @@ fn differentiate_recomputing(forward: &Block, spec: &GradSpec, recomputed: &[Val
         return Err(GradError::Internal("the backward recomputes a forward matmul instead of reading it saved".into()));
     }
     let saved: Vec<Saved> = saved.into_iter().filter(|s| backward.param(&s.name).is_some()).collect();
-    let mut backward = backward;
+    let (mut backward, origin, saved) = shifted::shifted_exponentials(backward, origin, saved)?;
     backward.saved_products = saving::saved_products(forward, &backward, &origin, &saved);
     coda_ir::verify::verify(&backward).map_err(|e| GradError::Internal(e.to_string()))?;
     let recomputed = recomputed_values(forward, &backward, &origin);

@@ -3,7 +3,7 @@
 //! is what a training step runs before the backward.
 
 use crate::{GradError, Saved, SavedLayout};
-use coda_ir::{Axis, BinaryOp, Block, DType, Dim, Inst, Output, Tensor, Value};
+use coda_ir::{Axis, BinaryOp, Block, ColGroups, DType, Dim, Inst, Output, ReduceOp, Tensor, UnaryOp, Value};
 
 /// The value saved for matmul `mm`: the matmul result itself, or, when the
 /// result's only use is a chain of additions (residuals) ending in a cast to
@@ -244,6 +244,7 @@ pub(crate) fn saving_forward(forward: &Block, saved: &[Saved]) -> Result<Block, 
     let mut block = forward.clone();
     block.name = format!("{}_saving", forward.name);
     let internal = |e: coda_ir::infer::TypeError| GradError::Internal(e.to_string());
+    let mut maxima: Vec<(Value, i64, Value)> = Vec::new();
     for s in saved.iter().filter(|s| s.output.is_none()) {
         let span = forward.insts.span(s.value);
         let tensor = Tensor { name: s.name.clone(), dtype: s.ty.dtype, shape: s.ty.shape.clone(), rank: 2, span };
@@ -263,11 +264,40 @@ pub(crate) fn saving_forward(forward: &Block, saved: &[Saved]) -> Result<Block, 
                 let odd = block.push(slice(half), span).map_err(internal)?;
                 block.push(Inst::Interleave { even, odd }, span).map_err(internal)?
             }
+            SavedLayout::GroupMax { width } => group_max(&mut block, &mut maxima, s.value, width, span)?,
+            SavedLayout::ShiftedExp { width } => {
+                let m = group_max(&mut block, &mut maxima, s.value, width, span)?;
+                let cols = forward.ty(s.value).shape.cols.clone();
+                let shift = block.push(Inst::GroupExpand { groups: ColGroups::Heads(width), arg: m, cols }, span);
+                let diff = Inst::Binary { op: BinaryOp::Sub, lhs: s.value, rhs: shift.map_err(internal)? };
+                let diff = block.push(diff, span).map_err(internal)?;
+                let e = block.push(Inst::Unary { op: UnaryOp::Exp, arg: diff }, span).map_err(internal)?;
+                block.push(Inst::Cast { to: s.ty.dtype, arg: e }, span).map_err(internal)?
+            }
         };
         block.outputs.push(Output { tensor, value, accumulate: false, span });
     }
     coda_ir::verify::verify(&block).map_err(|e| GradError::Internal(e.to_string()))?;
     Ok(block)
+}
+
+/// The maximum of `value` over each group of `width` columns, pushed once
+/// per value and width ([`SavedLayout::GroupMax`] and the shift of its
+/// [`SavedLayout::ShiftedExp`] are one reduction).
+fn group_max(
+    block: &mut Block,
+    maxima: &mut Vec<(Value, i64, Value)>,
+    value: Value,
+    width: i64,
+    span: coda_diagnostics::Span,
+) -> Result<Value, GradError> {
+    if let Some((.., m)) = maxima.iter().find(|(v, w, _)| *v == value && *w == width) {
+        return Ok(*m);
+    }
+    let reduce = Inst::GroupReduce { op: ReduceOp::Max, groups: ColGroups::Heads(width), arg: value };
+    let m = block.push(reduce, span).map_err(|e| GradError::Internal(e.to_string()))?;
+    maxima.push((value, width, m));
+    Ok(m)
 }
 
 /// The saved products of the backward block ([`coda_ir::SavedProduct`]):
@@ -318,6 +348,7 @@ fn saved_product(
             };
             vec![recomputed(at(0)?)?, recomputed(at(half)?)?]
         }
+        SavedLayout::ShiftedExp { .. } | SavedLayout::GroupMax { .. } => return None,
     };
     Some(coda_ir::SavedProduct {
         parts,

@@ -181,6 +181,10 @@ fn layout_note(s: &coda_grad::Saved) -> String {
             format!(", halves interleaved: column 2j holds [:, j], 2j+1 holds [:, {}+j]", cols / 2)
         }
         (SavedLayout::PairedHalves, None) => ", halves interleaved".to_string(),
+        (SavedLayout::ShiftedExp { width }, _) => {
+            format!(", as exp(value − its maximum over each {width} columns), for the backward's softmax")
+        }
+        (SavedLayout::GroupMax { width }, _) => format!(", its maximum over each {width} columns"),
     }
 }
 
@@ -209,7 +213,12 @@ pub(crate) fn header_json(checked: &Checked, gradient: &Gradient) -> serde_json:
                 "name": s.name,
                 "dtype": s.ty.dtype.name(),
                 "shape": [s.ty.shape.rows.to_string(), s.ty.shape.cols.to_string()],
-                "layout": match s.layout { SavedLayout::Plain => "plain", SavedLayout::PairedHalves => "paired_halves" },
+                "layout": match s.layout {
+                    SavedLayout::Plain => "plain",
+                    SavedLayout::PairedHalves => "paired_halves",
+                    SavedLayout::ShiftedExp { .. } => "shifted_exp",
+                    SavedLayout::GroupMax { .. } => "group_max",
+                },
                 "forward_output": s.output.is_some(),
                 "source": checked.source.slice(forward.insts.span(s.value)),
                 "location": checked.source.location(forward.insts.span(s.value)),

@@ -63,9 +63,12 @@ fn explain_grad_json_describes_each_backward_block() {
     assert_eq!(block["name"], "lm_head_ce_grad");
     let grad = &block["grad"];
     assert_eq!(grad["forward"], "lm_head_ce");
-    assert_eq!(grad["saved"][0]["name"], "logits");
-    assert_eq!(grad["saved"][0]["dtype"], "f32");
-    assert_eq!(grad["saved"][0]["layout"], "plain");
+    assert_eq!(grad["saved"][0]["name"], "logits_exp");
+    assert_eq!(grad["saved"][0]["dtype"], "bf16");
+    assert_eq!(grad["saved"][0]["layout"], "shifted_exp");
+    assert_eq!(grad["saved"][1]["name"], "logits_max");
+    assert_eq!(grad["saved"][1]["shape"][1], "2004");
+    assert_eq!(grad["saved"][1]["layout"], "group_max");
     assert_eq!(grad["given"][0]["output"], "loss");
     assert_eq!(grad["gradients"][2]["output"], "dw_lm");
     // The one-hot scatter of the cross-entropy gradient lowers to CUDA: the
