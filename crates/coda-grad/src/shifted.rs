@@ -28,6 +28,9 @@
 use crate::{GradError, Saved, SavedLayout};
 use coda_ir::{BinaryOp, Block, ColGroups, DType, Dim, Inst, Shape, Tensor, Ty, UnaryOp, Value};
 
+/// A backward block, the forward origin of each of its values, and the saved tensors it reads.
+type Rewritten = (Block, Vec<Option<Value>>, Vec<Saved>);
+
 /// Group widths tried, widest first: a multiple of 8 that a warp's columns
 /// hold on every mainloop keeps the maximum in the producing GEMM's
 /// epilogue.
@@ -50,7 +53,7 @@ pub(crate) fn shifted_exponentials(
     backward: Block,
     origin: Vec<Option<Value>>,
     saved: Vec<Saved>,
-) -> Result<(Block, Vec<Option<Value>>, Vec<Saved>), GradError> {
+) -> Result<Rewritten, GradError> {
     let sites: Vec<Site> = saved.iter().enumerate().filter_map(|(i, s)| site(&backward, i, s)).collect();
     if sites.is_empty() {
         return Ok((backward, origin, saved));
@@ -104,7 +107,7 @@ fn rebuild(
     origin: &[Option<Value>],
     saved: Vec<Saved>,
     sites: &[Site],
-) -> Result<(Block, Vec<Option<Value>>, Vec<Saved>), GradError> {
+) -> Result<Rewritten, GradError> {
     let internal = |e: coda_ir::infer::TypeError| GradError::Internal(e.to_string());
     let mut taken: Vec<String> = backward.params.iter().map(|p| p.name.clone()).collect();
     taken.extend(backward.outputs.iter().map(|o| o.tensor.name.clone()));
