@@ -54,12 +54,12 @@ import compare
 LAYERS = {
     "qwen3": dict(D=4096, F=12288, HD=128, QH=32, KVH=8, eps=1e-6, base=1e6),
     "gemma2": dict(D=2304, F=9216, HD=256, QH=8, KVH=4, eps=1e-6, base=1e4),
-    "lm_head": dict(D=4096, V=128256, HD=128, eps=1e-5),
+    "lm_head": dict(D=4096, V=128256, eps=1e-5),
 }
 TINY = {
     "qwen3": dict(D=128, F=256, HD=32, QH=4, KVH=2, eps=1e-6, base=1e6),
     "gemma2": dict(D=128, F=256, HD=64, QH=2, KVH=1, eps=1e-6, base=1e4),
-    "lm_head": dict(D=128, V=512, HD=32, eps=1e-5),
+    "lm_head": dict(D=128, V=512, eps=1e-5),
 }
 
 
@@ -97,7 +97,7 @@ def qwen3(p):
         return x2, q, k, F.linear(hn, w_v)
 
     names = ("attn", "x0", "w_o", "g_post", "w_gate", "w_up", "w_down", "g_in", "w_q", "w_k", "w_v", "g_q", "g_k")
-    return block_layer(p, forward, names, "qwen3_layer")
+    return block_layer(forward, names, "qwen3_layer")
 
 
 def gemma_norm(x, w, eps):
@@ -122,10 +122,10 @@ def gemma2(p):
 
     names = ("attn", "x0", "w_o", "g_post_attn", "g_pre_ffn", "w_gate", "w_up", "w_down", "g_post_ffn", "g_in",
              "w_q", "w_k", "w_v")
-    return block_layer(p, forward, names, "gemma2_layer")
+    return block_layer(forward, names, "gemma2_layer")
 
 
-def block_layer(p, forward, names, block):
+def block_layer(forward, names, block):
     """A layer from attention output to the next layer's q, k and v."""
     return Layer(forward, mm_forward, mm_step, names, ("cos", "sin"), ("dx2", "dq", "dk", "dv"), block,
                  lambda p, m: shapes(p, m, names))
@@ -199,10 +199,10 @@ def shapes(p, m, names):
     return table
 
 
-def make_sets(p, m, names, table_of, seed, dev, rotation_bytes):
+def make_sets(layer, p, m, seed, dev, rotation_bytes):
     """Copies of the step's inputs (the differentiated ones require grad),
     enough to cycle through rotation_bytes, at least 3."""
-    table = table_of(p, m)
+    table = layer.shapes(p, m)
     one = sum(math.prod(shape) * (8 if kind == "targets" else 2) for kind, shape in table.values())
     gen = torch.Generator(device=dev)
     gen.manual_seed(seed)
@@ -219,8 +219,8 @@ def make_sets(p, m, names, table_of, seed, dev, rotation_bytes):
                 s[n] = torch.randint(0, p["V"], shape, generator=gen, device=dev)
                 s[n][::17] = -100
             else:
-                s[n] = compare.make_tensor(kind, shape, gen, p["HD"], dev)
-        for n in names:
+                s[n] = compare.make_tensor(kind, shape, gen, p.get("HD"), dev)
+        for n in layer.inputs:
             s[n].requires_grad_(True)
         sets.append(s)
     return sets, one
@@ -297,14 +297,15 @@ def main():
     for name in args.layers.split(","):
         p = (TINY if dry else LAYERS)[name]
         layer = {"qwen3": qwen3, "gemma2": gemma2, "lm_head": lm_head}[name](p)
-        sets, one = make_sets(p, args.m, layer.inputs, layer.shapes, args.seed, args.device, rotation)
+        sets, one = make_sets(layer, p, args.m, args.seed, args.device, rotation)
         t0 = time.time()
         compiled = torch.compile(layer.forward, dynamic=False)
         (e_fwd, e_step), (c_fwd, c_step) = passes(layer, layer.forward), passes(layer, compiled)
         differences = gradient_differences(layer, e_step, c_step, sets[0])
         agree = all(d <= compare.GRADIENT_TOLERANCE for d in differences.values())
         build = time.time() - t0
-        for pass_name, eager, comp, gemms in (("fwd", e_fwd, c_fwd, layer.gemms), ("step", e_step, c_step, layer.step_gemms)):
+        timed = (("fwd", e_fwd, c_fwd, layer.gemms), ("step", e_step, c_step, layer.step_gemms))
+        for pass_name, eager, comp, gemms in timed:
             res = {"layer": name, "pass": pass_name, "m": args.m, "copies": len(sets), "bytes_per_copy": one}
             if pass_name == "step":
                 res["gradient_difference"], res["gradients_agree"] = differences, agree

@@ -26,7 +26,7 @@
 //! overflows or flushes that the `f32` form would keep.
 
 use crate::{GradError, Saved, SavedLayout};
-use coda_ir::{BinaryOp, Block, ColGroups, DType, Dim, Inst, Shape, Tensor, Ty, UnaryOp, Value};
+use coda_ir::{BinaryOp, Block, ColGroups, DType, Dim, Inst, Shape, Tensor, UnaryOp, Value};
 
 /// A backward block, the forward origin of each of its values, and the saved tensors it reads.
 type Rewritten = (Block, Vec<Option<Value>>, Vec<Saved>);
@@ -36,14 +36,17 @@ type Rewritten = (Block, Vec<Option<Value>>, Vec<Saved>);
 /// epilogue.
 const WIDTHS: [i64; 4] = [64, 32, 16, 8];
 
-/// A saved tensor to rewrite: its index in the saved list, the backward
-/// value of its param, the `exp` reading it and the row value subtracted.
+/// A saved tensor to rewrite: its index in the saved list, its param's
+/// index and backward value, the `exp` reading it, the row value
+/// subtracted, and its groups of `width` columns.
 struct Site {
     saved: usize,
+    param_index: usize,
     param: Value,
     exp: Value,
     row_value: Value,
     width: i64,
+    groups: i64,
 }
 
 /// Rewrites every saved matmul result that the backward reads only through
@@ -54,7 +57,8 @@ pub(crate) fn shifted_exponentials(
     origin: Vec<Option<Value>>,
     saved: Vec<Saved>,
 ) -> Result<Rewritten, GradError> {
-    let sites: Vec<Site> = saved.iter().enumerate().filter_map(|(i, s)| site(&backward, i, s)).collect();
+    let users = backward.users();
+    let sites: Vec<Site> = saved.iter().enumerate().filter_map(|(i, s)| site(&backward, &users, i, s)).collect();
     if sites.is_empty() {
         return Ok((backward, origin, saved));
     }
@@ -66,15 +70,13 @@ pub(crate) fn shifted_exponentials(
 /// The rewrite site of saved tensor `s`, if the backward reads it only as
 /// `exp(L − broadcast(r))` with `r` one column, and a width of [`WIDTHS`]
 /// divides its columns.
-fn site(backward: &Block, index: usize, s: &Saved) -> Option<Site> {
-    let plain_f32 = s.layout == SavedLayout::Plain && s.ty.dtype == DType::F32 && s.output.is_none();
-    let cols = s.ty.shape.cols.as_const()?;
-    let width = WIDTHS.into_iter().find(|w| cols % w == 0 && cols > *w)?;
-    if !plain_f32 {
+fn site(backward: &Block, users: &[Vec<Value>], index: usize, s: &Saved) -> Option<Site> {
+    if s.layout != SavedLayout::Plain || s.ty.dtype != DType::F32 || s.output.is_some() {
         return None;
     }
+    let cols = s.ty.shape.cols.as_const()?;
+    let width = WIDTHS.into_iter().find(|w| cols % w == 0 && cols > *w)?;
     let (param_index, _) = backward.param(&s.name)?;
-    let users = backward.users();
     let param = backward.insts.iter().find(|(_, i)| **i == Inst::Param(param_index)).map(|(v, _)| v)?;
     let [sub] = users[param.index()].as_slice() else { return None };
     let Inst::Binary { op: BinaryOp::Sub, lhs, rhs } = backward.inst(*sub) else { return None };
@@ -88,7 +90,8 @@ fn site(backward: &Block, index: usize, s: &Saved) -> Option<Site> {
     }
     let [exp] = users[sub.index()].as_slice() else { return None };
     let is_exp = matches!(backward.inst(*exp), Inst::Unary { op: UnaryOp::Exp, .. });
-    is_exp.then_some(Site { saved: index, param, exp: *exp, row_value: *row_value, width })
+    let groups = cols / width;
+    is_exp.then_some(Site { saved: index, param_index, param, exp: *exp, row_value: *row_value, width, groups })
 }
 
 /// A name not among `taken`: `base`, or `base_2`, `base_3`, ….
@@ -118,8 +121,7 @@ fn rebuild(
     let mut param_map = vec![0usize; backward.params.len()];
     let mut site_params: Vec<(usize, usize)> = Vec::new();
     for (i, p) in backward.params.iter().enumerate() {
-        let site = sites.iter().find(|site| backward.param(&saved[site.saved].name).map(|(k, _)| k) == Some(i));
-        let Some(site) = site else {
+        let Some(site) = sites.iter().find(|site| site.param_index == i) else {
             param_map[i] = out.params.len();
             out.params.push(p.clone());
             continue;
@@ -129,8 +131,7 @@ fn rebuild(
         taken.push(exp_name.clone());
         let max_name = fresh(format!("{}_max", s.name), &taken);
         taken.push(max_name.clone());
-        let groups = s.ty.shape.cols.as_const().map(|c| c / site.width).unwrap_or(1);
-        let max_shape = Shape { rows: s.ty.shape.rows.clone(), cols: Dim::constant(groups) };
+        let max_shape = Shape { rows: s.ty.shape.rows.clone(), cols: Dim::constant(site.groups) };
         param_map[i] = out.params.len();
         site_params.push((out.params.len(), out.params.len() + 1));
         out.params.push(Tensor { name: exp_name, dtype: DType::BF16, ..p.clone() });
@@ -141,22 +142,10 @@ fn rebuild(
             None => new_saved.push(s),
             Some(k) => {
                 let width = sites[k].width;
-                let (e, m) = site_params[k];
-                let max_shape = out.params[m].shape.clone();
-                let exp_ty = Ty { dtype: DType::BF16, shape: s.ty.shape.clone() };
-                let max_ty = Ty { dtype: DType::F32, shape: max_shape };
-                let shifted = Saved {
-                    name: out.params[e].name.clone(),
-                    ty: exp_ty,
-                    layout: SavedLayout::ShiftedExp { width },
-                    ..s.clone()
-                };
-                let maxima = Saved {
-                    name: out.params[m].name.clone(),
-                    ty: max_ty,
-                    layout: SavedLayout::GroupMax { width },
-                    ..s
-                };
+                let (e, m) = (&out.params[site_params[k].0], &out.params[site_params[k].1]);
+                let layout = SavedLayout::ShiftedExp { width };
+                let shifted = Saved { name: e.name.clone(), ty: e.ty(), layout, ..s.clone() };
+                let maxima = Saved { name: m.name.clone(), ty: m.ty(), layout: SavedLayout::GroupMax { width }, ..s };
                 new_saved.extend([shifted, maxima]);
             }
         }

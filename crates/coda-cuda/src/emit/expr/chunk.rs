@@ -202,21 +202,29 @@ impl Emitter<'_> {
         }
     }
 
-    /// The chunk start and element index column local `k` stands for.
-    /// In a chunked loop, the chunk start of column local `k` when every
-    /// chunk lies within one group of `width` columns (chunk starts are
-    /// multiples of the chunk width, which divides `width`): a per-group
-    /// value indexed by it is the same expression for every element of the
-    /// chunk, so the compiler loads and computes it once per chunk instead
-    /// of once per element (a softmax's saved maxima, per-head norms).
-    pub(crate) fn chunk_group_start(&self, k: &str, width: i64) -> Option<String> {
+    /// In a chunked loop, the group of column local `k` as the chunk's
+    /// start over `width` when every chunk lies within one group of `width`
+    /// columns (chunk starts are multiples of the chunk width, which
+    /// divides `width`): a per-group value indexed by it is the same
+    /// expression for every element of the chunk, so the compiler loads and
+    /// computes it once per chunk instead of once per element (a softmax's
+    /// saved maxima, per-head norms).
+    pub(crate) fn chunk_group_index(&self, k: &str, width: i64) -> Option<Code> {
         let chunk = self.chunk.as_ref()?;
         if width % chunk.width != 0 {
             return None;
         }
-        self.chunk_col(k).map(|(start, _)| start)
+        let (start, _) = self.chunk_col(k)?;
+        // A shifted chunk's start is an expression of its loop's (`kv - 256`).
+        let base: String = start.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+        let text = match base == start {
+            true => format!("{start} / {width}"),
+            false => format!("({start}) / {width}"),
+        };
+        Some(Code::of(text, [&Code::local(base)]))
     }
 
+    /// The chunk start and element index column local `k` stands for.
     fn chunk_col(&self, k: &str) -> Option<(String, String)> {
         let chunk = self.chunk.as_ref()?;
         chunk.cols.iter().find(|(c, _, _)| c == k).map(|(_, s, e)| (s.clone(), e.clone()))

@@ -455,27 +455,12 @@ impl<'a> Emitter<'a> {
                 Code::of(format!("({k} == {t} ? {a} : 0.0f)"), [&ki, &t, &a])
             }
             Op::GroupExpand(groups, a) => {
-                let (op, w) = match groups {
-                    coda_ir::ColGroups::Heads(w) => ("/", *w),
-                    coda_ir::ColGroups::Lanes(w) => ("%", *w),
+                let per_element = |op: &str| Code::of(format!("{k} {op} {}", groups.width()), [&ki]);
+                let group = match groups {
+                    coda_ir::ColGroups::Heads(w) => self.chunk_group_index(&k, *w).unwrap_or_else(|| per_element("/")),
+                    coda_ir::ColGroups::Lanes(_) => per_element("%"),
                 };
-                let chunk_start = match groups {
-                    coda_ir::ColGroups::Heads(w) => self.chunk_group_start(&k, *w),
-                    coda_ir::ColGroups::Lanes(_) => None,
-                };
-                let idx = match chunk_start {
-                    Some(start) => {
-                        // A shifted chunk's start is an expression (`kv - 256`).
-                        let text = match start.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-                            true => format!("{start} / {w}"),
-                            false => format!("({start}) / {w}"),
-                        };
-                        let base: String =
-                            start.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
-                        self.index("kg", Code::of(text, [&Code::local(base)]))
-                    }
-                    None => self.index("kg", Code::of(format!("{k} {op} {w}"), [&ki])),
-                };
+                let idx = self.index("kg", group);
                 return self.eval(*a, &m, &idx);
             }
             Op::TopK { .. } => {
