@@ -122,7 +122,6 @@ impl Gemm {
         let node = em.kernel.nodes[id].clone();
         let Op::GroupReduce { op, arg, .. } = node.op else { return Err(em.internal("not a reduction")) };
         let map = node.reg.clone().ok_or_else(|| em.internal("per-head reduction off the registers"))?;
-        let arg_map = em.kernel.nodes[arg].reg.clone().ok_or_else(|| em.internal("per-head reduction operand"))?;
         let (identity, combine): (&str, fn(&str, &str) -> String) = match op {
             ReduceOp::Sum => ("0.0f", |a, b| format!("{a} + {b}")),
             // NaN-propagating, as the interpreter's maximum.
@@ -133,12 +132,42 @@ impl Gemm {
         let array = format!("{}_h", em.local_for(node.value));
         let heads = format!("Frag::CJ * 8 / {width}");
         let at = format!("{array}[i][(j * 8) / {width}]");
+        let pad = |n: usize| "    ".repeat(n);
+        let mut lines = vec![
+            format!("{}float {array}[Frag::RI][{heads}];", pad(2)),
+            format!("{}#pragma unroll", pad(2)),
+            format!("{}for (int i = 0; i < Frag::RI; ++i) {{", pad(2)),
+            format!("{}#pragma unroll", pad(3)),
+            format!("{}for (int h = 0; h < {heads}; ++h) {array}[i][h] = {identity};", pad(3)),
+            format!("{}}}", pad(2)),
+        ];
+        lines.extend(self.combine_pass(em, arg, node.value, (identity, combine), (&at, &array))?);
+        // The quad's lanes hold a row's columns between them.
+        let x = format!("{array}[i][h]");
+        let butterfly =
+            [1, 2].map(|lane| format!("{}{x} = {};", pad(4), combine(&x, &format!("coda::shfl_xor({x}, {lane})"))));
+        lines.extend(row_head_loop(width, butterfly.into(), false, false));
+        self.head_arrays.insert(id, array);
+        Ok(lines)
+    }
 
+    /// A pass over the thread's pairs that combines each value of `arg` it
+    /// holds into the array element `at` (of array `array`; columns outside
+    /// the operand count as `identity`).
+    pub(super) fn combine_pass(
+        &mut self,
+        em: &mut Emitter<'_>,
+        arg: NodeId,
+        value: coda_ir::Value,
+        (identity, combine): (&str, fn(&str, &str) -> String),
+        (at, array): (&str, &str),
+    ) -> Result<Vec<String>, CodegenError> {
+        let arg_map = em.kernel.nodes[arg].reg.clone().ok_or_else(|| em.internal("combined operand off the registers"))?;
         self.open_pass(em, false);
         for x in Self::operand_closure(em, arg) {
             self.register(em, x)?;
         }
-        let vars = self.slot_values(em, arg, "per-head reduction")?;
+        let vars = self.slot_values(em, arg, "combined operand")?;
         let mut terms = Vec::new();
         for (slot, v) in vars.iter().enumerate() {
             if self.spans_every_tile(&arg_map) {
@@ -151,21 +180,12 @@ impl Gemm {
             terms.push(Code::of(inside, [&c, v]).reading(&["f", "j"]));
         }
         let share = terms.iter().map(|t| t.text.clone()).reduce(|a, b| combine(&a, &b)).unwrap_or_default();
-        let text = format!("{at} = {};", combine(&at, &share));
-        em.stmt(Code::of(text, &terms).reading(&[&array, "i", "j"]), node.value);
+        let text = format!("{at} = {};", combine(at, &share));
+        em.stmt(Code::of(text, &terms).reading(&[array, "i", "j"]), value);
         let (body, reads_m, reads_n) = self.close_pass(em);
 
         let pad = |n: usize| "    ".repeat(n);
-        let mut lines = vec![
-            format!("{}float {array}[Frag::RI][{heads}];", pad(2)),
-            format!("{}#pragma unroll", pad(2)),
-            format!("{}for (int i = 0; i < Frag::RI; ++i) {{", pad(2)),
-            format!("{}#pragma unroll", pad(3)),
-            format!("{}for (int h = 0; h < {heads}; ++h) {array}[i][h] = {identity};", pad(3)),
-            format!("{}}}", pad(2)),
-            format!("{}#pragma unroll", pad(2)),
-            format!("{}for (int j = 0; j < Frag::CJ; ++j) {{", pad(2)),
-        ];
+        let mut lines = vec![format!("{}#pragma unroll", pad(2)), format!("{}for (int j = 0; j < Frag::CJ; ++j) {{", pad(2))];
         if reads_n {
             lines.push(format!("{}const int n = f.col(j);", pad(3)));
         }
@@ -177,12 +197,6 @@ impl Gemm {
         lines.extend(body);
         lines.push(format!("{}}}", pad(3)));
         lines.push(format!("{}}}", pad(2)));
-        // The quad's lanes hold a row's columns between them.
-        let x = format!("{array}[i][h]");
-        let butterfly =
-            [1, 2].map(|lane| format!("{}{x} = {};", pad(4), combine(&x, &format!("coda::shfl_xor({x}, {lane})"))));
-        lines.extend(row_head_loop(width, butterfly.into(), false, false));
-        self.head_arrays.insert(id, array);
         Ok(lines)
     }
 

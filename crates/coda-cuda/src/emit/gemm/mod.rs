@@ -54,6 +54,7 @@ mod entry;
 mod facts;
 mod heads;
 mod hoist;
+mod lse;
 mod operands;
 mod outputs;
 mod packed;
@@ -104,7 +105,9 @@ pub(crate) fn emit(
         head_arrays: HashMap::new(),
         plain_loads: false,
         in_head_loop: false,
+        lse_shifts: Vec::new(),
     };
+    g.lse_shifts = Gemm::lse_shifts(em);
     g.staged = staging::staged_store(em, spec);
     g.twins = g.staged.map_or_else(Vec::new, |(first, how)| staging::twin_stores(em, spec, first, how));
     g.scratch = g.staged.and_then(|(first, _)| staging::scratch_store(em, spec, first, &g.twins));
@@ -240,6 +243,8 @@ struct Gemm {
     /// Whether the current body is the loop over rows and heads that
     /// computes per-head values (`heads.rs`), rather than a pair loop.
     in_head_loop: bool,
+    /// The shift of each log-sum-exp partial, by partial index (`lse.rs`).
+    lse_shifts: Vec<Option<lse::LseShift>>,
 }
 
 /// The most column vectors a Hopper epilogue stages per tile (1 KiB of
@@ -325,7 +330,8 @@ impl Gemm {
     fn main_loop(&mut self, em: &mut Emitter<'_>) -> Result<(), CodegenError> {
         let live = Self::live(em);
         let outer = em.take_lines();
-        let head_lines = self.head_passes(em, &live)?;
+        let mut head_lines = self.head_passes(em, &live)?;
+        head_lines.extend(self.lse_passes(em)?);
         self.open_body(em);
         self.ahead.clear();
         self.streaming = false;

@@ -105,13 +105,7 @@ impl Gemm {
                         "for (int q = 0; q < (Frag::CJ + 7) / 8; ++q) {name}[q][0] = {name}[q][1] = 0.0f;"
                     ));
                 }
-                PartialKind::RowLse => {
-                    em.stmt(Code::lit(format!("float {name}_m[Frag::RI], {name}_s[Frag::RI];")), part.value);
-                    em.line("#pragma unroll");
-                    em.line(format!(
-                        "for (int i = 0; i < Frag::RI; ++i) {{ {name}_m[i] = coda::neg_inf(); {name}_s[i] = 0.0f; }}"
-                    ));
-                }
+                PartialKind::RowLse => self.lse_decls(em, idx, part)?,
                 _ => {
                     em.stmt(Code::lit(format!("float {name}[Frag::RI];")), part.value);
                     em.line("#pragma unroll");
@@ -138,7 +132,7 @@ impl Gemm {
             None => None,
         };
         let every_col = self.spans_every_tile(&map);
-        let (lse_max, lse_sum, col_sums) = (format!("{name}_m"), format!("{name}_s"), format!("{name}_j"));
+        let col_sums = format!("{name}_j");
         for (slot, v) in vars.iter().enumerate() {
             let c = self.col(em, &map, slot);
             let cond = match every_col {
@@ -150,7 +144,8 @@ impl Gemm {
                 PartialKind::RowSumSq => (format!("if ({cond}) {name}[i] += {v} * {v};"), &[&name, "i"]),
                 PartialKind::RowMax => (format!("if ({cond}) {name}[i] = fmaxf({name}[i], {v});"), &[&name, "i"]),
                 PartialKind::RowLse => {
-                    (format!("if ({cond}) coda::lse_add({lse_max}[i], {lse_sum}[i], {v});"), &[&lse_max, &lse_sum, "i"])
+                    self.lse_accumulate(em, idx, part, &cond, v)?;
+                    continue;
                 }
                 PartialKind::RowPick => {
                     let ix = index.clone().unwrap_or_else(|| Code::lit("-1.0f"));
@@ -170,6 +165,7 @@ impl Gemm {
             let name = format!("part{idx}");
             match part.kind {
                 PartialKind::RowLse => {
+                    self.lse_merge_shares(em, idx)?;
                     let (bm, bs) = (em.buf_w(part.bufs[0]), em.buf_w(part.bufs[1]));
                     let text = format!("coda::row_reduce_lse(f, {name}_m, {name}_s, smem);");
                     em.stmt(
