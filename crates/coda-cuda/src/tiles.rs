@@ -6,7 +6,7 @@
 
 use crate::config::{self, TileConfig};
 use crate::kir::build::kernel_members;
-use crate::kir::{Buffer, Node, NodeId, Op, PartialKind, PartialOut, Space, Store};
+use crate::kir::{Buffer, Node, NodeId, Op, PartialOut, Space, Store};
 use crate::plan::{Home, KernelPlan, OperandPlan, Plan};
 use crate::CodegenOptions;
 use coda_ir::{Block, Dim, Inst, Value};
@@ -270,8 +270,9 @@ struct SubtileFit {
     /// (at most three, each into 16-bit buffers, none accumulated; a
     /// concatenation part shifted by a multiple of 8 columns, a store put
     /// back from pair order in groups of whole subtiles), and no per-tile
-    /// partials; or none, for an epilogue that stores nothing, reads no
-    /// tile and keeps only per-row partials (a loss over the logits).
+    /// partials: their buffers already have one column per tile of the
+    /// configuration chosen before the epilogue was built, so a GEMM that
+    /// keeps partials cannot change its tile width here.
     regions: Option<i64>,
     /// For an epilogue with a tile operand other than a tensor in pair
     /// layout read a quad per column pair: its bytes read and stored per
@@ -292,21 +293,17 @@ fn subtile_fit(epilogue: &Epilogue<'_>, depth: &Dim) -> SubtileFit {
             ref op => !op.operands().contains(&id),
         })
     };
+    if !partials.is_empty() || !stores.iter().all(plain) {
+        return SubtileFit { regions: None, traffic: None };
+    }
+    let values: BTreeSet<NodeId> = stores.iter().map(|s| s.node).collect();
+    let regions = i64::try_from(values.len()).ok().filter(|n| (1..=3).contains(n));
     let tile_loads: BTreeSet<(NodeId, usize)> = (nodes.iter().enumerate())
         .filter_map(|(id, n)| match n.op {
             Op::Load(buf) if n.space == Space::Tile => Some((id, buf)),
             _ => None,
         })
         .collect();
-    let per_row = |p: &PartialOut| p.kind != PartialKind::ColSum;
-    if stores.is_empty() && tile_loads.is_empty() && !partials.is_empty() && partials.iter().all(per_row) {
-        return SubtileFit { regions: Some(0), traffic: None };
-    }
-    if !partials.is_empty() || !stores.iter().all(plain) {
-        return SubtileFit { regions: None, traffic: None };
-    }
-    let values: BTreeSet<NodeId> = stores.iter().map(|s| s.node).collect();
-    let regions = i64::try_from(values.len()).ok().filter(|n| (1..=3).contains(n));
     if tile_loads.iter().all(|&(id, _)| read_as_quads(id)) {
         return SubtileFit { regions, traffic: None };
     }
