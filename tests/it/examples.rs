@@ -71,11 +71,11 @@ fn examples_compile_to_the_kernel_counts_in_their_headers() {
     });
 }
 
-/// The LM head's norm runs inside its GEMM (a row prelude) by default, and
-/// as a row kernel of its own with row preludes off; the GEMM's JSON entry
-/// says which.
+/// The LM head's loss keeps only per-row partials in its GEMM's epilogue,
+/// so the GEMM runs on ping-pong tiles, which take no row prelude: its norm
+/// is a row kernel of its own, whether or not row preludes are on.
 #[test]
-fn lm_head_norm_is_a_row_prelude_unless_turned_off() {
+fn lm_head_loss_runs_on_ping_pong_tiles_after_its_norm() {
     let checked = check_example(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/lm_head_ce.coda"));
     let count = |row_preludes: bool, kind: &str| {
         let mut options = coda::ExplainOptions::default();
@@ -83,8 +83,14 @@ fn lm_head_norm_is_a_row_prelude_unless_turned_off() {
         let json = coda::explain_json_with(&checked, &options);
         json["kernels"].as_array().map_or(0, |ks| ks.iter().filter(|k| k["kind"] == kind).count())
     };
-    assert_eq!((count(true, "gemm"), count(true, "reduction")), (1, 1));
+    assert_eq!((count(true, "gemm"), count(true, "reduction")), (1, 2));
     assert_eq!((count(false, "gemm"), count(false, "reduction")), (1, 2));
     let text = coda::explain_text(&checked);
-    assert!(text.contains("row prelude"), "the GEMM's summary names its row prelude:\n{text}");
+    assert!(text.contains("Sm90Cfg128x192pps tiles"), "the loss's GEMM on ping-pong tiles:\n{text}");
+    assert!(!text.contains("row prelude"), "no row prelude on ping-pong tiles:\n{text}");
+    // The same loss with the tile stored beside it keeps cooperative tiles
+    // and its norm as a row prelude.
+    let stored = check_example(&Path::new(env!("CARGO_MANIFEST_DIR")).join("cuda-cases/row_prelude.coda"));
+    let text = coda::explain_text(&stored);
+    assert!(text.contains("Sm90Cfg128x256 tiles; rows first (row prelude"), "stores keep cooperative tiles:\n{text}");
 }

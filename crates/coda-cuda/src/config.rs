@@ -393,7 +393,7 @@ pub fn for_shape(chosen: TileConfig, m: Option<i64>, n: Option<i64>, multiproces
 /// faster on, if any: a `Sm90Cfg128x256` GEMM whose epilogue needs
 /// `regions` regions (one per stored value, no partials, tile operands
 /// only as [`tile_operands_hide`] allows: see `tiles`) and whose constant `N` leaves
-/// at most 1% of a 192-column tile grid empty; `Sm90Cfg128x192pps` for one region,
+/// at most 1% of a 192-column tile grid empty; `Sm90Cfg128x192pps` for none or one region,
 /// `Sm90Cfg128x192pps2` for two or three (the third value is stored
 /// straight to global memory: the dSwiGLU backward that also stores the
 /// recomputed SwiGLU output, Llama-3 1B at M = 8192 on the H200, 0.668 ms
@@ -410,7 +410,11 @@ pub fn for_shape(chosen: TileConfig, m: Option<i64>, n: Option<i64>, multiproces
 /// pair, 1.796 against 1.835; but the 4096-column out-projection's bare
 /// GEMM, whose last column tile is a third full, 0.412 against 0.387, and
 /// the epilogues that read a residual (the down projection) 1.507 against
-/// 1.399.
+/// 1.399. An epilogue that stores no tile and keeps only per-row partials
+/// (`regions` 0) stages nothing, but its partials hide behind the other
+/// tile's K loop: the Llama-3 LM head's loss (log-sum-exp and target pick,
+/// 8192×128256×4096) 12.440 ms on `Sm90Cfg128x192pps` against 13.600 on
+/// `Sm90Cfg128x256`, on the H200.
 pub fn subtiles_pay(chosen: TileConfig, n: &Dim, regions: Option<i64>) -> Option<TileConfig> {
     let (_, bn, _) = TileConfig::Sm90Cfg128x192pps.tile();
     let little_waste = n.as_const().is_some_and(|n| n >= bn && (bn - n % bn) % bn * 100 <= n);
@@ -418,7 +422,7 @@ pub fn subtiles_pay(chosen: TileConfig, n: &Dim, regions: Option<i64>) -> Option
         return None;
     }
     match regions {
-        Some(1) => Some(TileConfig::Sm90Cfg128x192pps),
+        Some(0 | 1) => Some(TileConfig::Sm90Cfg128x192pps),
         Some(2 | 3) => Some(TileConfig::Sm90Cfg128x192pps2),
         _ => None,
     }
@@ -614,6 +618,8 @@ mod tests {
         assert_eq!(subtiles_pay(t, &Dim::constant(28672), None), None);
         assert_eq!(subtiles_pay(t, &Dim::constant(28672), Some(3)), Some(TileConfig::Sm90Cfg128x192pps2));
         assert_eq!(subtiles_pay(t, &Dim::constant(28672), Some(4)), None);
+        assert_eq!(subtiles_pay(t, &Dim::constant(128256), Some(0)), pps); // a loss: 668 whole tiles
+        assert_eq!(subtiles_pay(t, &Dim::constant(1000), Some(0)), None); // 5.2 tiles: 15% empty
         assert_eq!(subtiles_pay(t, &Dim::symbol("N"), Some(1)), None);
         assert_eq!(subtiles_pay(TileConfig::Sm90Cfg128x128, &Dim::constant(28672), Some(1)), None);
         let pps2 = TileConfig::Sm90Cfg128x192pps2;

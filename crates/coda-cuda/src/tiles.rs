@@ -167,6 +167,14 @@ impl Chooser<'_> {
                 }
                 None => chosen,
             };
+            // A loss over the logits hides behind the other tile's K loop;
+            // chosen here, before its partial buffers are sized per tile.
+            let chosen = match chosen {
+                TileConfig::Sm90Cfg128x256 if self.keeps_only_row_partials(k) => {
+                    config::subtiles_pay(chosen, &shape.cols, Some(0)).unwrap_or(chosen)
+                }
+                c => c,
+            };
             let widths = self.head_widths(k);
             let holds = |c: &TileConfig| widths.iter().all(|w| c.holds_heads(*w));
             let fits = |c: &TileConfig| chosen.alternatives().contains(c) && holds(c);
@@ -186,6 +194,75 @@ impl Chooser<'_> {
             tiles.configs.insert(k, chosen);
         }
         tiles
+    }
+
+    /// Whether GEMM `k`'s epilogue stores nothing, reads no tile operand
+    /// and keeps per-row partials only (a loss over the logits).
+    fn keeps_only_row_partials(&self, k: usize) -> bool {
+        let home = |v: &Value| &self.plan.homes[self.c(*v).index()];
+        let members = self.members(k);
+        let row_partials = members.iter().any(|v| matches!(home(v), Home::RowPartial(x, _) if *x == k));
+        let col_partials = members.iter().any(|v| matches!(home(v), Home::ColPartial(x) if *x == k));
+        let stores = self.plan.mats.values().any(|x| *x == k)
+            || self.plan.output_kernels.contains(&k)
+            || self.plan.joined.values().any(|joined| joined.kernel == k)
+            || self.read_elsewhere(k);
+        row_partials && !col_partials && !stores && !self.reads_tiles(k)
+    }
+
+    /// Whether another kernel reads a register value of GEMM `k` (which
+    /// `k` then stores), directly or through values it recomputes.
+    fn read_elsewhere(&self, k: usize) -> bool {
+        let outside = |home: &Home| home.kernel().is_some_and(|x| x != k);
+        let mut stack: Vec<Value> = (self.plan.homes.iter().enumerate())
+            .filter(|(i, home)| self.plan.canon[*i].index() == *i && outside(home))
+            .flat_map(|(i, _)| self.block.inst(Value::from_index(i)).operands())
+            .collect();
+        let mut seen = BTreeSet::new();
+        while let Some(v) = stack.pop() {
+            let v = self.c(v);
+            if !seen.insert(v) {
+                continue;
+            }
+            match self.plan.homes[v.index()] {
+                Home::Acc(x) if x == k => return true,
+                Home::Inline => stack.extend(self.block.inst(v).operands()),
+                _ => {}
+            }
+        }
+        false
+    }
+
+    /// Whether GEMM `k`'s epilogue reads a tensor of more than one row and
+    /// column from memory (not the matmul's operands).
+    fn reads_tiles(&self, k: usize) -> bool {
+        let in_epilogue = |v: &Value| match self.plan.homes[v.index()] {
+            Home::Acc(x) | Home::RowPartial(x, _) | Home::ColPartial(x) => x == k,
+            _ => false,
+        };
+        let mut stack: Vec<Value> = (self.members(k).iter().copied())
+            .filter(in_epilogue)
+            .filter(|v| !matches!(self.block.inst(*v), Inst::MatMul { .. }))
+            .flat_map(|v| self.block.inst(v).operands())
+            .collect();
+        let mut seen = BTreeSet::new();
+        while let Some(v) = stack.pop() {
+            let v = self.c(v);
+            if !seen.insert(v) || in_epilogue(&v) {
+                continue;
+            }
+            match &self.plan.homes[v.index()] {
+                Home::Inline => stack.extend(self.block.inst(v).operands()),
+                Home::Dead => {}
+                _ => {
+                    let shape = &self.block.ty(v).shape;
+                    if !shape.rows.is_one() && !shape.cols.is_one() {
+                        return true;
+                    }
+                }
+            }
+        }
+        false
     }
 
     /// The head widths of the per-head reductions in GEMM `k`'s epilogue.
@@ -272,7 +349,8 @@ struct SubtileFit {
     /// back from pair order in groups of whole subtiles), and no per-tile
     /// partials: their buffers already have one column per tile of the
     /// configuration chosen before the epilogue was built, so a GEMM that
-    /// keeps partials cannot change its tile width here.
+    /// keeps partials cannot change its tile width here (a loss over the
+    /// logits takes ping-pong tiles in [`choose`] instead).
     regions: Option<i64>,
     /// For an epilogue with a tile operand other than a tensor in pair
     /// layout read a quad per column pair: its bytes read and stored per

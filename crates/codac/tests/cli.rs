@@ -69,10 +69,12 @@ fn explain_json_has_blocks_and_values() {
     assert_eq!(kernels.iter().filter(|k| k["kind"] == "gemm").count(), 1, "{kernels:?}");
     assert!(kernels.iter().all(|k| k["name"].is_string() && k["inputs"].is_array() && k["outputs"].is_array()));
     // The LM-head GEMM's epilogue reduces the logits: unfused, the block
-    // stores them and moves more bytes; other kernels have no entry.
+    // stores them and moves more bytes (in as few kernels: the bare GEMM
+    // takes cooperative tiles and its norm as a row prelude); other kernels
+    // have no entry.
     let gemm = kernels.iter().find(|k| k["kind"] == "gemm").cloned().unwrap_or_default();
     let unfused = &gemm["unfused_alternative"];
-    assert!(unfused["kernels"].as_u64() >= Some(kernels.len() as u64), "{gemm}");
+    assert!(unfused["kernels"].as_u64() >= Some(2), "{gemm}");
     assert!(unfused["bytes_moved"].as_u64() > block["bytes_moved"].as_u64(), "{gemm} {block}");
     assert!(kernels.iter().filter(|k| k["kind"] != "gemm").all(|k| k["unfused_alternative"].is_null()));
 }

@@ -162,7 +162,8 @@ impl Gemm {
         (identity, combine): (&str, fn(&str, &str) -> String),
         (at, array): (&str, &str),
     ) -> Result<Vec<String>, CodegenError> {
-        let arg_map = em.kernel.nodes[arg].reg.clone().ok_or_else(|| em.internal("combined operand off the registers"))?;
+        let arg_map =
+            em.kernel.nodes[arg].reg.clone().ok_or_else(|| em.internal("combined operand off the registers"))?;
         self.open_pass(em, false);
         for x in Self::operand_closure(em, arg) {
             self.register(em, x)?;
@@ -185,7 +186,8 @@ impl Gemm {
         let (body, reads_m, reads_n) = self.close_pass(em);
 
         let pad = |n: usize| "    ".repeat(n);
-        let mut lines = vec![format!("{}#pragma unroll", pad(2)), format!("{}for (int j = 0; j < Frag::CJ; ++j) {{", pad(2))];
+        let mut lines =
+            vec![format!("{}#pragma unroll", pad(2)), format!("{}for (int j = 0; j < Frag::CJ; ++j) {{", pad(2))];
         if reads_n {
             lines.push(format!("{}const int n = f.col(j);", pad(3)));
         }

@@ -112,7 +112,8 @@ impl Gemm {
         let name = format!("part{idx}");
         let (share, shift) = match self.lse_shift(em, idx)? {
             LseShift::Head { node, width } => {
-                let map = em.kernel.nodes[node].reg.clone().ok_or_else(|| em.internal("head shift off the registers"))?;
+                let map =
+                    em.kernel.nodes[node].reg.clone().ok_or_else(|| em.internal("head shift off the registers"))?;
                 let shift = self.head_value(node, &map).ok_or_else(|| em.internal("head shift not computed"))?;
                 (format!("{name}_g[i][(j * 8) / {width}]"), shift)
             }
