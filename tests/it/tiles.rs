@@ -145,6 +145,29 @@ fn the_rules_give_staged_subtiles_to_light_epilogues() {
     assert!(!src.contains("coda::staged_put_finish<"), "subtiles are stored in the loop");
 }
 
+/// A GEMM whose epilogue stores nothing and keeps only per-row partials (the
+/// LM head's loss) takes ping-pong tiles, chosen before its partial
+/// buffers are sized; one whose register value another kernel reads
+/// (Gemma-2's out-projection at 1000 tokens: the next norm's row kernel
+/// reads its sum beside the sum-of-squares partials) keeps the cooperative
+/// tiles.
+#[test]
+fn the_rules_give_ping_pong_tiles_to_a_loss_that_stores_nothing() {
+    use coda::cuda::config::LaunchHint;
+    let configs = |file: &str, m: i64| -> std::collections::BTreeMap<String, String> {
+        let checked = views(file).into_iter().next().unwrap_or_else(|| panic!("{file}: no forward view"));
+        let mut options = coda::CompileOptions::default();
+        options.codegen.launch = Some(LaunchHint { dims: [("M".to_string(), m)].into(), multiprocessors: 132 });
+        let compiled = coda::compile(&checked, &options).unwrap_or_else(|e| panic!("{file}: {e}"));
+        gemms(&compiled).into_iter().map(|(file, config, _, _)| (file, config)).collect()
+    };
+    for m in [333, 1000, 8192] {
+        assert_eq!(configs("examples/lm_head_ce.coda", m)["lm_head_ce_gemm_logits.cu"], PPS.name(), "M = {m}");
+    }
+    let gemma = configs("examples/gemma2_layer.coda", 1000);
+    assert_eq!(gemma["gemma2_layer_gemm_attn_w_o.cu"], "Sm90Cfg128x256", "a stored value beside row partials");
+}
+
 /// With two regions, a residual's subtile is copied into region 0 at each
 /// subtile's first column pair and read there, the second output (the
 /// scratch store) written over it and the staged store beside it; nothing
