@@ -199,10 +199,10 @@ impl Chooser<'_> {
     /// Whether GEMM `k`'s epilogue stores nothing, reads no tile operand
     /// and keeps per-row partials only (a loss over the logits).
     fn keeps_only_row_partials(&self, k: usize) -> bool {
-        let home = |v: &Value| &self.plan.homes[self.c(*v).index()];
-        let members = self.members(k);
-        let row_partials = members.iter().any(|v| matches!(home(v), Home::RowPartial(x, _) if *x == k));
-        let col_partials = members.iter().any(|v| matches!(home(v), Home::ColPartial(x) if *x == k));
+        // Every member's home is in kernel `k`.
+        let homes = || self.members(k).iter().map(|v| &self.plan.homes[v.index()]);
+        let row_partials = homes().any(|home| matches!(home, Home::RowPartial(..)));
+        let col_partials = homes().any(|home| matches!(home, Home::ColPartial(_)));
         let stores = self.plan.mats.values().any(|x| *x == k)
             || self.plan.output_kernels.contains(&k)
             || self.plan.joined.values().any(|joined| joined.kernel == k)
