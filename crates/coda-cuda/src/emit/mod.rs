@@ -20,7 +20,7 @@ mod rowk;
 
 use crate::config::Mainloop;
 use crate::error::CodegenError;
-use crate::kir::{BlockIr, Kernel, KernelKind, Layout, PartialKind};
+use crate::kir::{BlockIr, Kernel, KernelKind, Layout, PartialKind, CTA_THREADS};
 use crate::manifest::{BlockManifest, BufferSpec, KernelSpec, StructSpec, TensorMapSpec};
 use crate::symexpr::SymExpr;
 use crate::KernelSource;
@@ -133,18 +133,18 @@ fn emit_kernel(
             };
             (code, launch)
         }
-        KernelKind::Row { threads_per_row: 1, .. } => {
-            let code = rowk::emit_row_columns(&mut em, &entry)?;
+        KernelKind::Row { threads_per_row: 1, threads, .. } => {
+            let code = rowk::emit_row_columns(&mut em, &entry, *threads)?;
             let width =
                 rowk::store_width(&em).ok_or_else(|| em.internal("a column-parallel row kernel without columns"))?;
-            let grid = SymExpr::from(&width).ceil_div(i64::from(rowk::THREADS));
-            (code, simple_launch(&em, "row", grid))
+            let grid = SymExpr::from(&width).ceil_div(i64::from(*threads));
+            (code, Launch { threads: *threads, ..simple_launch(&em, "row", grid) })
         }
-        KernelKind::Row { rows, threads_per_row, grid } => {
-            let code = rowk::emit_row(&mut em, rows, *threads_per_row, grid.as_ref(), &entry)?;
-            let rows_per_cta = i64::from(rowk::THREADS / threads_per_row);
+        KernelKind::Row { rows, threads_per_row, threads, grid } => {
+            let code = rowk::emit_row(&mut em, rows, (*threads_per_row, *threads), grid.as_ref(), &entry)?;
+            let rows_per_cta = i64::from(threads / threads_per_row);
             let grid = SymExpr::from(rows).ceil_div(rows_per_cta);
-            (code, simple_launch(&em, "row", grid))
+            (code, Launch { threads: *threads, ..simple_launch(&em, "row", grid) })
         }
         KernelKind::Col { cols } => {
             let code = rowk::emit_col(&mut em, &entry)?;
@@ -213,7 +213,7 @@ fn simple_launch(em: &Emitter<'_>, kind: &'static str, grid: SymExpr) -> Launch 
         kind,
         config: None,
         grid,
-        threads: rowk::THREADS,
+        threads: CTA_THREADS,
         smem: 0,
         persistent: false,
         tensor_maps: Vec::new(),
@@ -377,12 +377,13 @@ fn summary(ir: &BlockIr, kernel: &Kernel, block: &Block) -> String {
                 g.config.name()
             )
         }
-        KernelKind::Row { rows, threads_per_row, grid } => {
+        KernelKind::Row { rows, threads_per_row, threads, grid } => {
             let grid = grid.as_ref().map_or(String::new(), |g| grid_summary(kernel, block, g));
             match *threads_per_row {
                 1 => format!("one row, one thread per column; {outputs}"),
-                rowk::THREADS => format!("one CTA per row of {}; {outputs}{grid}", dim_text(rows)),
-                _ => format!("one warp per row of {}; {outputs}{grid}", dim_text(rows)),
+                32 => format!("one warp per row of {}; {outputs}{grid}", dim_text(rows)),
+                _ if *threads == CTA_THREADS => format!("one CTA per row of {}; {outputs}{grid}", dim_text(rows)),
+                _ => format!("one CTA of {threads} threads per row of {}; {outputs}{grid}", dim_text(rows)),
             }
         }
         KernelKind::Col { cols } => {

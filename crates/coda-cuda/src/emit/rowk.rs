@@ -1,8 +1,9 @@
 //! Row kernels and column-reduction kernels.
 //!
-//! A row kernel runs 256 threads per row (one CTA per row, threads striding
-//! over columns) or, when it stores only per-row values, a warp per row
-//! (8 rows per CTA).
+//! A row kernel runs a CTA per row (256 threads, or the count that
+//! `kir::row_cta_threads` balances its columns with, striding over
+//! columns) or, when it stores only per-row values, a warp per row (8 rows
+//! per CTA of 256).
 //! Per-row values (whole-row reductions, finished partials and what depends
 //! on them) are computed first, identical in every thread; then each stored
 //! tile is written by a column loop. A row kernel with grid reductions
@@ -21,9 +22,6 @@ use crate::error::CodegenError;
 use crate::kir::{BufId, GridSpec, Op, Space, Store};
 use coda_ir::{Dim, ReduceOp};
 
-/// Threads per CTA of row kernels.
-pub(crate) const THREADS: u32 = crate::kir::CTA_THREADS;
-
 /// Columns per CTA of a column-reduction kernel: one per lane of a warp, so
 /// that a warp's load is one contiguous row segment (a CTA per column, its
 /// threads striding over rows, reads a 32-byte sector per element).
@@ -39,16 +37,16 @@ pub(crate) const COL_THREADS: u32 = 1024;
 pub(crate) fn emit_row(
     em: &mut Emitter<'_>,
     rows: &Dim,
-    tpr: u32,
+    (tpr, threads): (u32, u32),
     grid: Option<&GridSpec>,
     entry: &str,
 ) -> Result<String, CodegenError> {
     // With grid reductions, the warp-per-row body sits inside `if (m < rows)`
     // (no early return: every thread reaches the CTA barriers after it).
-    let guarded = grid.is_some() && tpr < THREADS;
+    let guarded = grid.is_some() && tpr < threads;
     em.set_indent(if guarded { 2 } else { 1 });
     let tail = em.kernel.tail_nodes();
-    if tpr == THREADS && row_streams(em) <= UNROLLED_STREAMS {
+    if whole_cta(tpr) && row_streams(em) <= UNROLLED_STREAMS {
         em.unroll_columns = Some(4);
     }
     let body = row_body(em, tpr, grid, &tail);
@@ -59,9 +57,9 @@ pub(crate) fn emit_row(
         let slots = g.parts.len() as u32 * g.rows_per_cta;
         em.line(format!("__shared__ float gred[{slots}];  // [grid reduction][row of the CTA]"));
     }
-    if tpr < THREADS {
+    if tpr < threads {
         let rows_expr = em.dim_int(rows);
-        em.line(format!("const int m = (int)blockIdx.x * {} + (int)threadIdx.x / {tpr};", THREADS / tpr));
+        em.line(format!("const int m = (int)blockIdx.x * {} + (int)threadIdx.x / {tpr};", threads / tpr));
         if guarded {
             em.line(format!("if (m < {rows_expr}) {{"));
             em.extend(body);
@@ -77,18 +75,18 @@ pub(crate) fn emit_row(
         em.extend(body);
     }
     if let Some(g) = grid {
-        grid_tail(em, rows, g, &tail)?;
+        grid_tail(em, rows, (g, threads), &tail)?;
     }
-    Ok(wrap(em, entry, THREADS))
+    Ok(wrap(em, entry, threads))
 }
 
 /// A one-row kernel whose columns are independent (`threads_per_row == 1`,
 /// see `kir::KernelKind::Row`): thread `k` of the grid computes column `k`
 /// of every column store at least `k + 1` wide; per-row values are
 /// computed by every thread and stored by the grid's first thread.
-pub(crate) fn emit_row_columns(em: &mut Emitter<'_>, entry: &str) -> Result<String, CodegenError> {
+pub(crate) fn emit_row_columns(em: &mut Emitter<'_>, entry: &str, threads: u32) -> Result<String, CodegenError> {
     em.set_indent(1);
-    em.line(format!("const int k = (int)blockIdx.x * {THREADS} + (int)threadIdx.x;"));
+    em.line(format!("const int k = (int)blockIdx.x * {threads} + (int)threadIdx.x;"));
     for (id, node) in em.kernel.nodes.clone().iter().enumerate() {
         if node.reg.is_none() && matches!(node.space, Space::Scalar | Space::Row) {
             em.eval(id, "0", "0")?;
@@ -111,7 +109,7 @@ pub(crate) fn emit_row_columns(em: &mut Emitter<'_>, entry: &str) -> Result<Stri
         }
         em.close();
     }
-    Ok(wrap(em, entry, THREADS))
+    Ok(wrap(em, entry, threads))
 }
 
 /// The columns a column-parallel one-row kernel covers: the width of its
@@ -188,11 +186,11 @@ fn row_body(
         if tail[id] || node.reg.is_some() {
             continue;
         }
-        if tpr == THREADS {
+        if whole_cta(tpr) {
             match &node.op {
                 Op::GroupReduce { groups, cols, .. } if !em.group_arrays.contains_key(&id) => {
                     let batch = group_batch(em, id, tail);
-                    stage_group_reductions(em, &batch, *groups, cols)?
+                    stage_group_reductions(em, &batch, (*groups, cols), tpr)?
                 }
                 Op::TopK { arg, count, indices, width } => stage_top_k(em, id, node, (*arg, *count, *indices), width)?,
                 _ => {}
@@ -223,9 +221,9 @@ fn row_body(
             em.k_range = piece;
             let bounds = piece.or_else(|| w.as_const().map(|hi| (0, hi)));
             let streams = row_streams(em);
-            let width = bounds.and_then(|(lo, hi)| chunk_width(lo, hi, tpr, streams)).filter(|_| tpr == THREADS);
+            let width = bounds.and_then(|(lo, hi)| chunk_width(lo, hi, tpr, streams)).filter(|_| whole_cta(tpr));
             if let Some(width) = width {
-                chunked_store_loop(em, &same_width, (&start, &end), width)?;
+                chunked_store_loop(em, &same_width, (&start, &end), (tpr, width))?;
             } else {
                 em.open_column_loop(format!("for (int k = {start}cg::lane<{tpr}>(); k < {end}; k += {tpr})"));
                 for s in &same_width {
@@ -252,8 +250,8 @@ fn row_body(
 fn stage_group_reductions(
     em: &mut Emitter<'_>,
     batch: &[GroupMember],
-    groups: coda_ir::ColGroups,
-    cols: &Dim,
+    (groups, cols): (coda_ir::ColGroups, &Dim),
+    threads: u32,
 ) -> Result<(), CodegenError> {
     let Some(count) = groups.count(cols).ok().and_then(|c| c.as_const()) else { return Ok(()) };
     let arrays: Vec<String> =
@@ -261,7 +259,7 @@ fn stage_group_reductions(
     for array in &arrays {
         em.line(format!("__shared__ float {array}[{count}];"));
     }
-    em.open(format!("for (int g = (int)threadIdx.x / 32; g < {count}; g += {})", THREADS / 32));
+    em.open(format!("for (int g = (int)threadIdx.x / 32; g < {count}; g += {})", threads / 32));
     em.coop = 32;
     let values = em.group_reductions(batch, groups, cols, "m", "g");
     em.coop = 1;
@@ -371,10 +369,10 @@ fn chunked_store_loop(
     em: &mut Emitter<'_>,
     stores: &[&Store],
     bounds: (&str, &str),
-    width: i64,
+    (tpr, width): (u32, i64),
 ) -> Result<(), CodegenError> {
     let arrays: Vec<String> = stores.iter().map(|s| em.local_for(em.kernel.nodes[s.node].value) + "_o").collect();
-    let chunks = em.open_chunks("k", bounds, (THREADS, width), &arrays);
+    let chunks = em.open_chunks("k", bounds, (tpr, width), &arrays);
     for (s, array) in stores.iter().zip(&arrays) {
         let v = stored_value(em, s, "m", "k")?;
         let elem = &chunks.elem;
@@ -480,7 +478,12 @@ fn grid_row_values(em: &mut Emitter<'_>, g: &GridSpec, tpr: u32) -> Result<(), C
 /// The end of a row kernel with grid reductions: the CTA's partials, the
 /// ticket, and in the last CTA the reductions of the partials, the tail
 /// nodes, the tail stores and the counter reset.
-fn grid_tail(em: &mut Emitter<'_>, rows: &Dim, g: &GridSpec, tail: &[bool]) -> Result<(), CodegenError> {
+fn grid_tail(
+    em: &mut Emitter<'_>,
+    rows: &Dim,
+    (g, threads): (&GridSpec, u32),
+    tail: &[bool],
+) -> Result<(), CodegenError> {
     let r = g.rows_per_cta;
     em.line("__syncthreads();");
     let n = if r == 1 {
@@ -500,13 +503,13 @@ fn grid_tail(em: &mut Emitter<'_>, rows: &Dim, g: &GridSpec, tail: &[bool]) -> R
     em.close();
     let counter = em.buf_w(g.counter);
     em.line(format!("if (!cg::grid_last({counter})) return;"));
-    em.coop = THREADS;
+    em.coop = threads;
     for (node, buf) in &g.parts {
         let (value, f) = grid_op(em, *node, "grid_sum", "grid_max")?;
         let b = em.buf(*buf);
         let name = em.local_for(value);
-        let red = em.reduction_scratch(THREADS);
-        let red = Code::lit(format!("cg::{f}<{THREADS}>({b}, {b}_rows, {red})")).reading(&[red]);
+        let red = em.reduction_scratch(threads);
+        let red = Code::lit(format!("cg::{f}<{threads}>({b}, {b}_rows, {red})")).reading(&[red]);
         em.define("float", &name, red, Some(value));
         em.bind(*node, "0", "0", Code::local(name));
     }
@@ -596,6 +599,11 @@ fn store_with(em: &mut Emitter<'_>, s: &Store, (m, k): (&str, &str), v: &Code, (
     let access = em.access(s.buf, &Code::index(m), &k, true);
     let f = if s.accumulate { acc } else { plain };
     Code::of(format!("cg::{f}({access}, {v});"), [&access, v])
+}
+
+/// Whether `tpr` threads per row are a whole CTA (not a warp or a thread).
+pub(crate) fn whole_cta(tpr: u32) -> bool {
+    tpr > 32
 }
 
 /// The row index of a column store in a row kernel: `0` for a per-column

@@ -64,7 +64,7 @@ impl Emitter<'_> {
         // A whole-row reduction of a CTA-per-row kernel runs in chunks; it
         // streams few tensors: chunked as if one.
         let chunk_width = extent.as_const().and_then(|w| chunk::chunk_width(0, w, tpr, 1));
-        let chunk_width = chunk_width.filter(|_| row && tpr == crate::kir::CTA_THREADS && self.chunk.is_none());
+        let chunk_width = chunk_width.filter(|_| row && super::super::rowk::whole_cta(tpr) && self.chunk.is_none());
         let extent = self.dim_int(extent);
         self.stmt(Code::lit(accumulator(op, &name)), value);
         let i = self.locals.fresh(if row { "kk" } else { "mm" });
