@@ -193,6 +193,15 @@ fn row_body(
                     stage_group_reductions(em, &batch, (*groups, cols), tpr)?
                 }
                 Op::TopK { arg, count, indices, width } => stage_top_k(em, id, node, (*arg, *count, *indices), width)?,
+                Op::RowReduce { width, .. } if !em.is_bound(id, "m", "0") => {
+                    let (batch, first_needed) = row_batch(em, id, tail);
+                    for n in first_needed {
+                        em.eval(n, "m", "0")?;
+                    }
+                    // A lone reduction streams few tensors: chunked as if one.
+                    let streams = if batch.len() > 1 { batch_streams(em, &batch) } else { 1 };
+                    em.row_reductions(&batch, width, ("m", streams))?;
+                }
                 _ => {}
             }
             em.coop = tpr;
@@ -316,6 +325,80 @@ fn group_batch(em: &Emitter<'_>, first: usize, tail: &[bool]) -> Vec<GroupMember
         }
     }
     batch
+}
+
+/// The whole-row reductions evaluated with node `first` in one pass over
+/// the row: `first` and every later one over the same columns whose
+/// operand reads no reduction that is not yet evaluated, with the per-row
+/// values their operands read that are not yet computed (to evaluate
+/// before the pass, in node order). A row kernel of several norms then
+/// reads its row once per layer of dependent statistics instead of once
+/// per statistic: Gemma-2's backward recomputes four RMSNorm statistics,
+/// two of them (of the two GEMM outputs) independent of the others.
+fn row_batch(em: &Emitter<'_>, first: usize, tail: &[bool]) -> (Vec<GroupMember>, Vec<usize>) {
+    let nodes = &em.kernel.nodes;
+    let Op::RowReduce { op, arg, width } = &nodes[first].op else { return (Vec::new(), Vec::new()) };
+    let mut batch = vec![GroupMember { node: first, op: *op, arg: *arg }];
+    let mut needed = std::collections::BTreeSet::new();
+    for (id, node) in nodes.iter().enumerate().skip(first + 1) {
+        let Op::RowReduce { op, arg, width: w } = &node.op else { continue };
+        if w != width || tail[id] || node.reg.is_some() || em.is_bound(id, "m", "0") {
+            continue;
+        }
+        if let Some(rows) = computable_in_pass(em, *arg, tail) {
+            needed.extend(rows);
+            batch.push(GroupMember { node: id, op: *op, arg: *arg });
+        }
+    }
+    (batch, needed.into_iter().collect())
+}
+
+/// The loads a pass of `batch` makes per column: its operands' tile loads
+/// and the rotary partners' second loads. Six reductions of OLMo-2's
+/// backward share one pass over nine of them; in chunks of 8 (72 floats)
+/// ptxas gave it 114 registers, so the chunks follow the loads' count.
+fn batch_streams(em: &Emitter<'_>, batch: &[GroupMember]) -> usize {
+    let nodes = &em.kernel.nodes;
+    let mut stack: Vec<usize> = batch.iter().map(|x| x.arg).collect();
+    let (mut seen, mut streams) = (std::collections::BTreeSet::new(), 0);
+    while let Some(n) = stack.pop() {
+        if !seen.insert(n) {
+            continue;
+        }
+        match nodes[n].op {
+            Op::Load(_) if nodes[n].space == Space::Tile => streams += 1,
+            Op::RopePartner(..) => streams += 1,
+            _ => {}
+        }
+        stack.extend(nodes[n].op.operands());
+    }
+    streams
+}
+
+/// The per-row values not yet computed that operand `arg` reads, if it
+/// reads no reduction that is not yet evaluated (nor a tail value).
+fn computable_in_pass(em: &Emitter<'_>, arg: usize, tail: &[bool]) -> Option<Vec<usize>> {
+    let nodes = &em.kernel.nodes;
+    let (mut stack, mut seen, mut rows) = (vec![arg], std::collections::BTreeSet::new(), Vec::new());
+    while let Some(n) = stack.pop() {
+        if !seen.insert(n) || em.is_bound(n, "m", "0") {
+            continue;
+        }
+        // A staged per-head statistic or top k is read from its arrays.
+        match nodes[n].op {
+            Op::RowReduce { .. } | Op::GridReduce { .. } => return None,
+            Op::GroupReduce { .. } if em.group_arrays.contains_key(&n) => continue,
+            Op::TopK { .. } if em.top_nodes.contains_key(&n) => continue,
+            Op::GroupReduce { .. } | Op::TopK { .. } => return None,
+            _ if tail[n] => return None,
+            _ => {}
+        }
+        if matches!(nodes[n].space, Space::Scalar | Space::Row) {
+            rows.push(n);
+        }
+        stack.extend(nodes[n].op.operands());
+    }
+    Some(rows)
 }
 
 /// Chooses a row's top k in a CTA-per-row kernel once: the first warp

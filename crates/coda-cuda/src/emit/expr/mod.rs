@@ -262,6 +262,11 @@ impl<'a> Emitter<'a> {
         (node, m, k)
     }
 
+    /// Whether node `node` has a value at row `m`, column `k` in scope.
+    pub(crate) fn is_bound(&self, node: NodeId, m: &str, k: &str) -> bool {
+        self.lookup(&self.key(node, m, k)).is_some()
+    }
+
     fn lookup(&self, key: &Key) -> Option<Code> {
         self.scopes.iter().rev().find_map(|s| s.get(key).cloned())
     }

@@ -57,16 +57,43 @@ impl Emitter<'_> {
         at: &str,
         row: bool,
     ) -> Result<Code, CodegenError> {
-        let value = self.kernel.nodes[node].value;
+        // A lone whole-row reduction streams few tensors: chunked as if one.
+        let mut values = self.reductions(&[GroupMember { node, op, arg }], extent, (at, 1), row)?;
+        values.pop().ok_or_else(|| self.internal("a reduction without a value"))
+    }
+
+    /// Whole-row reductions of `members` at row `m`, all over the same
+    /// `extent` columns, in one pass over the row: every member accumulates
+    /// in the same loop (their loads shared), then each combines in a fixed
+    /// order. Every member's operand must be computable inside that loop:
+    /// the per-row values it reads are evaluated already. The loop's chunks
+    /// hold `streams` loads each ([`chunk::chunk_width`]).
+    pub(crate) fn row_reductions(
+        &mut self,
+        members: &[GroupMember],
+        extent: &Dim,
+        (m, streams): (&str, usize),
+    ) -> Result<Vec<Code>, CodegenError> {
+        self.reductions(members, extent, (m, streams), true)
+    }
+
+    fn reductions(
+        &mut self,
+        members: &[GroupMember],
+        extent: &Dim,
+        (at, streams): (&str, usize),
+        row: bool,
+    ) -> Result<Vec<Code>, CodegenError> {
         let tpr = self.coop;
         let red = self.reduction_scratch(tpr);
-        let name = self.local_for(value);
-        // A whole-row reduction of a CTA-per-row kernel runs in chunks; it
-        // streams few tensors: chunked as if one.
-        let chunk_width = extent.as_const().and_then(|w| chunk::chunk_width(0, w, tpr, 1));
+        let names: Vec<String> = members.iter().map(|x| self.local_for(self.kernel.nodes[x.node].value)).collect();
+        // A whole-row reduction of a CTA-per-row kernel runs in chunks.
+        let chunk_width = extent.as_const().and_then(|w| chunk::chunk_width(0, w, tpr, streams));
         let chunk_width = chunk_width.filter(|_| row && super::super::rowk::whole_cta(tpr) && self.chunk.is_none());
         let extent = self.dim_int(extent);
-        self.stmt(Code::lit(accumulator(op, &name)), value);
+        for (x, name) in members.iter().zip(&names) {
+            self.stmt(Code::lit(accumulator(x.op, name)), self.kernel.nodes[x.node].value);
+        }
         let i = self.locals.fresh(if row { "kk" } else { "mm" });
         // A reduction inside a chunked loop's elements runs plain.
         let outer_chunk = self.chunk.take();
@@ -86,9 +113,11 @@ impl Emitter<'_> {
             }
         }
         let saved = std::mem::replace(&mut self.coop, 1);
-        let x = if row { self.eval(arg, at, &i)? } else { self.eval(arg, &i, at)? };
+        for (x, name) in members.iter().zip(&names) {
+            let v = if row { self.eval(x.arg, at, &i)? } else { self.eval(x.arg, &i, at)? };
+            self.line_of(accumulate(x.op, name, &v));
+        }
         self.coop = saved;
-        self.line_of(accumulate(op, &name, &x));
         if chunk_width.is_some() {
             self.close_chunk_elements();
         }
@@ -98,17 +127,22 @@ impl Emitter<'_> {
             true => ("tile_col", tpr / 32),
             false => ("block", tpr),
         };
-        let finish = self.combine(op, &name, combine, red);
-        self.define("float", &name, finish, Some(value));
         let (m, k) = if row { (at.to_string(), "0".to_string()) } else { ("0".to_string(), at.to_string()) };
-        self.bind(node, &m, &k, Code::local(&name));
-        Ok(Code::local(name))
+        let mut out = Vec::with_capacity(members.len());
+        for (x, name) in members.iter().zip(names) {
+            let finish = self.combine(x.op, &name, combine, red);
+            self.define("float", &name, finish, Some(self.kernel.nodes[x.node].value));
+            self.bind(x.node, &m, &k, Code::local(&name));
+            out.push(Code::local(name));
+        }
+        Ok(out)
     }
 }
 
-/// One per-head reduction of [`Emitter::group_reductions`].
+/// One reduction of a batch that shares a pass over its columns
+/// ([`Emitter::group_reductions`], [`Emitter::row_reductions`]).
 pub(crate) struct GroupMember {
-    /// The [`crate::kir::Op::GroupReduce`] node.
+    /// The [`crate::kir::Op::GroupReduce`] or [`crate::kir::Op::RowReduce`] node.
     pub(crate) node: NodeId,
     /// Its reduction.
     pub(crate) op: ReduceOp,
