@@ -16,6 +16,7 @@ mod gemm;
 mod names;
 mod ops;
 mod params;
+mod row_passes;
 mod rowk;
 
 use crate::config::Mainloop;
