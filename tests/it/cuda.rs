@@ -447,3 +447,23 @@ fn known_dimensions_pick_tiles_by_the_tile_count_model() {
     let expected = ["Sm90Cfg128x256", "Sm90Cfg128x192pps", "Sm90Cfg128x256", "Sm90Cfg128x128"];
     assert_eq!(small, expected.map(|c| Some(c.to_string())));
 }
+
+/// A CTA-per-row kernel reads its row once per layer of dependent
+/// statistics (`emit/row_passes.rs`): Gemma-2's backward recomputes four
+/// RMSNorm statistics in `row_hn`, those of its two GEMM outputs in one
+/// pass and those of the two residual streams they give in a second. Its
+/// 2304 columns run on 288 threads, one chunk of 8 each
+/// (`kir::row_cta_threads`).
+#[test]
+fn gemma2_backward_reads_its_rows_once_per_layer_of_statistics() {
+    let path = workspace().join("examples/gemma2_layer.coda");
+    let text = std::fs::read_to_string(&path).expect("example");
+    let checked = coda::check("gemma2_layer.coda", &text).expect("checks");
+    let backward = coda::grad_view(&checked).expect("differentiates");
+    let compiled = coda::compile(&backward, &coda::CompileOptions::default()).expect("compiles");
+    let source = compiled.source("gemma2_layer_grad_row_hn.cu").expect("row_hn");
+    let body = source.split("__launch_bounds__(288)").nth(1).expect("288 threads per row");
+    let loops: Vec<&str> = body.split("for (int kv").skip(1).collect();
+    let passes: Vec<usize> = loops.iter().map(|l| l.matches("_acc += ").count()).filter(|&n| n > 0).collect();
+    assert_eq!(passes, [2, 2], "statistics accumulated per whole-row pass:\n{body}");
+}
