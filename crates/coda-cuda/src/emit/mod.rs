@@ -21,7 +21,7 @@ mod rowk;
 
 use crate::config::Mainloop;
 use crate::error::CodegenError;
-use crate::kir::{BlockIr, Kernel, KernelKind, Layout, PartialKind, CTA_THREADS};
+use crate::kir::{row_kernel_threads, BlockIr, Kernel, KernelKind, Layout, PartialKind, CTA_THREADS};
 use crate::manifest::{BlockManifest, BufferSpec, KernelSpec, StructSpec, TensorMapSpec};
 use crate::symexpr::SymExpr;
 use crate::KernelSource;
@@ -134,18 +134,18 @@ fn emit_kernel(
             };
             (code, launch)
         }
-        KernelKind::Row { threads_per_row: 1, threads, .. } => {
-            let code = rowk::emit_row_columns(&mut em, &entry, *threads)?;
+        KernelKind::Row { threads_per_row: 1, .. } => {
+            let code = rowk::emit_row_columns(&mut em, &entry)?;
             let width =
                 rowk::store_width(&em).ok_or_else(|| em.internal("a column-parallel row kernel without columns"))?;
-            let grid = SymExpr::from(&width).ceil_div(i64::from(*threads));
-            (code, Launch { threads: *threads, ..simple_launch(&em, "row", grid) })
+            let grid = SymExpr::from(&width).ceil_div(i64::from(CTA_THREADS));
+            (code, simple_launch(&em, "row", grid))
         }
-        KernelKind::Row { rows, threads_per_row, threads, grid } => {
-            let code = rowk::emit_row(&mut em, rows, (*threads_per_row, *threads), grid.as_ref(), &entry)?;
-            let rows_per_cta = i64::from(threads / threads_per_row);
-            let grid = SymExpr::from(rows).ceil_div(rows_per_cta);
-            (code, Launch { threads: *threads, ..simple_launch(&em, "row", grid) })
+        KernelKind::Row { rows, threads_per_row, grid } => {
+            let code = rowk::emit_row(&mut em, rows, *threads_per_row, grid.as_ref(), &entry)?;
+            let threads = row_kernel_threads(*threads_per_row);
+            let grid = SymExpr::from(rows).ceil_div(i64::from(threads / threads_per_row));
+            (code, Launch { threads, ..simple_launch(&em, "row", grid) })
         }
         KernelKind::Col { cols } => {
             let code = rowk::emit_col(&mut em, &entry)?;
@@ -378,13 +378,13 @@ fn summary(ir: &BlockIr, kernel: &Kernel, block: &Block) -> String {
                 g.config.name()
             )
         }
-        KernelKind::Row { rows, threads_per_row, threads, grid } => {
+        KernelKind::Row { rows, threads_per_row, grid } => {
             let grid = grid.as_ref().map_or(String::new(), |g| grid_summary(kernel, block, g));
             match *threads_per_row {
                 1 => format!("one row, one thread per column; {outputs}"),
                 32 => format!("one warp per row of {}; {outputs}{grid}", dim_text(rows)),
-                _ if *threads == CTA_THREADS => format!("one CTA per row of {}; {outputs}{grid}", dim_text(rows)),
-                _ => format!("one CTA of {threads} threads per row of {}; {outputs}{grid}", dim_text(rows)),
+                CTA_THREADS => format!("one CTA per row of {}; {outputs}{grid}", dim_text(rows)),
+                threads => format!("one CTA of {threads} threads per row of {}; {outputs}{grid}", dim_text(rows)),
             }
         }
         KernelKind::Col { cols } => {

@@ -25,8 +25,8 @@ pub(super) fn stage(
         }
         Op::TopK { arg, count, indices, width } => stage_top_k(em, id, node, (*arg, *count, *indices), width),
         Op::RowReduce { width, .. } if !em.is_bound(id, "m", "0") => {
-            let (batch, first_needed) = row_batch(em, id, tail);
-            for n in first_needed {
+            let (batch, needed) = row_batch(em, id, tail);
+            for n in needed {
                 em.eval(n, "m", "0")?;
             }
             // A lone reduction streams few tensors: chunked as if one.

@@ -20,7 +20,7 @@ use super::expr::Emitter;
 use super::ops::perm_args;
 use super::row_passes;
 use crate::error::CodegenError;
-use crate::kir::{BufId, GridSpec, Op, Space, Store};
+use crate::kir::{row_kernel_threads, whole_cta, BufId, GridSpec, Op, Space, Store, CTA_THREADS};
 use coda_ir::{Dim, ReduceOp};
 
 /// Columns per CTA of a column-reduction kernel: one per lane of a warp, so
@@ -38,10 +38,11 @@ pub(crate) const COL_THREADS: u32 = 1024;
 pub(crate) fn emit_row(
     em: &mut Emitter<'_>,
     rows: &Dim,
-    (tpr, threads): (u32, u32),
+    tpr: u32,
     grid: Option<&GridSpec>,
     entry: &str,
 ) -> Result<String, CodegenError> {
+    let threads = row_kernel_threads(tpr);
     // With grid reductions, the warp-per-row body sits inside `if (m < rows)`
     // (no early return: every thread reaches the CTA barriers after it).
     let guarded = grid.is_some() && tpr < threads;
@@ -85,7 +86,8 @@ pub(crate) fn emit_row(
 /// see `kir::KernelKind::Row`): thread `k` of the grid computes column `k`
 /// of every column store at least `k + 1` wide; per-row values are
 /// computed by every thread and stored by the grid's first thread.
-pub(crate) fn emit_row_columns(em: &mut Emitter<'_>, entry: &str, threads: u32) -> Result<String, CodegenError> {
+pub(crate) fn emit_row_columns(em: &mut Emitter<'_>, entry: &str) -> Result<String, CodegenError> {
+    let threads = CTA_THREADS;
     em.set_indent(1);
     em.line(format!("const int k = (int)blockIdx.x * {threads} + (int)threadIdx.x;"));
     for (id, node) in em.kernel.nodes.clone().iter().enumerate() {
@@ -473,11 +475,6 @@ fn store_with(em: &mut Emitter<'_>, s: &Store, (m, k): (&str, &str), v: &Code, (
     let access = em.access(s.buf, &Code::index(m), &k, true);
     let f = if s.accumulate { acc } else { plain };
     Code::of(format!("cg::{f}({access}, {v});"), [&access, v])
-}
-
-/// Whether `tpr` threads per row are a whole CTA (not a warp or a thread).
-pub(crate) fn whole_cta(tpr: u32) -> bool {
-    tpr > 32
 }
 
 /// The row index of a column store in a row kernel: `0` for a per-column

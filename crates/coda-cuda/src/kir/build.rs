@@ -451,17 +451,13 @@ impl Builder<'_> {
                 let grid_reduces = ctx.nodes.iter().any(|n| matches!(n.op, Op::GridReduce { .. }));
                 let columns_apart =
                     rows.as_const() == Some(1) && !reduces && !grid_reduces && self.one_width(ctx, stores);
-                let threads = match columns_apart {
-                    false if reduces || stores_wide => super::row_cta_threads(self.widest_row(ctx)),
-                    _ => super::CTA_THREADS,
-                };
                 let threads_per_row = match (columns_apart, reduces || stores_wide) {
                     (true, _) => 1,
-                    (false, true) => threads,
+                    (false, true) => super::row_cta_threads(self.widest_row(ctx)),
                     (false, false) => 32,
                 };
-                let grid = self.grid_spec(ctx, rows, (threads_per_row, threads));
-                KernelKind::Row { rows: rows.clone(), threads_per_row, threads, grid }
+                let grid = self.grid_spec(ctx, rows, threads_per_row);
+                KernelKind::Row { rows: rows.clone(), threads_per_row, grid }
             }
             KernelPlan::Col { cols } => KernelKind::Col { cols: cols.clone() },
         })
@@ -491,8 +487,8 @@ impl Builder<'_> {
 
     /// The partial buffers (`[CTAs, 1]` fp32, one per grid reduction) and
     /// the ticket counter of a row kernel's grid reductions, if it has any.
-    fn grid_spec(&mut self, ctx: &Ctx, rows: &Dim, (threads_per_row, threads): (u32, u32)) -> Option<GridSpec> {
-        let rows_per_cta = threads / threads_per_row;
+    fn grid_spec(&mut self, ctx: &Ctx, rows: &Dim, threads_per_row: u32) -> Option<GridSpec> {
+        let rows_per_cta = super::row_kernel_threads(threads_per_row) / threads_per_row;
         let ctas = SymExpr::from(rows).ceil_div(i64::from(rows_per_cta));
         let mut parts = Vec::new();
         for (id, node) in ctx.nodes.iter().enumerate() {

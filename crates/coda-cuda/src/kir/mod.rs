@@ -81,6 +81,21 @@ pub fn row_cta_threads(widest: Option<i64>) -> u32 {
     (128..=512).rev().step_by(32).find(|t| chunks % t == 0).map_or(CTA_THREADS, |t| t as u32)
 }
 
+/// Whether `threads_per_row` threads of a row kernel are its whole CTA
+/// (not a warp or a thread).
+pub(crate) fn whole_cta(threads_per_row: u32) -> bool {
+    threads_per_row > 32
+}
+
+/// Threads per CTA of a row kernel with `threads_per_row` threads per row:
+/// those of the row for a CTA per row, else [`CTA_THREADS`].
+pub(crate) fn row_kernel_threads(threads_per_row: u32) -> u32 {
+    match whole_cta(threads_per_row) {
+        true => threads_per_row,
+        false => CTA_THREADS,
+    }
+}
+
 /// Index of a node in [`Kernel::nodes`].
 pub type NodeId = usize;
 
@@ -473,8 +488,9 @@ pub struct RowPrelude {
 pub enum KernelKind {
     /// A GEMM with an epilogue.
     Gemm(GemmSpec),
-    /// One CTA per row (threads striding over columns: `threads_per_row ==
-    /// threads`), or with `threads_per_row == 32`, one warp per row. With `threads_per_row ==
+    /// One CTA per row (threads striding over columns; see
+    /// [`row_cta_threads`]), or with `threads_per_row == 32`, one warp per
+    /// row. With `threads_per_row ==
     /// 1`, a one-row kernel without whole-row reductions whose column
     /// stores have one width: one thread per column, the columns spread
     /// over CTAs (the finishes of gain gradients' column partials, which
@@ -482,11 +498,9 @@ pub enum KernelKind {
     Row {
         /// Number of rows.
         rows: Dim,
-        /// Threads cooperating on one row: the CTA's, 32, or 1 (see above).
+        /// Threads cooperating on one row: the CTA's, 32, or 1 (see above;
+        /// the CTA's threads are [`row_kernel_threads`]).
         threads_per_row: u32,
-        /// Threads per CTA: [`row_cta_threads`] of the widest row for a
-        /// CTA per row, [`CTA_THREADS`] otherwise.
-        threads: u32,
         /// The grid reductions, when the kernel has any.
         grid: Option<GridSpec>,
     },

@@ -89,7 +89,7 @@ impl Emitter<'_> {
         let names: Vec<String> = members.iter().map(|x| self.local_for(self.kernel.nodes[x.node].value)).collect();
         // A whole-row reduction of a CTA-per-row kernel runs in chunks.
         let chunk_width = extent.as_const().and_then(|w| chunk::chunk_width(0, w, tpr, streams));
-        let chunk_width = chunk_width.filter(|_| row && super::super::rowk::whole_cta(tpr) && self.chunk.is_none());
+        let chunk_width = chunk_width.filter(|_| row && crate::kir::whole_cta(tpr) && self.chunk.is_none());
         let extent = self.dim_int(extent);
         for (x, name) in members.iter().zip(&names) {
             self.stmt(Code::lit(accumulator(x.op, name)), self.kernel.nodes[x.node].value);

@@ -136,9 +136,9 @@ impl Gemm {
         em.line("#pragma unroll");
         em.open("for (int i = 0; i < Frag::RI; ++i)");
         match self.lse_shift(em, idx)? {
-            LseShift::Head { node, width } => {
+            shift @ LseShift::Head { node, .. } => {
                 let array = self.head_arrays.get(&node).ok_or_else(|| em.internal("head shift not computed"))?;
-                let (shares, m_h) = (format!("Frag::CJ * 8 / {width}"), format!("{array}[i][h]"));
+                let (shares, m_h) = (shift.shares(), format!("{array}[i][h]"));
                 em.line("float mx = coda::neg_inf(), s = 0.0f;");
                 em.line("#pragma unroll");
                 em.line(format!("for (int h = 0; h < {shares}; ++h) mx = cg::maximum(mx, {m_h});"));
