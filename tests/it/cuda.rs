@@ -467,3 +467,31 @@ fn gemma2_backward_reads_its_rows_once_per_layer_of_statistics() {
     let passes: Vec<usize> = loops.iter().map(|l| l.matches("_acc += ").count()).filter(|&n| n > 0).collect();
     assert_eq!(passes, [2, 2], "statistics accumulated per whole-row pass:\n{body}");
 }
+
+/// Qwen3 writes q, k, v, gate and up as separate weights: the gradients of
+/// `hn` (three products) and of `h` (two) are one GEMM each over the
+/// concatenated K, whose Hopper entry reads every part through its own
+/// tensor maps, and no kernel stores a partial sum for another to add.
+#[test]
+fn qwen3_backward_sums_its_separate_weights_products_in_one_gemm_each() {
+    let path = workspace().join("examples/qwen3_layer.coda");
+    let text = std::fs::read_to_string(&path).expect("example");
+    let checked = coda::check("qwen3_layer.coda", &text).expect("checks");
+    let backward = coda::grad_view(&checked).expect("differentiates");
+    let compiled = coda::compile(&backward, &coda::CompileOptions::default()).expect("compiles");
+    let gemms: Vec<&str> = compiled
+        .kernels
+        .iter()
+        .filter(|k| k.file_name.starts_with("qwen3_layer_grad_gemm"))
+        .map(|k| k.file_name.as_str())
+        .collect();
+    assert_eq!(gemms.len(), 11, "one GEMM per matmul group: {gemms:?}");
+    for (file, parts) in [("qwen3_layer_grad_gemm_dhn.cu", 3), ("qwen3_layer_grad_gemm_dh.cu", 2)] {
+        let source = compiled.source(file).unwrap_or_else(|| panic!("{file}"));
+        assert!(source.contains(&format!("coda::Sm90KParts<{parts}> parts")), "{file}: {parts} K parts");
+        assert!(
+            source.contains(&format!("coda::TmaDesc tb{}, coda::GemmArgs", parts - 1)),
+            "{file}: a tensor map per part"
+        );
+    }
+}

@@ -4,7 +4,9 @@
 //! seeds, several sizes of the run-time dims), in exact arithmetic (where
 //! every rule is an identity up to f64 rounding) and with rounding to storage
 //! types (where the rewritten program rounds at different points and must stay
-//! within bf16 tolerance).
+//! within bf16 tolerance of the original, or, for an output the rounding
+//! itself moves further, within the original's distance from the exact
+//! result).
 
 use coda::ir::Block;
 use coda::{DimBindings, EvalOptions, HostTensor};
@@ -76,7 +78,8 @@ fn check_rewrite(
     for &size in sizes {
         let dims: DimBindings = block.symbolic_dims().map(|d| (d.to_string(), size)).collect();
         for &seed in seeds {
-            for (round, tolerance) in [(false, 1e-9), (true, 1e-2)] {
+            let mut exact = BTreeMap::new();
+            for (round, tolerance) in [(false, 1e-9f64), (true, 1e-2)] {
                 let options = EvalOptions { round_to_storage: round };
                 let inputs = inputs(&dims, seed, &options);
                 let original = coda::eval(block, &dims, &inputs, &options).unwrap_or_else(|e| panic!("{what}: {e}"));
@@ -84,12 +87,24 @@ fn check_rewrite(
                     .unwrap_or_else(|e| panic!("{what}: rewritten: {e}"));
                 for name in original.keys() {
                     let err = rel_l2(&new, &original, name);
+                    // A rule may round at other points than the original
+                    // (a summed product rounds once): with rounding, the
+                    // rewritten output may differ from the original by as
+                    // much as the original differs from the exact result
+                    // (the output's own conditioning), and no more.
+                    let bound = match round {
+                        true => tolerance.max(rel_l2(&original, &exact, name)),
+                        false => tolerance,
+                    };
                     assert!(
-                        err <= tolerance,
-                        "{what}: output {name} differs after rewriting (rel. L2 {err:e}, size {size}, seed {seed}, \
-                         rounding {round}); rules {:?}",
+                        err <= bound,
+                        "{what}: output {name} differs after rewriting (rel. L2 {err:e}, bound {bound:e}, size {size}, \
+                         seed {seed}, rounding {round}); rules {:?}",
                         rewritten.applied
                     );
+                }
+                if !round {
+                    exact = original;
                 }
             }
         }
@@ -207,6 +222,13 @@ fn rewrites_of_backward_blocks_agree_with_the_original() {
     // The LM head saves its logits as shifted exponentials, not as the
     // product the rule reads (docs/backward.md §3).
     for (block, count) in [("llama3_layer_grad", 1), ("lm_head_ce_grad", 0), ("gemma_mlp_grad", 1)] {
+        let applied = seen.get(block).cloned().unwrap_or_default();
+        assert_eq!(applied.get(rule).copied().unwrap_or(0), count, "{block}: {applied:?}");
+    }
+    // Separate q/k/v and gate/up weights: the input gradients they share
+    // are one product each; a fused weight leaves no sum to take.
+    let rule = "summed-products";
+    for (block, count) in [("qwen3_layer_grad", 2), ("gemma2_layer_grad", 2), ("llama3_layer_grad", 0)] {
         let applied = seen.get(block).cloned().unwrap_or_default();
         assert_eq!(applied.get(rule).copied().unwrap_or(0), count, "{block}: {applied:?}");
     }

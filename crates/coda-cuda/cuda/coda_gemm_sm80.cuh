@@ -80,6 +80,20 @@ struct GemmArgs {
     long long ldb2;
 };
 
+// The parts of a product over a concatenated inner dimension,
+// acc = A0 @ B0 + A1 @ B1 [+ A2 @ B2] (a sum of products that the
+// reparameterizer made one): GemmArgs's a, b, lda and ldb are the first
+// part's, whose K is k0; parts 1 and 2 follow in the K loop, in the first
+// part's layouts (k2 = 0 and a2, b2 = a1, b1 with two parts).
+struct GemmKParts {
+    const void* a1;
+    const void* b1;
+    const void* a2;
+    const void* b2;
+    long long lda1, ldb1, lda2, ldb2;
+    int k0, k1, k2;
+};
+
 // Row maps of a K-contiguous operand (B_NxK: one row per accumulator
 // column): the loader reads row map(n) for tile row n.  PairRows is the pair
 // layout of codac's reparameterizer: in each group of GROUP rows in
@@ -533,8 +547,15 @@ __device__ __forceinline__ void mainloop_simple(Frag& f, LA& load_a, LB& load_b,
 // ---------------------------------------------------------------------------
 // The GEMM: one CTA computes one BM x BN output tile, then calls Epi::apply.
 // ---------------------------------------------------------------------------
-template <class Cfg, class LayoutA, class LayoutB, class Elem, class Epi, class RowMapB = IdentityRows>
-__device__ __forceinline__ void gemm_sm80(const GemmArgs& g, const typename Epi::Params& ep) {
+// KPARTS > 1: a product over a concatenated inner dimension (GemmKParts;
+// g.k is then ignored), its parts' K loops one after the other into the
+// same accumulators.
+template <class Cfg, class LayoutA, class LayoutB, class Elem, class Epi, class RowMapB = IdentityRows,
+          int KPARTS = 1>
+__device__ __forceinline__ void gemm_sm80(const GemmArgs& g, const typename Epi::Params& ep,
+                                          const GemmKParts& kp = GemmKParts()) {
+    static_assert(KPARTS >= 1 && KPARTS <= 3, "one to three K parts");
+    static_assert(KPARTS == 1 || RowMapB::kIdentity, "K parts read their weights' rows in order");
     static_assert(is_same<Elem, bf16>::value || is_same<Elem, f16>::value, "Elem must be bf16 or f16");
     typedef typename Sm80Frag<Cfg>::type Frag;
     static_assert(Frag::kReduceFloats * 4 <= Cfg::kSmemBytes, "epilogue reduction scratch exceeds smem");
@@ -555,9 +576,6 @@ __device__ __forceinline__ void gemm_sm80(const GemmArgs& g, const typename Epi:
     const int m0 = tm * Cfg::BM;
     const int n0 = tn * Cfg::BN;
 
-    TileLoader<Cfg, kAK, Cfg::BM, Elem> load_a(static_cast<const Elem*>(g.a), g.lda, g.m, g.k, m0, tid);
-    TileLoader<Cfg, kBK, Cfg::BN, Elem, RowMapB> load_b(static_cast<const Elem*>(g.b), g.ldb, g.n, g.k, n0, tid,
-                                                          static_cast<const Elem*>(g.b2), g.ldb2);
     const FragLoader<kAK, Cfg::BM, Cfg::BK, false> frag_a(lane);
     const FragLoader<kBK, Cfg::BN, Cfg::BK, true> frag_b(lane);
 
@@ -571,28 +589,41 @@ __device__ __forceinline__ void gemm_sm80(const GemmArgs& g, const typename Epi:
         for (int j = 0; j < Frag::CJ; ++j) f.acc[i][j][0] = f.acc[i][j][1] = 0.0f;
     f.lane = lane;
 
-    const int ktiles = (g.k + Cfg::BK - 1) / Cfg::BK;
+    // The K loop of one operand pair, accumulating into f; it leaves the
+    // shared memory free (for the next part's loads or the epilogue).
+    auto k_loop = [&](const void* a, long long lda, const void* b, long long ldb, int k) {
+        TileLoader<Cfg, kAK, Cfg::BM, Elem> load_a(static_cast<const Elem*>(a), lda, g.m, k, m0, tid);
+        TileLoader<Cfg, kBK, Cfg::BN, Elem, RowMapB> load_b(static_cast<const Elem*>(b), ldb, g.n, k, n0, tid,
+                                                              static_cast<const Elem*>(g.b2), g.ldb2);
+        const int ktiles = (k + Cfg::BK - 1) / Cfg::BK;
 
-    // Prologue: tiles 0 .. S-2 in flight, one commit group each (empty groups
-    // when K is short keep the group count uniform).
+        // Prologue: tiles 0 .. S-2 in flight, one commit group each (empty
+        // groups when K is short keep the group count uniform).
 #pragma unroll
-    for (int s = 0; s < S - 1; ++s) {
-        if (s < ktiles) {
-            load_a.load(smem_a + s * Cfg::kStageBytesA);
-            load_b.load(smem_b + s * Cfg::kStageBytesB);
+        for (int s = 0; s < S - 1; ++s) {
+            if (s < ktiles) {
+                load_a.load(smem_a + s * Cfg::kStageBytesA);
+                load_b.load(smem_b + s * Cfg::kStageBytesB);
+            }
+            cp_async_commit();
         }
-        cp_async_commit();
+
+        if (Cfg::kFragDoubleBuffer)
+            mainloop_pipelined<Cfg, Elem>(f, load_a, load_b, frag_a, frag_b, smem_a, smem_b, ktiles, warp_m, warp_n);
+        else
+            mainloop_simple<Cfg, Elem>(f, load_a, load_b, frag_a, frag_b, smem_a, smem_b, ktiles, warp_m, warp_n);
+
+        // Drain (only empty groups can remain) and make the smem free.
+        cp_async_wait<0>();
+        __syncthreads();
+    };
+    if (KPARTS == 1) {
+        k_loop(g.a, g.lda, g.b, g.ldb, g.k);
+    } else {
+        k_loop(g.a, g.lda, g.b, g.ldb, kp.k0);
+        k_loop(kp.a1, kp.lda1, kp.b1, kp.ldb1, kp.k1);
+        if (KPARTS > 2) k_loop(kp.a2, kp.lda2, kp.b2, kp.ldb2, kp.k2);
     }
-
-    if (Cfg::kFragDoubleBuffer)
-        mainloop_pipelined<Cfg, Elem>(f, load_a, load_b, frag_a, frag_b, smem_a, smem_b, ktiles, warp_m, warp_n);
-    else
-        mainloop_simple<Cfg, Elem>(f, load_a, load_b, frag_a, frag_b, smem_a, smem_b, ktiles, warp_m, warp_n);
-
-    // Drain (only empty groups can remain) and make the smem free for the
-    // epilogue's scratch.
-    cp_async_wait<0>();
-    __syncthreads();
 
     const int g8 = lane >> 2, t4 = lane & 3;
     f.lrow0 = warp_m * Cfg::WM + g8;

@@ -27,6 +27,8 @@
 //            (a, b, lda, ldb are carried by the tensor maps; pass them
 //            anyway, they are ignored).
 //   e      : Epi::Params.
+// A product over a concatenated inner dimension (KPARTS > 1, Sm90KParts)
+// takes ta1, tb1 (and ta2, tb2) after tb, and coda::GemmKParts after g.
 // Grid:  1D, min(num_tiles, #SMs) CTAs, num_tiles = ceil(M/BM) * ceil(N/BN)
 //        (persistent: CTA b takes tiles b, b + gridDim.x, ...; any grid size
 //        >= 1 is correct, #SMs is the fast one).  Do not launch when M or N
@@ -609,10 +611,49 @@ struct Sm90PairRows {
     static __device__ __forceinline__ bool inside(int n) { return n >= START && n < END; }
 };
 
-template <class Cfg, class LayoutA, class LayoutB, class Elem, class Epi, class RowsB, class Pre = NoPrelude>
+// The parts of a product over a concatenated inner dimension
+// (acc = A0 @ B0 + A1 @ B1 [+ A2 @ B2], GemmKParts): every part's tensor maps
+// (in the first part's layouts, each with its own K as its extent) and K.
+// Part p's k blocks follow part p-1's in the K loop; a box past a part's K
+// is zero-filled by the TMA unit, so a part's K need not be a multiple of
+// BK (its last block multiplies zeros).
+template <int KPARTS>
+struct Sm90KParts {
+    static_assert(KPARTS >= 1 && KPARTS <= 3, "one to three K parts");
+    const TmaDesc* ta[KPARTS];
+    const TmaDesc* tb[KPARTS];
+    int k[KPARTS];
+    // K blocks in all.
+    template <int BK>
+    __device__ __forceinline__ int ktiles() const {
+        int n = 0;
+#pragma unroll
+        for (int p = 0; p < KPARTS; ++p) n += (k[p] + BK - 1) / BK;
+        return n;
+    }
+    // The maps and the in-part K offset of K block kb.
+    template <int BK>
+    __device__ __forceinline__ void locate(int kb, const TmaDesc*& a, const TmaDesc*& b, int& k0) const {
+#pragma unroll
+        for (int p = 0; p < KPARTS; ++p) {
+            const int blocks = (k[p] + BK - 1) / BK;
+            if (kb < blocks || p == KPARTS - 1) {
+                a = ta[p];
+                b = tb[p];
+                k0 = kb * BK;
+                return;
+            }
+            kb -= blocks;
+        }
+    }
+};
+
+template <class Cfg, class LayoutA, class LayoutB, class Elem, class Epi, class RowsB, class Pre = NoPrelude,
+          int KPARTS = 1>
 __device__ __forceinline__ void gemm_sm90_rows(const TmaDesc& ta, const TmaDesc& tb, const TmaDesc& tbp,
                                                const GemmArgs& g, const typename Epi::Params& ep,
-                                               const typename Pre::Params& pp = typename Pre::Params());
+                                               const typename Pre::Params& pp = typename Pre::Params(),
+                                               const Sm90KParts<KPARTS>* kparts = nullptr);
 
 // The plain Hopper GEMM (weight rows in order).
 template <class Cfg, class LayoutA, class LayoutB, class Elem, class Epi>
@@ -623,12 +664,15 @@ __device__ __forceinline__ void gemm_sm90(const TmaDesc& ta, const TmaDesc& tb, 
 
 // The Hopper GEMM with a B row map (RowsB = IdentityRows or Sm90PairRows;
 // tbp is the pair-order view, ignored for IdentityRows); Pre the row
-// prelude (NoPrelude, or an emitted one whose arguments are pp).
-template <class Cfg, class LayoutA, class LayoutB, class Elem, class Epi, class RowsB, class Pre>
+// prelude (NoPrelude, or an emitted one whose arguments are pp); KPARTS > 1
+// a product over a concatenated inner dimension, whose parts are kparts
+// (ta and tb are then its first part's maps, and g.k is ignored).
+template <class Cfg, class LayoutA, class LayoutB, class Elem, class Epi, class RowsB, class Pre, int KPARTS>
 __device__ __forceinline__ void gemm_sm90_rows(const TmaDesc& ta, const TmaDesc& tb, const TmaDesc& tbp,
                                                const GemmArgs& g, const typename Epi::Params& ep,
-                                               const typename Pre::Params& pp) {
+                                               const typename Pre::Params& pp, const Sm90KParts<KPARTS>* kparts) {
     static_assert(RowsB::kIdentity || LayoutB::kKContiguous, "a B row map needs a K-contiguous B (B_NxK)");
+    static_assert(KPARTS == 1 || RowsB::kIdentity, "K parts read their weights' rows in order");
     static_assert(is_same<Elem, bf16>::value || is_same<Elem, f16>::value, "Elem must be bf16 or f16");
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
     static_assert(sizeof(Elem) == 0, "gemm_sm90 needs sm_90a (wgmma, setmaxnreg)");
@@ -654,12 +698,19 @@ __device__ __forceinline__ void gemm_sm90_rows(const TmaDesc& ta, const TmaDesc&
     const int tiles_m = (g.m + Cfg::BM - 1) / Cfg::BM;
     const int tiles_n = (g.n + Cfg::BN - 1) / Cfg::BN;
     const int num_tiles = tiles_m * tiles_n;
-    const int ktiles = (g.k + Cfg::BK - 1) / Cfg::BK;
+    const int ktiles = KPARTS == 1 ? (g.k + Cfg::BK - 1) / Cfg::BK : kparts->template ktiles<Cfg::BK>();
 
     if (tid == 0) {
         tma_prefetch_desc(ta);
         tma_prefetch_desc(tb);
         if (!RowsB::kIdentity) tma_prefetch_desc(tbp);
+        if constexpr (KPARTS > 1) {
+#pragma unroll
+            for (int p = 1; p < KPARTS; ++p) {
+                tma_prefetch_desc(*kparts->ta[p]);
+                tma_prefetch_desc(*kparts->tb[p]);
+            }
+        }
 #pragma unroll 1
         for (int s = 0; s < S; ++s) {
             mbar_init(bars + 8 * s, 1);                       // full: the producer's expect-tx arrive
@@ -707,11 +758,14 @@ __device__ __forceinline__ void gemm_sm90_rows(const TmaDesc& ta, const TmaDesc&
                     mbar_arrive_expect_tx(full, Cfg::kStageBytes);
                     const unsigned sa = ring + slot * Cfg::kStageBytes;
                     const unsigned sb = sa + Cfg::kStageBytesA;
-                    const int k0 = kb * Cfg::BK;
+                    const TmaDesc* pa = &ta;
+                    const TmaDesc* pb = &tb;
+                    int k0 = kb * Cfg::BK;
+                    if constexpr (KPARTS > 1) kparts->template locate<Cfg::BK>(kb, pa, pb, k0);
 #pragma unroll
                     for (int i = 0; i < Cfg::BM / 64; ++i) {
-                        if (kAK) tma_load_2d(sa + i * 8192, ta, full, k0, m0 + 64 * i);
-                        else tma_load_2d(sa + i * 8192, ta, full, m0 + 64 * i, k0);
+                        if (kAK) tma_load_2d(sa + i * 8192, *pa, full, k0, m0 + 64 * i);
+                        else tma_load_2d(sa + i * 8192, *pa, full, m0 + 64 * i, k0);
                     }
 #pragma unroll
                     for (int i = 0; i < Cfg::BN / 64; ++i) {
@@ -729,7 +783,7 @@ __device__ __forceinline__ void gemm_sm90_rows(const TmaDesc& ta, const TmaDesc&
                             }
                         }
                         const int c0 = kBK ? k0 : n, c1 = kBK ? n : k0;
-                        tma_load_2d(dst, tb, full, c0, c1);
+                        tma_load_2d(dst, *pb, full, c0, c1);
                     }
                     if (++slot == S) {
                         slot = 0;

@@ -167,28 +167,32 @@ impl Emu<'_> {
     }
 
     fn gemm(&mut self, g: &crate::kir::GemmSpec) -> Result<(), String> {
-        let (m, n, kk) = (self.d(&g.m), self.d(&g.n), self.d(&g.k));
-        let (a, b) = (&self.bufs[g.a.buf], &self.bufs[g.b.buf]);
-        let second = g.b.stacked.map(|(buf, from)| (&self.bufs[buf], from));
-        let at = |i: i64, k: i64| match g.a.layout {
-            crate::kir::Layout::AMxK => a.get(i, k),
-            _ => a.get(k, i),
-        };
-        let row = |j: i64| g.b.row_perm.map_or(j, |p| p.source(j));
-        let bt = |k: i64, j: i64| match g.b.layout {
-            crate::kir::Layout::BKxN => b.get(k, j),
-            _ => match second {
-                Some((part, from)) if row(j) >= from => part.get(row(j) - from, k),
-                _ => b.get(row(j), k),
-            },
-        };
-        let mut acc = vec![0.0f64; (m * n).max(0) as usize];
-        for i in 0..m {
-            for j in 0..n {
-                let s: f64 = (0..kk).map(|k| f64::from(at(i, k)) * f64::from(bt(k, j))).sum();
-                acc[(i * n + j) as usize] = f64::from(s as f32);
+        let (m, n) = (self.d(&g.m), self.d(&g.n));
+        let ks = g.pair_ks().map(|k| self.d(k)).collect::<Vec<_>>();
+        let mut sums = vec![0.0f64; (m * n).max(0) as usize];
+        for ((ga, gb), kk) in g.operand_pairs().zip(ks) {
+            let (a, b) = (&self.bufs[ga.buf], &self.bufs[gb.buf]);
+            let second = gb.stacked.map(|(buf, from)| (&self.bufs[buf], from));
+            let at = |i: i64, k: i64| match ga.layout {
+                crate::kir::Layout::AMxK => a.get(i, k),
+                _ => a.get(k, i),
+            };
+            let row = |j: i64| gb.row_perm.map_or(j, |p| p.source(j));
+            let bt = |k: i64, j: i64| match gb.layout {
+                crate::kir::Layout::BKxN => b.get(k, j),
+                _ => match second {
+                    Some((part, from)) if row(j) >= from => part.get(row(j) - from, k),
+                    _ => b.get(row(j), k),
+                },
+            };
+            for i in 0..m {
+                for j in 0..n {
+                    sums[(i * n + j) as usize] +=
+                        (0..kk).map(|k| f64::from(at(i, k)) * f64::from(bt(k, j))).sum::<f64>();
+                }
             }
         }
+        let acc = sums.into_iter().map(|s| f64::from(s as f32)).collect();
         self.acc = acc;
         self.acc_cols = n;
         Ok(())

@@ -38,7 +38,7 @@ pub fn kernel_buffers(kernel: &Kernel) -> (BTreeSet<usize>, BTreeSet<usize>) {
     let mut writes = BTreeSet::new();
     match &kernel.kind {
         KernelKind::Gemm(g) => {
-            reads.extend(g.a.bufs().chain(g.b.bufs()));
+            reads.extend(g.operand_bufs());
             // A row prelude's traffic is the GEMM kernel's: it reads the row
             // kernel's inputs and writes its outputs (read back by the
             // mainloop and the epilogue, counted again as reads).

@@ -33,6 +33,11 @@
 //!   ([`coda_ir::Inst::StackRows`], read by the GEMM's loader where each
 //!   weight is), which the gated pair layout then takes; one that keeps no
 //!   pair layout is computed as its parts again.
+//! * **summed products** ([`sums`], with the pair layouts): a sum of
+//!   products of weights, `A₀ @ W₀ + A₁ @ W₁` (the gradient of an input
+//!   read by separate q/k/v or gate/up weights), becomes one product over
+//!   the concatenated inner dimension, `[A₀ | A₁] @ [W₀; W₁]`, whose GEMM
+//!   reads each part where it is.
 //! * **row dots from saved products** ([`zdz`], backward blocks, off by
 //!   default: [`Options::saved_products`]): a row
 //!   sum `Σ_j (D @ R)_j P_j` over a dgrad GEMM's result is `Σ_k D_k S_k`
@@ -52,6 +57,7 @@ mod pairs;
 mod rewriter;
 mod rowscale;
 mod siblings;
+mod sums;
 mod zdz;
 
 use coda_ir::Block;
@@ -62,7 +68,8 @@ use std::collections::BTreeMap;
 pub struct Options {
     /// Apply the norm-deferral rules.
     pub defer_norms: bool,
-    /// Apply the pair-layout rules.
+    /// Apply the rules that read operands in a layout of their own: pair
+    /// layouts, sibling weights and summed products.
     pub pair_layouts: bool,
     /// Defer LayerNorm too (its row shift and bias leave the operand as
     /// rank-one corrections; needs `defer_norms`). On by default; its
@@ -175,6 +182,15 @@ pub fn reparameterize(block: &Block, options: &Options) -> Result<Reparameterize
             } else {
                 block
             };
+            let block = if options.pair_layouts {
+                let (block, n) = sums::rewrite(&block).map_err(|e| RewriteError(e.0))?;
+                if n > 0 {
+                    applied.insert(sums::RULE, n);
+                }
+                block
+            } else {
+                block
+            };
             coda_ir::verify::verify(&block).map_err(|e| RewriteError(e.to_string()))?;
             return Ok(Reparameterized { block, applied });
         }
@@ -190,7 +206,7 @@ pub fn stack_siblings(block: &Block) -> Result<Block, RewriteError> {
 }
 
 /// The rule names, in the order `codac explain` lists them.
-pub const RULES: [&str; 13] = [
+pub const RULES: [&str; 14] = [
     rowscale::RULE,
     affine::RULE_SHIFT,
     affine::RULE_BIAS,
@@ -203,5 +219,6 @@ pub const RULES: [&str; 13] = [
     pairs::RULE_ROPE,
     pairs::RULE_HEAD_STATISTICS,
     pairs::RULE_UNPERMUTE_STORE,
+    sums::RULE,
     zdz::RULE,
 ];

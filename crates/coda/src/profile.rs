@@ -154,7 +154,7 @@ fn kernel_profile(ir: &BlockIr, kernel: &Kernel, dims: &DimBindings) -> KernelPr
                 config: g.config.name().to_string(),
                 pair_rows: g.b.row_perm.is_some(),
             };
-            let operand_bytes = g.a.bufs().chain(g.b.bufs()).map(|b| buffer_bytes(ir, b, dims)).sum::<u64>();
+            let operand_bytes = g.operand_bufs().map(|b| buffer_bytes(ir, b, dims)).sum::<u64>();
             ("gemm", Some(profile), operand_bytes)
         }
         KernelKind::Row { .. } => ("row", None, 0),

@@ -119,7 +119,8 @@ fn emit_kernel(
             };
             let (bm, bn, _) = spec.config.tile();
             let grid = SymExpr::from(&spec.m).ceil_div(bm).times(SymExpr::from(&spec.n).ceil_div(bn));
-            let mut args = vec![gemm_args, em.params.spec("Params")];
+            let mut args = gemm_args;
+            args.push(em.params.spec("Params"));
             args.extend(prelude.map(|p| p.params));
             let sm90 = spec.config.is_sm90();
             let launch = Launch {
@@ -242,15 +243,19 @@ fn tensor_maps(ir: &BlockIr, spec: &crate::kir::GemmSpec) -> Vec<TensorMapSpec> 
         Some((_, rows)) => Dim::constant(rows),
         None => spec.n.clone(),
     };
-    let a = match spec.a.layout {
-        Layout::AKxM => plain(&spec.a, &spec.m, &spec.k),
-        _ => plain(&spec.a, &spec.k, &spec.m),
+    let a = |op: &crate::kir::Operand, k: &Dim| match op.layout {
+        Layout::AKxM => plain(op, &spec.m, k),
+        _ => plain(op, k, &spec.m),
     };
-    let b = match spec.b.layout {
-        Layout::BKxN => plain(&spec.b, &spec.n, &spec.k),
-        _ => plain(&spec.b, &spec.k, &b_rows),
+    let b = |op: &crate::kir::Operand, k: &Dim, rows: &Dim| match op.layout {
+        Layout::BKxN => plain(op, &spec.n, k),
+        _ => plain(op, k, rows),
     };
-    let mut maps = vec![a, b];
+    // A concatenated K's further parts: `ta1`, `tb1`, … after the first's.
+    let mut maps = Vec::new();
+    for (i, ((pa, pb), k)) in spec.operand_pairs().zip(spec.pair_ks()).enumerate() {
+        maps.extend([a(pa, k), b(pb, k, if i == 0 { &b_rows } else { &spec.n })]);
+    }
     if let Some(p) = spec.b.row_perm {
         // `config::for_target` keeps other pair orders off the Hopper
         // mainloop; the header's static_assert refuses them too.
@@ -368,15 +373,16 @@ fn summary(ir: &BlockIr, kernel: &Kernel, block: &Block) -> String {
                 }
                 None => String::new(),
             };
-            format!(
-                "acc = {} @ {} [{} x {} x {}], {} tiles; {prelude}{outputs}",
-                operand(&g.a),
-                operand(&g.b),
-                g.m,
-                g.n,
-                g.k,
-                g.config.name()
-            )
+            // A concatenated K: `[a0 | a1] @ [b0; b1]`.
+            let (a, b) = match g.k_parts.is_none() {
+                true => (operand(&g.a), operand(&g.b)),
+                false => {
+                    let (a, b): (Vec<String>, Vec<String>) =
+                        g.operand_pairs().map(|(a, b)| (operand(a), operand(b))).unzip();
+                    (format!("[{}]", a.join(" | ")), format!("[{}]", b.join("; ")))
+                }
+            };
+            format!("acc = {a} @ {b} [{} x {} x {}], {} tiles; {prelude}{outputs}", g.m, g.n, g.k, g.config.name())
         }
         KernelKind::Row { rows, threads_per_row, grid } => {
             let grid = grid.as_ref().map_or(String::new(), |g| grid_summary(kernel, block, g));

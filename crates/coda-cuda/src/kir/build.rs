@@ -12,12 +12,12 @@
 //! named after the row preludes are fused ([`BlockIr::name_kernels`]).
 
 use super::{
-    BlockIr, BufId, Buffer, ColMap, GemmSpec, GridSpec, Kernel, KernelKind, Layout, Node, NodeId, Op, Operand,
-    PartialKind, PartialOut, Role, Space, Store,
+    BlockIr, BufId, Buffer, ColMap, GemmSpec, GridSpec, KPart, KParts, Kernel, KernelKind, Layout, Node, NodeId, Op,
+    Operand, PartialKind, PartialOut, Role, Space, Store,
 };
 use crate::config::TileConfig;
 use crate::error::CodegenError;
-use crate::plan::{Home, KernelPlan, OperandPlan, Plan};
+use crate::plan::{Home, KPartPlan, KernelPlan, OperandPlan, Plan};
 use crate::symexpr::SymExpr;
 use crate::tiles::{Epilogue, Tiles};
 use coda_ir::{Axis, Block, DType, Dim, Inst, PairPerm, ShapeClass, Value};
@@ -440,7 +440,9 @@ impl Builder<'_> {
 
     fn kernel_kind(&mut self, ctx: &Ctx, stores: &[Store]) -> Result<KernelKind, CodegenError> {
         Ok(match &self.plan.kernels[ctx.k] {
-            KernelPlan::Gemm { matmul, a, b } => KernelKind::Gemm(self.gemm_spec(ctx.k, *matmul, a, b)?),
+            KernelPlan::Gemm { matmul, a, b, parts } => {
+                KernelKind::Gemm(self.gemm_spec(ctx.k, *matmul, (a, b), parts)?)
+            }
             KernelPlan::Row { rows } => {
                 let wide = |n: &Node| matches!(n.space, Space::Tile | Space::Col);
                 let reduces = ctx
@@ -509,8 +511,8 @@ impl Builder<'_> {
         &mut self,
         k: usize,
         matmul: Value,
-        a: &OperandPlan,
-        b: &OperandPlan,
+        (a, b): (&OperandPlan, &OperandPlan),
+        parts: &[KPartPlan],
     ) -> Result<GemmSpec, CodegenError> {
         let Inst::MatMul { lhs, lhs_transposed, operand_dtype, .. } = self.block.inst(matmul) else {
             return Err(self.internal("GEMM kernel without a matmul"));
@@ -518,10 +520,26 @@ impl Builder<'_> {
         let lhs_shape = &self.block.ty(*lhs).shape;
         let inner = if *lhs_transposed { lhs_shape.rows.clone() } else { lhs_shape.cols.clone() };
         let acc = self.block.ty(matmul).shape.clone();
+        let k_parts = match (parts, self.block.inst(self.c(*lhs))) {
+            ([], _) => None,
+            (_, Inst::ConcatCols { parts: left }) => {
+                let ks = left.iter().map(|p| self.block.ty(*p).shape.cols.clone()).collect();
+                let more = parts
+                    .iter()
+                    .map(|p| KPart {
+                        a: self.operand(&p.a, *operand_dtype, true),
+                        b: self.operand(&p.b, *operand_dtype, false),
+                    })
+                    .collect();
+                Some(Box::new(KParts { ks, more }))
+            }
+            _ => return Err(self.internal("K parts without a concatenated left operand")),
+        };
         Ok(GemmSpec {
             m: acc.rows,
             n: acc.cols,
             k: inner,
+            k_parts,
             a: self.operand(a, *operand_dtype, true),
             b: self.operand(b, *operand_dtype, false),
             elem: *operand_dtype,

@@ -437,6 +437,51 @@ impl Operand {
     }
 }
 
+/// The parts of a GEMM's K loop over a concatenated inner dimension.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KParts {
+    /// Every part's K, first to last.
+    pub ks: Vec<Dim>,
+    /// The operand pairs after the first ([`GemmSpec::a`], [`GemmSpec::b`]),
+    /// which the K loop reads in turn.
+    pub more: Vec<KPart>,
+}
+
+/// One further part of a GEMM's K loop: `a @ b` (over its entry of
+/// [`GemmSpec::k_parts`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct KPart {
+    /// Left operand (the first part's layout).
+    pub a: Operand,
+    /// Right operand (the first part's layout).
+    pub b: Operand,
+}
+
+impl GemmSpec {
+    /// Every operand pair of the K loop, in order: the first part's, then
+    /// the further parts'.
+    pub fn operand_pairs(&self) -> impl Iterator<Item = (&Operand, &Operand)> {
+        std::iter::once((&self.a, &self.b)).chain(self.further_parts().iter().map(|p| (&p.a, &p.b)))
+    }
+
+    /// The operand pairs after the first (none for a plain product).
+    pub fn further_parts(&self) -> &[KPart] {
+        self.k_parts.as_ref().map_or(&[], |p| p.more.as_slice())
+    }
+
+    /// The K of each operand pair of [`Self::operand_pairs`]: all of `k`
+    /// for a plain product.
+    pub fn pair_ks(&self) -> impl Iterator<Item = &Dim> {
+        let ks = self.k_parts.as_ref().map_or(std::slice::from_ref(&self.k), |p| p.ks.as_slice());
+        ks.iter()
+    }
+
+    /// Every buffer the K loop reads.
+    pub fn operand_bufs(&self) -> impl Iterator<Item = BufId> + '_ {
+        self.operand_pairs().flat_map(|(a, b)| a.bufs().chain(b.bufs()))
+    }
+}
+
 /// The GEMM of a GEMM kernel.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GemmSpec {
@@ -444,12 +489,15 @@ pub struct GemmSpec {
     pub m: Dim,
     /// Columns of the accumulator.
     pub n: Dim,
-    /// The contracted dimension.
+    /// The contracted dimension (all parts of it).
     pub k: Dim,
-    /// Left operand.
+    /// Left operand (of the first part).
     pub a: Operand,
-    /// Right operand.
+    /// Right operand (of the first part).
     pub b: Operand,
+    /// For a product over a concatenated inner dimension, its parts
+    /// (`coda::GemmKParts`); none for a plain product.
+    pub k_parts: Option<Box<KParts>>,
     /// Operand element type (bf16 or f16).
     pub elem: DType,
     /// Tile configuration.

@@ -98,7 +98,10 @@ fn light(row: &Kernel, gemm: &Kernel, buffers: &[Buffer], dims: &BTreeMap<String
 
 /// Whether the GEMM kernel reads the buffers `outs` only at its tile's rows.
 fn reads_row_locally(gemm: &Kernel, spec: &GemmSpec, outs: &BTreeSet<BufId>) -> bool {
-    let a_ok = !outs.contains(&spec.a.buf) || (spec.a.layout == Layout::AMxK && spec.a.row_perm.is_none());
+    // The rows of a concatenated K's further parts are not waited for.
+    let parts_ok = spec.further_parts().iter().all(|p| p.a.bufs().chain(p.b.bufs()).all(|b| !outs.contains(&b)));
+    let a_ok =
+        parts_ok && (!outs.contains(&spec.a.buf) || (spec.a.layout == Layout::AMxK && spec.a.row_perm.is_none()));
     let b_ok = spec.b.bufs().all(|b| !outs.contains(&b));
     let nodes_ok = gemm.nodes.iter().all(|n| match &n.op {
         Op::Load(b) if outs.contains(b) => n.space == Space::Row,

@@ -27,7 +27,7 @@ impl Kernel {
         used.extend(self.partials.iter().flat_map(|p| p.bufs.iter().copied()));
         match &self.kind {
             KernelKind::Gemm(spec) => {
-                used.extend(spec.a.bufs().chain(spec.b.bufs()));
+                used.extend(spec.operand_bufs());
                 if let Some(prelude) = &spec.prelude {
                     used.insert(prelude.ready);
                     used.extend(prelude.kernel.buffers());

@@ -117,6 +117,19 @@ pub(crate) enum OperandPlan {
     },
 }
 
+/// One part of a GEMM's K loop: `a @ b` over that part's columns of the
+/// concatenated left operand.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct KPartPlan {
+    /// Left operand.
+    pub(crate) a: OperandPlan,
+    /// Right operand.
+    pub(crate) b: OperandPlan,
+}
+
+/// The most parts one GEMM's K loop reads (`coda::GemmKParts`).
+pub(crate) const MAX_K_PARTS: usize = 3;
+
 /// A kernel of the plan.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum KernelPlan {
@@ -124,10 +137,15 @@ pub(crate) enum KernelPlan {
     Gemm {
         /// The matmul.
         matmul: Value,
-        /// Left operand.
+        /// Left operand (of the first part, with further parts).
         a: OperandPlan,
-        /// Right operand.
+        /// Right operand (of the first part, with further parts).
         b: OperandPlan,
+        /// A product over a concatenated inner dimension
+        /// (`[A₀ | A₁] @ [B₀; B₁]`, [`coda_ir::Inst::ConcatCols`] by
+        /// [`coda_ir::Inst::StackRows`]): the operand pairs after the
+        /// first, each read where it is. Empty for a plain product.
+        parts: Vec<KPartPlan>,
     },
     /// A row kernel over `rows` rows.
     Row {

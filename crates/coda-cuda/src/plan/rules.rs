@@ -3,7 +3,7 @@
 //! row kernels, column-reduction kernels, and materialization requests.
 
 use super::refusal::Refusal;
-use super::{is_inlinable, recompute, Home, KernelPlan, OperandPlan, Plan};
+use super::{is_inlinable, recompute, Home, KPartPlan, KernelPlan, OperandPlan, Plan, MAX_K_PARTS};
 use crate::kir::{ColMap, PartialKind};
 use coda_ir::{Axis, BinaryOp, Block, BlockKind, ColGroups, DType, Inst, ReduceOp, RopeStyle, Value};
 use std::collections::{BTreeMap, BTreeSet};
@@ -363,12 +363,50 @@ impl Planner<'_> {
         let Inst::MatMul { lhs, rhs, lhs_transposed, rhs_transposed, operand_dtype } = inst else {
             return Home::Dead;
         };
-        let a = self.operand(*lhs, *lhs_transposed, *operand_dtype, false);
-        let b = self.operand(*rhs, *rhs_transposed, *operand_dtype, true);
-        let k = self.push_kernel(KernelPlan::Gemm { matmul: v, a, b });
+        let (a, b, parts) = match self.k_parts(*lhs, *rhs, *lhs_transposed || *rhs_transposed, *operand_dtype) {
+            Some(mut parts) => {
+                let first = parts.remove(0);
+                (first.a, first.b, parts)
+            }
+            None => {
+                let a = self.operand(*lhs, *lhs_transposed, *operand_dtype, false);
+                let b = self.operand(*rhs, *rhs_transposed, *operand_dtype, true);
+                (a, b, Vec::new())
+            }
+        };
+        let k = self.push_kernel(KernelPlan::Gemm { matmul: v, a, b, parts });
         let len = self.block.ty(v).shape.cols.clone();
         self.plan.maps[v.index()] = Some(ColMap { offset: 0, stride: 1, len });
         Home::Acc(k)
+    }
+
+    /// The operand pairs of a product over a concatenated inner dimension
+    /// (`[A₀ | A₁] @ [B₀; B₁]`, neither side transposed, the parts' widths
+    /// equal pairwise), each planned as a plain operand; none for any other
+    /// product, or when a part would be read transposed.
+    fn k_parts(&mut self, lhs: Value, rhs: Value, transposed: bool, dtype: DType) -> Option<Vec<KPartPlan>> {
+        let (Inst::ConcatCols { parts: left }, Inst::StackRows { parts: right }) =
+            (self.block.inst(self.c(lhs)), self.block.inst(self.c(rhs)))
+        else {
+            return None;
+        };
+        let (left, right) = (left.clone(), right.clone());
+        let count_fits = left.len() == right.len() && (2..=MAX_K_PARTS).contains(&left.len());
+        let widths_match =
+            left.iter().zip(&right).all(|(a, b)| self.block.ty(*a).shape.cols == self.block.ty(*b).shape.rows);
+        let plain = left.iter().chain(&right).all(|p| !self.peel(*p, false, dtype).1);
+        if transposed || !count_fits || !widths_match || !plain {
+            return None;
+        }
+        let parts = left
+            .iter()
+            .zip(&right)
+            .map(|(a, b)| KPartPlan {
+                a: self.operand(*a, false, dtype, false),
+                b: self.operand(*b, false, dtype, true),
+            })
+            .collect();
+        Some(parts)
     }
 
     fn operand(&mut self, w: Value, transposed: bool, dtype: DType, is_rhs: bool) -> OperandPlan {

@@ -31,11 +31,17 @@ pub(super) fn sm80_entry(spec: &GemmSpec, epi: &str, entry: &str) -> String {
         (Some(p), None) => format!(", coda::PairRows<{}, {}, {}>", p.start, p.end, p.group),
         (Some(p), Some((_, stack))) => format!(", coda::PairRows<{}, {}, {}, {stack}>", p.start, p.end, p.group),
         (None, Some((_, stack))) => format!(", coda::StackedRows<{stack}>"),
+        (None, None) if spec.k_parts.is_some() => ", coda::IdentityRows".to_string(),
         (None, None) => String::new(),
+    };
+    let (kp_arg, kparts, kp_val) = match spec.further_parts().len() {
+        0 => ("", String::new(), ""),
+        n => (", coda::GemmKParts kp", format!(", {}", n + 1), ", kp"),
     };
     format!(
         "extern \"C\" __global__ void __launch_bounds__({cfg}::kThreads, {cfg}::kMinBlocks)\n\
-         {entry}(coda::GemmArgs g, {epi}::Params e) {{\n    coda::gemm_sm80<{cfg}, {la}, {lb}, {elem}, {epi}{rows}>(g, e);\n}}\n",
+         {entry}(coda::GemmArgs g{kp_arg}, {epi}::Params e) {{\n    \
+         coda::gemm_sm80<{cfg}, {la}, {lb}, {elem}, {epi}{rows}{kparts}>(g, e{kp_val});\n}}\n",
         la = spec.a.layout.tag(),
         lb = spec.b.layout.tag(),
         elem = c_type(spec.elem),
@@ -64,6 +70,9 @@ pub(super) fn sm90_entry(spec: &GemmSpec, epi: &str, entry: &str, pre: Option<&s
         ),
         None => (format!("{}, {}", map("ta"), map("tb")), "coda::IdentityRows".to_string(), "tb"),
     };
+    if spec.k_parts.is_some() {
+        return sm90_parts_entry(spec, epi, entry, pre, col_vecs, &maps);
+    }
     format!(
         "static_assert(coda::gemm_sm90_smem_bytes<{cfg}, {epi}>() == {smem}, \"codac's shared-memory size for {cfg}\");\n\n\
          extern \"C\" __global__ void __launch_bounds__({cfg}::kThreads, 1)\n\
@@ -77,6 +86,79 @@ pub(super) fn sm90_entry(spec: &GemmSpec, epi: &str, entry: &str, pre: Option<&s
         lb = spec.b.layout.tag(),
         elem = c_type(spec.elem),
     )
+}
+
+/// The Hopper entry of a product over a concatenated inner dimension: the
+/// maps of every part's A and B (`ta`, `tb`, then `ta1`, `tb1`, …), and the
+/// `GemmKParts` that carries every part's K, gathered into the mainloop's
+/// `Sm90KParts`.
+fn sm90_parts_entry(
+    spec: &GemmSpec,
+    epi: &str,
+    entry: &str,
+    pre: Option<&str>,
+    col_vecs: usize,
+    first: &str,
+) -> String {
+    let cfg = format!("coda::{}", spec.config.name());
+    let n = spec.further_parts().len() + 1;
+    let map = |name: String| format!("const __grid_constant__ coda::TmaDesc {name}");
+    let more: Vec<String> = (1..n).flat_map(|p| [map(format!("ta{p}")), map(format!("tb{p}"))]).collect();
+    let refs = |side: &str| {
+        let names: Vec<String> =
+            std::iter::once(format!("&t{side}")).chain((1..n).map(|p| format!("&t{side}{p}"))).collect();
+        names.join(", ")
+    };
+    let ks: Vec<String> = (0..n).map(|p| format!("kp.k{p}")).collect();
+    format!(
+        "static_assert(coda::gemm_sm90_smem_bytes<{cfg}, {epi}>() == {smem}, \"codac's shared-memory size for {cfg}\");\n\n\
+         extern \"C\" __global__ void __launch_bounds__({cfg}::kThreads, 1)\n\
+         {entry}({first}, {more}, coda::GemmArgs g, coda::GemmKParts kp, {epi}::Params e{pre_arg}) {{\n    \
+         const coda::Sm90KParts<{n}> parts = {{{{{ta}}}, {{{tb}}}, {{{ks}}}}};\n    \
+         coda::gemm_sm90_rows<{cfg}, {la}, {lb}, {elem}, {epi}, coda::IdentityRows, {pre_ty}, {n}>(ta, tb, tb, g, e, {pre_val}, &parts);\n}}\n",
+        more = more.join(", "),
+        ta = refs("a"),
+        tb = refs("b"),
+        ks = ks.join(", "),
+        pre_ty = pre.unwrap_or("coda::NoPrelude"),
+        pre_arg = pre.map_or(String::new(), |p| format!(", {p}::Params pre")),
+        pre_val = pre.map_or("coda::NoPrelude::Params()".to_string(), |_| "pre".to_string()),
+        smem = spec.config.smem_bytes_with(col_vecs),
+        la = spec.a.layout.tag(),
+        lb = spec.b.layout.tag(),
+        elem = c_type(spec.elem),
+    )
+}
+
+/// The `GemmKParts` fields of a product over a concatenated inner
+/// dimension (its further parts' operands and every part's K; a missing
+/// third part repeats the second's buffers with K 0); none for a plain one.
+pub(super) fn k_parts_args(em: &Emitter<'_>, spec: &GemmSpec) -> Option<StructSpec> {
+    let (first, second) = match spec.further_parts() {
+        [] => return None,
+        [one] => (one, one),
+        [one, two, ..] => (one, two),
+    };
+    let name = |buf: crate::kir::BufId| em.ir.buffers[buf].name.clone();
+    let f = |name: &str, kind: &str, value: FieldValue| FieldSpec { name: name.into(), kind: kind.into(), value };
+    let ks: Vec<&coda_ir::Dim> = spec.pair_ks().collect();
+    let k = |i: usize| ks.get(i).map_or_else(|| "0".to_string(), |k| k.to_string());
+    Some(StructSpec::new(
+        "GemmKParts",
+        vec![
+            f("a1", "ptr", FieldValue::Ptr(name(first.a.buf))),
+            f("b1", "ptr", FieldValue::Ptr(name(first.b.buf))),
+            f("a2", "ptr", FieldValue::Ptr(name(second.a.buf))),
+            f("b2", "ptr", FieldValue::Ptr(name(second.b.buf))),
+            f("lda1", "i64", FieldValue::Ld(name(first.a.buf))),
+            f("ldb1", "i64", FieldValue::Ld(name(first.b.buf))),
+            f("lda2", "i64", FieldValue::Ld(name(second.a.buf))),
+            f("ldb2", "i64", FieldValue::Ld(name(second.b.buf))),
+            f("k0", "i32", FieldValue::Expr(k(0))),
+            f("k1", "i32", FieldValue::Expr(k(1))),
+            f("k2", "i32", FieldValue::Expr(k(2))),
+        ],
+    ))
 }
 
 /// The `GemmArgs` fields.

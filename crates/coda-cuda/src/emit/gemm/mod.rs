@@ -70,7 +70,8 @@ use crate::kir::{ColMap, GemmSpec, NodeId, PartialKind, Space};
 use crate::manifest::StructSpec;
 use std::collections::{BTreeSet, HashMap};
 
-/// The functor, the entry point and the `GemmArgs` struct of a GEMM kernel.
+/// The functor, the entry point and the argument structs of a GEMM kernel
+/// (`GemmArgs`, then `GemmKParts` for a concatenated K).
 /// Also returns how many column vectors the functor stages per tile (they
 /// add to the kernel's shared memory, `TileConfig::smem_bytes_with`).
 pub(crate) fn emit(
@@ -78,7 +79,7 @@ pub(crate) fn emit(
     spec: &GemmSpec,
     entry: &str,
     pre: Option<&str>,
-) -> Result<(String, StructSpec, usize), CodegenError> {
+) -> Result<(String, Vec<StructSpec>, usize), CodegenError> {
     let epi = format!("Epi_{}", em.kernel.name);
     let mut g = Gemm {
         regs: HashMap::new(),
@@ -170,7 +171,9 @@ pub(crate) fn emit(
             entry::sm80_entry(spec, &epi, entry)
         },
     );
-    Ok((code, entry::gemm_args(em, spec), g.col_vecs.len()))
+    let mut args = vec![entry::gemm_args(em, spec)];
+    args.extend(entry::k_parts_args(em, spec));
+    Ok((code, args, g.col_vecs.len()))
 }
 
 struct Gemm {
