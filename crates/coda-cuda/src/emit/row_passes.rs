@@ -55,7 +55,8 @@ fn stage_group_reductions(
     }
     em.open(format!("for (int g = (int)threadIdx.x / 32; g < {count}; g += {})", threads / 32));
     em.coop = 32;
-    let values = em.group_reductions(batch, groups, cols, "m", "g");
+    let streams = batch_streams(em, batch);
+    let values = em.group_reductions(batch, (groups, cols), ("m", "g"), Some(streams));
     em.coop = 1;
     for (v, array) in values?.iter().zip(&arrays) {
         em.line_of(Code::of(format!("if (cg::lane<32>() == 0) {array}[g] = {v};"), [v]).reading(&["g"]));

@@ -498,7 +498,7 @@ impl<'a> Emitter<'a> {
                 Some(array) => return Ok(Code::of(format!("{array}[{k}]"), [&ki]).reading(&[array])),
                 None => {
                     let member = reduce::GroupMember { node, op: *op, arg: *arg };
-                    let mut values = self.group_reductions(&[member], *groups, cols, &m, &k)?;
+                    let mut values = self.group_reductions(&[member], (*groups, cols), (&m, &k), None)?;
                     return values.pop().ok_or_else(|| self.internal("a group reduction without a value"));
                 }
             },

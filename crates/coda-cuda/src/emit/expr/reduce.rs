@@ -162,10 +162,9 @@ impl Emitter<'_> {
     pub(crate) fn group_reductions(
         &mut self,
         members: &[GroupMember],
-        groups: ColGroups,
-        cols: &Dim,
-        m: &str,
-        g: &str,
+        (groups, cols): (ColGroups, &Dim),
+        (m, g): (&str, &str),
+        streams: Option<usize>,
     ) -> Result<Vec<Code>, CodegenError> {
         let gi = Code::index(g);
         let j = self.locals.fresh("kj");
@@ -181,14 +180,37 @@ impl Emitter<'_> {
             self.stmt(Code::lit(accumulator(x.op, name)), self.kernel.nodes[x.node].value);
         }
         let tpr = self.coop;
-        self.open(format!("for (int {j} = cg::lane<{tpr}>(); {j} < {count}; {j} += {tpr})"));
-        let (outer_coop, outer_chunk) = (std::mem::replace(&mut self.coop, 1), self.chunk.take());
-        let c = self.index("kc", Code::of(column, [&gi]).reading(&[&j]));
+        // A warp over one head of a CTA-per-row kernel loads it in chunks
+        // (vector loads, a rotary partner's chunk beside), as the
+        // whole-row passes do.
+        let chunk_width = match (groups, streams) {
+            (ColGroups::Heads(w), Some(streams)) if tpr == 32 && self.chunk.is_none() => {
+                chunk::chunk_width(0, w, tpr, streams).filter(|v| w % (i64::from(tpr) * v) == 0).map(|v| (w, v))
+            }
+            _ => None,
+        };
+        let outer_chunk = self.chunk.take();
+        let c = match chunk_width {
+            Some((w, width)) => {
+                let c = self.locals.fresh("kc");
+                let (lo, end) = (format!("{g} * {w} + "), format!("{g} * {w} + {w}"));
+                self.open_chunks(&c, (&lo, &end), (tpr, width), &[]);
+                Code::local(c).reading(&[g])
+            }
+            None => {
+                self.open(format!("for (int {j} = cg::lane<{tpr}>(); {j} < {count}; {j} += {tpr})"));
+                self.index("kc", Code::of(column, [&gi]).reading(&[&j]))
+            }
+        };
+        let outer_coop = std::mem::replace(&mut self.coop, 1);
         for (x, name) in members.iter().zip(&names) {
             let v = self.eval(x.arg, m, &c)?;
             self.line_of(accumulate(x.op, name, &v));
         }
         self.coop = outer_coop;
+        if chunk_width.is_some() {
+            self.close_chunk_elements();
+        }
         self.chunk = outer_chunk;
         self.close();
         let mut out = Vec::with_capacity(members.len());
