@@ -169,33 +169,34 @@ pub fn reparameterize(block: &Block, options: &Options) -> Result<Reparameterize
             if siblings > 0 {
                 applied.insert(siblings::RULE, siblings);
             }
-            let (block, unstacked) = siblings::unstack(&block).map_err(|e| RewriteError(e.0))?;
-            if unstacked > 0 {
-                applied.insert(siblings::RULE_UNSTACK, unstacked);
-            }
-            let block = if options.defer_norms {
-                let (block, n) = moments::rewrite(&block).map_err(|e| RewriteError(e.0))?;
-                if n > 0 {
-                    applied.insert(moments::RULE, n);
-                }
-                block
-            } else {
-                block
-            };
-            let block = if options.pair_layouts {
-                let (block, n) = sums::rewrite(&block).map_err(|e| RewriteError(e.0))?;
-                if n > 0 {
-                    applied.insert(sums::RULE, n);
-                }
-                block
-            } else {
-                block
-            };
+            let block = apply(block, true, (siblings::RULE_UNSTACK, siblings::unstack), &mut applied)?;
+            let block = apply(block, options.defer_norms, (moments::RULE, moments::rewrite), &mut applied)?;
+            let block = apply(block, options.pair_layouts, (sums::RULE, sums::rewrite), &mut applied)?;
             coda_ir::verify::verify(&block).map_err(|e| RewriteError(e.to_string()))?;
             return Ok(Reparameterized { block, applied });
         }
         excluded.extend(outcome.unabsorbed);
     }
+}
+
+/// A whole-block rule run after the pair layouts, when `on`; the times it
+/// applied are counted under its name.
+type Pass = fn(&Block) -> Result<(Block, usize), coda_ir::infer::TypeError>;
+
+fn apply(
+    block: Block,
+    on: bool,
+    (rule, pass): (&'static str, Pass),
+    applied: &mut BTreeMap<&'static str, usize>,
+) -> Result<Block, RewriteError> {
+    if !on {
+        return Ok(block);
+    }
+    let (block, n) = pass(&block).map_err(|e| RewriteError(e.0))?;
+    if n > 0 {
+        applied.insert(rule, n);
+    }
+    Ok(block)
 }
 
 /// Stacks sibling weights ([`siblings`]) and nothing else: what a forward

@@ -53,7 +53,7 @@ pub(crate) fn rewrite(block: &Block) -> Result<(Block, usize), TypeError> {
 }
 
 fn is_add(block: &Block, v: Value) -> bool {
-    matches!(block.inst(v), Inst::Binary { op: BinaryOp::Add, .. }) && block.ty(v).dtype == DType::F32
+    matches!(block.inst(v), Inst::Binary { op: BinaryOp::Add, .. })
 }
 
 /// The terms of the sum rooted at `root`: the products of one output shape
@@ -94,13 +94,14 @@ fn terms(block: &Block, root: Value, only_used_by: &dyn Fn(Value, Value) -> bool
 }
 
 /// `t` as a product `lhs @ weight` of a block input in the operand type,
-/// neither transposed, used only by the sum (directly or through one cast).
+/// neither transposed, used only by the sum (directly or through one cast
+/// to a float type, the rounding the rule may drop).
 fn product(block: &Block, t: Value, parent: Value, only_used_by: &dyn Fn(Value, Value) -> bool) -> Option<Product> {
     if !only_used_by(t, parent) {
         return None;
     }
     let mm = match block.inst(t) {
-        Inst::Cast { arg, .. } if only_used_by(*arg, t) => *arg,
+        Inst::Cast { to: DType::BF16 | DType::F16 | DType::F32, arg } if only_used_by(*arg, t) => *arg,
         Inst::Cast { .. } => return None,
         _ => t,
     };

@@ -52,7 +52,8 @@ pub(super) fn sm80_entry(spec: &GemmSpec, epi: &str, entry: &str) -> String {
 /// and B (and of B's pair-order view) come first, by value; the shared
 /// memory the host passes is checked against the header's formula. A row
 /// prelude (`pre`: its `Pre` struct) takes the template's last argument,
-/// and its `Params` struct the entry's.
+/// and its `Params` struct the entry's; a concatenated K's parts follow the
+/// first part's maps and `GemmArgs`.
 pub(super) fn sm90_entry(spec: &GemmSpec, epi: &str, entry: &str, pre: Option<&str>, col_vecs: usize) -> String {
     let cfg = format!("coda::{}", spec.config.name());
     let map = |name: &str| format!("const __grid_constant__ coda::TmaDesc {name}");
@@ -70,59 +71,43 @@ pub(super) fn sm90_entry(spec: &GemmSpec, epi: &str, entry: &str, pre: Option<&s
         ),
         None => (format!("{}, {}", map("ta"), map("tb")), "coda::IdentityRows".to_string(), "tb"),
     };
-    if spec.k_parts.is_some() {
-        return sm90_parts_entry(spec, epi, entry, pre, col_vecs, &maps);
-    }
-    format!(
-        "static_assert(coda::gemm_sm90_smem_bytes<{cfg}, {epi}>() == {smem}, \"codac's shared-memory size for {cfg}\");\n\n\
-         extern \"C\" __global__ void __launch_bounds__({cfg}::kThreads, 1)\n\
-         {entry}({maps}, coda::GemmArgs g, {epi}::Params e{pre_arg}) {{\n    \
-         coda::gemm_sm90_rows<{cfg}, {la}, {lb}, {elem}, {epi}, {rows}{pre}>(ta, tb, {tbp}, g, e{pre_val});\n}}\n",
-        pre = pre.map_or(String::new(), |p| format!(", {p}")),
-        pre_arg = pre.map_or(String::new(), |p| format!(", {p}::Params pre")),
-        pre_val = if pre.is_some() { ", pre" } else { "" },
-        smem = spec.config.smem_bytes_with(col_vecs),
-        la = spec.a.layout.tag(),
-        lb = spec.b.layout.tag(),
-        elem = c_type(spec.elem),
-    )
-}
-
-/// The Hopper entry of a product over a concatenated inner dimension: the
-/// maps of every part's A and B (`ta`, `tb`, then `ta1`, `tb1`, …), and the
-/// `GemmKParts` that carries every part's K, gathered into the mainloop's
-/// `Sm90KParts`.
-fn sm90_parts_entry(
-    spec: &GemmSpec,
-    epi: &str,
-    entry: &str,
-    pre: Option<&str>,
-    col_vecs: usize,
-    first: &str,
-) -> String {
-    let cfg = format!("coda::{}", spec.config.name());
+    // A concatenated K: the further parts' maps (`ta1`, `tb1`, …) and the
+    // `GemmKParts` carrying every part's K, gathered into `Sm90KParts`.
     let n = spec.further_parts().len() + 1;
-    let map = |name: String| format!("const __grid_constant__ coda::TmaDesc {name}");
-    let more: Vec<String> = (1..n).flat_map(|p| [map(format!("ta{p}")), map(format!("tb{p}"))]).collect();
-    let refs = |side: &str| {
-        let names: Vec<String> =
-            std::iter::once(format!("&t{side}")).chain((1..n).map(|p| format!("&t{side}{p}"))).collect();
-        names.join(", ")
+    let (more, kp_arg, parts, pre_ty, pre_val) = match n {
+        1 => (
+            String::new(),
+            "",
+            String::new(),
+            pre.map_or(String::new(), |p| format!(", {p}")),
+            if pre.is_some() { ", pre" } else { "" }.to_string(),
+        ),
+        _ => {
+            let more: String =
+                (1..n).map(|p| format!(", {}, {}", map(&format!("ta{p}")), map(&format!("tb{p}")))).collect();
+            let refs = |side: &str| {
+                let names: Vec<String> =
+                    std::iter::once(format!("&t{side}")).chain((1..n).map(|p| format!("&t{side}{p}"))).collect();
+                names.join(", ")
+            };
+            let ks: Vec<String> = (0..n).map(|p| format!("kp.k{p}")).collect();
+            let parts = format!(
+                "const coda::Sm90KParts<{n}> parts = {{{{{}}}, {{{}}}, {{{}}}}};\n    ",
+                refs("a"),
+                refs("b"),
+                ks.join(", ")
+            );
+            let pre_ty = format!(", {}, {n}", pre.unwrap_or("coda::NoPrelude"));
+            let pre_val = format!(", {}, &parts", if pre.is_some() { "pre" } else { "coda::NoPrelude::Params()" });
+            (more, ", coda::GemmKParts kp", parts, pre_ty, pre_val)
+        }
     };
-    let ks: Vec<String> = (0..n).map(|p| format!("kp.k{p}")).collect();
     format!(
         "static_assert(coda::gemm_sm90_smem_bytes<{cfg}, {epi}>() == {smem}, \"codac's shared-memory size for {cfg}\");\n\n\
          extern \"C\" __global__ void __launch_bounds__({cfg}::kThreads, 1)\n\
-         {entry}({first}, {more}, coda::GemmArgs g, coda::GemmKParts kp, {epi}::Params e{pre_arg}) {{\n    \
-         const coda::Sm90KParts<{n}> parts = {{{{{ta}}}, {{{tb}}}, {{{ks}}}}};\n    \
-         coda::gemm_sm90_rows<{cfg}, {la}, {lb}, {elem}, {epi}, coda::IdentityRows, {pre_ty}, {n}>(ta, tb, tb, g, e, {pre_val}, &parts);\n}}\n",
-        more = more.join(", "),
-        ta = refs("a"),
-        tb = refs("b"),
-        ks = ks.join(", "),
-        pre_ty = pre.unwrap_or("coda::NoPrelude"),
+         {entry}({maps}{more}, coda::GemmArgs g{kp_arg}, {epi}::Params e{pre_arg}) {{\n    \
+         {parts}coda::gemm_sm90_rows<{cfg}, {la}, {lb}, {elem}, {epi}, {rows}{pre_ty}>(ta, tb, {tbp}, g, e{pre_val});\n}}\n",
         pre_arg = pre.map_or(String::new(), |p| format!(", {p}::Params pre")),
-        pre_val = pre.map_or("coda::NoPrelude::Params()".to_string(), |_| "pre".to_string()),
         smem = spec.config.smem_bytes_with(col_vecs),
         la = spec.a.layout.tag(),
         lb = spec.b.layout.tag(),
