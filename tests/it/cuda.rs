@@ -495,3 +495,30 @@ fn qwen3_backward_sums_its_separate_weights_products_in_one_gemm_each() {
         );
     }
 }
+
+/// A CTA-per-row kernel that rotates by the token's position forms each of
+/// the row's rotary angles once, in a shared table, rather than in every
+/// column of every pass: Qwen3's QK-norm backward reads its 64 angles for
+/// q's 32 heads and k's 8, and GPT-NeoX's partial rotary (32 of each
+/// head's 128 features) its 16.
+#[test]
+fn row_kernels_form_each_rotary_angle_once_per_row() {
+    for (example, file, pairs) in [
+        ("qwen3_layer.coda", "qwen3_layer_grad_row_hn.cu", 64),
+        ("gptneox_layer.coda", "gptneox_layer_grad_row_dqkv.cu", 16),
+    ] {
+        let path = workspace().join("examples").join(example);
+        let text = std::fs::read_to_string(&path).expect("example");
+        let checked = coda::check(example, &text).expect("checks");
+        let backward = coda::grad_view(&checked).expect("differentiates");
+        let compiled = coda::compile(&backward, &coda::CompileOptions::default()).expect("compiles");
+        let source = compiled.source(file).unwrap_or_else(|| panic!("{file}"));
+        let kernel = &source[source.find("---- generated kernel").expect("kernel")..];
+        assert_eq!(kernel.matches("__shared__ float2 rope_cs").count(), 1, "{file}: one table");
+        assert!(kernel.contains(&format!("rope_cs[{pairs}];")), "{file}: {pairs} pairs");
+        assert!(kernel.contains("cg::rope_cs_tab("), "{file}: columns read the table");
+        for per_column in ["cg::sin_angle(", "cg::cos_angle("] {
+            assert!(!kernel.contains(per_column), "{file}: no {per_column} per column");
+        }
+    }
+}

@@ -604,6 +604,22 @@ __device__ __forceinline__ float reduced_angle(float x, float2 freq) {
 }
 __device__ __forceinline__ float sin_angle(float x, float2 freq) { return __sinf(reduced_angle(x, freq)); }
 __device__ __forceinline__ float cos_angle(float x, float2 freq) { return __cosf(reduced_angle(x, freq)); }
+// Both of one angle, as {cos, sin}: a row's table of its rotary pairs.
+__device__ __forceinline__ float2 cos_sin_angle(float x, float2 freq) {
+    const float a = reduced_angle(x, freq);
+    return make_float2(__cosf(a), __sinf(a));
+}
+// Column n's {cos, sin} from a table of the row's pairs (cos_sin_angle of
+// the pair's frequency); {1, 0}, the zero angle, outside the rotated range.
+__device__ __forceinline__ float2 rope_cs_tab(int n, int start, int end, int hd, bool interleaved, const float2* cs) {
+    const RopeCol r = rope_col(n, start, end, hd, interleaved);
+    return r.in ? cs[r.pair] : make_float2(1.0f, 0.0f);
+}
+__device__ __forceinline__ float2 rope_cs_tab(int n, int start, int end, int hd, int rd, bool interleaved,
+                                              const float2* cs) {
+    const RopeCol r = rope_col(n, start, end, hd, rd, interleaved);
+    return r.in ? cs[r.pair] : make_float2(1.0f, 0.0f);
+}
 
 // ---------------------------------------------------------------------------
 // Block reductions over the TPR threads of a row: TPR = 1 (a thread alone),

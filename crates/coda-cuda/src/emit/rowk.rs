@@ -182,6 +182,9 @@ fn row_body(
     tail: &[bool],
 ) -> Result<Vec<String>, CodegenError> {
     em.push_scope();
+    if whole_cta(tpr) {
+        em.row_angle_tables(tpr)?;
+    }
     em.coop = tpr;
     // In node order, so that a staged value finds the per-row values it
     // reads computed, and a per-row value the staged values it reads.

@@ -90,6 +90,9 @@ pub(crate) struct Emitter<'a> {
     /// (`emit::rowk::emit_col`): a reduction over rows is then the lane's
     /// column, its warps taking rows in turn, combined in warp order.
     pub(crate) column_tile: bool,
+    /// The shared tables of rotary cosines and sines a CTA-per-row
+    /// kernel fills for its row ([`Self::row_angle_tables`]).
+    angle_tables: Vec<rope::AngleTable>,
     /// The shared array that holds each per-head reduction of the current
     /// row, where a row kernel stages them (`emit::rowk`), by node.
     pub(crate) group_arrays: HashMap<NodeId, String>,
@@ -126,6 +129,7 @@ impl<'a> Emitter<'a> {
             chunk: None,
             block_reductions: false,
             column_tile: false,
+            angle_tables: Vec::new(),
             group_arrays: HashMap::new(),
             top_arrays: HashMap::new(),
             top_nodes: HashMap::new(),

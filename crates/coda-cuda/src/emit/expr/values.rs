@@ -22,6 +22,23 @@ impl Emitter<'_> {
                 };
                 let k = k.as_str();
                 let args = self.rope_args(&spec);
+                if let Some(table) = self.row_angle(x, &spec, k, &args) {
+                    let key = (a, "rope_cs".to_string(), k.to_string());
+                    let cs = match self.lookup(&key) {
+                        Some(local) => local,
+                        None => {
+                            let local = self.locals.fresh("cs");
+                            let value = self.kernel.nodes[a].value;
+                            self.define("float2", &local, table, Some(value));
+                            if let Some(scope) = self.scopes.last_mut() {
+                                scope.insert(key, Code::local(&local));
+                            }
+                            Code::local(local)
+                        }
+                    };
+                    let part = if op == UnaryOp::Sin { "y" } else { "x" };
+                    return Ok(Code::of(format!("{cs}.{part}"), [&cs]));
+                }
                 let lookup = Code::of(self.rope_freq_lookup(&spec, k, &args), [&Code::index(k)]);
                 // One local per column for the sine and the cosine (and
                 // hoisted out of the row loop of a GEMM epilogue).
