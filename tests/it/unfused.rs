@@ -6,16 +6,24 @@
 
 use crate::cuda::{case_blocks, emulate_block_with};
 use crate::grad::{small_example, step_blocks};
-use coda::cuda::kir::{Kernel, KernelKind};
+use coda::cuda::kir::{Kernel, KernelKind, Op};
 use coda::cuda::CodegenOptions;
 use coda::ir::{Block, BlockKind};
 use std::collections::BTreeSet;
 
-/// Whether `k` is a GEMM whose epilogue only stores the accumulator.
+/// Whether `k` is a GEMM whose epilogue only stores the accumulator, as it
+/// is or rounded to its storage type: no partials, and every store the
+/// accumulator through casts alone (a deferred row scale or a residual
+/// makes it fused).
 fn is_bare_gemm(k: &Kernel) -> bool {
-    matches!(k.kind, KernelKind::Gemm(_))
-        && k.partials.is_empty()
-        && k.nodes.iter().filter(|n| n.reg.is_some()).count() == 1
+    let is_acc = |mut id: usize| loop {
+        match k.nodes[id].op {
+            Op::Acc => return true,
+            Op::Cast(_, a) => id = a,
+            _ => return false,
+        }
+    };
+    matches!(k.kind, KernelKind::Gemm(_)) && k.partials.is_empty() && k.stores.iter().all(|s| is_acc(s.node))
 }
 
 /// The matmul a GEMM kernel computes.
