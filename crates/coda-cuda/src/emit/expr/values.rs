@@ -14,7 +14,6 @@ impl Emitter<'_> {
     pub(super) fn unary(&mut self, op: UnaryOp, a: NodeId, m: &str, k: &str) -> Result<Code, CodegenError> {
         if matches!(op, UnaryOp::Sin | UnaryOp::Cos) {
             if let Some((x, spec)) = self.rope_angle(a) {
-                let xv = self.eval(x, m, k)?;
                 // Partners share their frequency: `cos(x · freq[kp])` is `cos(x · freq[k])`.
                 let k = match self.rope_partners.get(k) {
                     Some((col, partner_spec)) if *partner_spec == spec => col.clone(),
@@ -23,44 +22,37 @@ impl Emitter<'_> {
                 let k = k.as_str();
                 let args = self.rope_args(&spec);
                 if let Some(table) = self.row_angle(x, &spec, k, &args) {
-                    let key = (a, "rope_cs".to_string(), k.to_string());
-                    let cs = match self.lookup(&key) {
-                        Some(local) => local,
-                        None => {
-                            let local = self.locals.fresh("cs");
-                            let value = self.kernel.nodes[a].value;
-                            self.define("float2", &local, table, Some(value));
-                            if let Some(scope) = self.scopes.last_mut() {
-                                scope.insert(key, Code::local(&local));
-                            }
-                            Code::local(local)
-                        }
-                    };
+                    let cs = self.column_local((a, "rope_cs", k), "cs", table);
                     let part = if op == UnaryOp::Sin { "y" } else { "x" };
                     return Ok(Code::of(format!("{cs}.{part}"), [&cs]));
                 }
+                let xv = self.eval(x, m, k)?;
                 let lookup = Code::of(self.rope_freq_lookup(&spec, k, &args), [&Code::index(k)]);
                 // One local per column for the sine and the cosine (and
                 // hoisted out of the row loop of a GEMM epilogue).
-                let key = (a, "rope_freq".to_string(), k.to_string());
-                let freq = match self.lookup(&key) {
-                    Some(local) => local,
-                    None => {
-                        let local = self.locals.fresh("freq");
-                        let value = self.kernel.nodes[a].value;
-                        self.define("float2", &local, lookup, Some(value));
-                        if let Some(scope) = self.scopes.last_mut() {
-                            scope.insert(key, Code::local(&local));
-                        }
-                        Code::local(local)
-                    }
-                };
+                let freq = self.column_local((a, "rope_freq", k), "freq", lookup);
                 let f = if op == UnaryOp::Sin { "sin_angle" } else { "cos_angle" };
                 return Ok(Code::of(format!("cg::{f}({xv}, {freq})"), [&xv, &freq]));
             }
         }
         let a = self.eval(a, m, k)?;
         Ok(Code::of(unary_reg(op, &a), [&a]))
+    }
+
+    /// A `float2` local of node `node`'s `what` at column `k`, defined as
+    /// `init` once per scope and reused after.
+    fn column_local(&mut self, (node, what, k): (NodeId, &str, &str), prefix: &str, init: Code) -> Code {
+        let key = (node, what.to_string(), k.to_string());
+        if let Some(local) = self.lookup(&key) {
+            return local;
+        }
+        let local = self.locals.fresh(prefix);
+        let value = self.kernel.nodes[node].value;
+        self.define("float2", &local, init, Some(value));
+        if let Some(scope) = self.scopes.last_mut() {
+            scope.insert(key, Code::local(&local));
+        }
+        Code::local(local)
     }
 
     /// The C expression of `a` converted to `to` (rounded to a storage type).
