@@ -563,13 +563,17 @@ impl Planner<'_> {
     }
 
     /// Moves `o` alone into row kernel `k` if it can go ([`Self::try_pull`]):
-    /// then its operands to look at next and its GEMM.
+    /// then its operands to look at next and its GEMM. A value that a kernel
+    /// before `k` loads stays in its GEMM, which stores it for that kernel
+    /// (a column kernel's log-sum-exp over a clamped product, whose
+    /// subtraction is the row kernel's).
     fn pull_one(&mut self, o: Value, k: usize) -> Option<(std::vec::IntoIter<Value>, usize)> {
         let Home::Acc(x) = *self.home(o) else { return None };
         let rows_match =
             matches!(&self.plan.kernels[k], KernelPlan::Row { rows } if *rows == self.block.ty(o).shape.rows);
         let inst = self.block.inst(o);
-        if self.uses_in_kernel[o.index()] != 0 || !rows_match || !is_inlinable(inst) {
+        let read_before = self.reads[..k].iter().any(|reads| reads.contains_key(&o));
+        if self.uses_in_kernel[o.index()] != 0 || !rows_match || !is_inlinable(inst) || read_before {
             return None;
         }
         if matches!(inst, Inst::TakeCols { .. } | Inst::Transpose { .. } | Inst::GatherRows { .. }) {
