@@ -4,8 +4,8 @@
 //! built every later kernel has already said which of its values it reads
 //! (each such read is a store in this kernel, fp32 unless a matmul needs the
 //! 16-bit operand type). Node DAGs are built on demand from the stores and
-//! partials (`nodes`), so a kernel contains exactly what it needs. Kernels left with
-//! nothing to store are dropped. A staging buffer stands for an input a GEMM
+//! partials (`nodes`), so a kernel contains exactly what it needs. Kernels
+//! left with nothing to store are dropped. A staging buffer stands for an input a GEMM
 //! reads, or an output a later kernel reads ([`Role::Staging`]); the runtime
 //! makes its padded copy when the tensor is not aligned. Each GEMM takes
 //! the configuration of the tile stage ([`crate::tiles`]); kernels are

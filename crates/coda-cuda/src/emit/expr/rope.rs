@@ -90,7 +90,7 @@ impl Emitter<'_> {
         if rd / 2 > MAX_ROPE_TABLE_PAIRS {
             return None;
         }
-        let name = format!("coda_rope_freq2_{rd}_{}", spec.base.to_bits());
+        let name = freq_table_name(spec);
         if !self.globals.contains_key(&name) {
             let values: Vec<String> =
                 (0..rd / 2).map(|i| float_pair_lit(spec.base.powf(-((2 * i) as f64) / rd as f64))).collect();
@@ -154,7 +154,7 @@ impl Emitter<'_> {
     /// The shared array of the angles `x · freq` of `spec`'s rotation, if
     /// the row has one.
     fn angle_table(&self, x: NodeId, spec: &RopeSpec) -> Option<String> {
-        let freq = format!("coda_rope_freq2_{}_{}", spec.rotary_dim, spec.base.to_bits());
+        let freq = freq_table_name(spec);
         self.angle_tables.iter().find(|t| t.x == x && t.freq == freq).map(|t| t.array.clone())
     }
 
@@ -194,6 +194,12 @@ pub(crate) struct AngleTable {
     x: NodeId,
     freq: String,
     array: String,
+}
+
+/// The name of the file-scope frequency table of `spec`'s rotation
+/// ([`Emitter::rope_freq_table`]): one per rotary width and base.
+fn freq_table_name(spec: &RopeSpec) -> String {
+    format!("coda_rope_freq2_{}_{}", spec.rotary_dim, spec.base.to_bits())
 }
 
 /// The most rotary pairs a row's shared angle table holds (8 KiB).
