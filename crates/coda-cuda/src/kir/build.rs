@@ -5,11 +5,12 @@
 //! (each such read is a store in this kernel, fp32 unless a matmul needs the
 //! 16-bit operand type). Node DAGs are built on demand from the stores and
 //! partials (`nodes`), so a kernel contains exactly what it needs. Kernels
-//! left with nothing to store are dropped. A staging buffer stands for an input a GEMM
-//! reads, or an output a later kernel reads ([`Role::Staging`]); the runtime
-//! makes its padded copy when the tensor is not aligned. Each GEMM takes
-//! the configuration of the tile stage ([`crate::tiles`]); kernels are
-//! named after the row preludes are fused ([`BlockIr::name_kernels`]).
+//! left with nothing to store are dropped. A staging buffer stands for an
+//! input a GEMM reads, or an output a later kernel reads
+//! ([`Role::Staging`]); the runtime makes its padded copy when the tensor
+//! is not aligned. Each GEMM takes the configuration of the tile stage
+//! ([`crate::tiles`]); kernels are named after the row preludes are fused
+//! ([`BlockIr::name_kernels`]).
 
 mod nodes;
 
