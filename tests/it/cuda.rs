@@ -522,3 +522,27 @@ fn row_kernels_form_each_rotary_angle_once_per_row() {
         }
     }
 }
+
+/// The gated backward GEMM recomputes the gated product (for the down
+/// projection's weight gradient) and forms the activation's derivative:
+/// both from one sigmoid (SiLU) or one `tanh` (GeLU) per element, since
+/// the backward recomputes the activation from the primitives its
+/// derivative shares (`docs/backward.md`).
+#[test]
+fn gated_backward_epilogues_form_one_activation_per_element() {
+    for (example, file, once, atomic) in [
+        ("qwen3_layer.coda", "qwen3_layer_grad_gemm_dup.cu", "coda::sigmoid(", "coda::silu("),
+        ("gemma2_layer.coda", "gemma2_layer_grad_gemm_dup.cu", "coda::tanh_fast(", "coda::gelu_tanh("),
+    ] {
+        let path = workspace().join("examples").join(example);
+        let text = std::fs::read_to_string(&path).expect("example");
+        let checked = coda::check(example, &text).expect("checks");
+        let backward = coda::grad_view(&checked).expect("differentiates");
+        let compiled = coda::compile(&backward, &coda::CompileOptions::default()).expect("compiles");
+        let source = compiled.source(file).unwrap_or_else(|| panic!("{file}"));
+        let kernel = &source[source.find("---- generated kernel").expect("kernel")..];
+        // One per slot of the pair.
+        assert_eq!(kernel.matches(once).count(), 2, "{file}: {once} once per element");
+        assert!(!kernel.contains(atomic), "{file}: no {atomic} beside its derivative");
+    }
+}

@@ -8,11 +8,13 @@
 //! param); then the gradient code, in reverse forward order.
 
 use crate::names::{grad_name, Names};
+use crate::unary::{recompute, SharedParts};
 use crate::{GradError, GradSpec, Saved, SavedLayout};
 use coda_diagnostics::Span;
 use coda_ir::{
     Axis, BinaryOp, Block, BlockKind, DType, Dim, Inst, Output, ReduceOp, Shape, Tensor, Ty, UnaryOp, Value,
 };
+use std::collections::HashMap;
 
 /// The even (`parity` 0) or odd columns of a saved param in pair layout,
 /// `half` of them.
@@ -45,6 +47,9 @@ pub(crate) struct Builder<'f> {
     /// The gradient param of each differentiated output, in spec order.
     output_grads: Vec<Value>,
     names: Names,
+    /// What the recomputed forward formed of each function with parts its
+    /// derivative shares, by function and (backward) argument.
+    shared_parts: HashMap<(UnaryOp, Value), SharedParts>,
 }
 
 /// The saved param that stands for a forward value, and its layout.
@@ -55,6 +60,12 @@ struct SavedParam {
 }
 
 impl<'f> Builder<'f> {
+    /// What the recomputed forward formed of `op(x)` for its derivative
+    /// to share ([`crate::unary::recompute`]).
+    pub(crate) fn shared_parts(&self, op: UnaryOp, x: Value) -> Option<SharedParts> {
+        self.shared_parts.get(&(op, x)).copied()
+    }
+
     /// Declares the interface and recomputes the forward.
     /// The operands in `recomputed` are not saved
     /// ([`crate::saving::recomputed_operands`]).
@@ -82,6 +93,7 @@ impl<'f> Builder<'f> {
             saved: Vec::new(),
             output_grads: Vec::new(),
             names,
+            shared_parts: HashMap::new(),
         };
         let saved_params = builder.declare_saved(recomputed);
         let grad_params = builder.declare_output_grads();
@@ -197,9 +209,19 @@ impl<'f> Builder<'f> {
                         false => self.emit(Inst::Transpose { arg: param }, span)?,
                     }
                 }
-                None => match half_of_paired(inst, &paired) {
-                    Some(slice) => self.emit(slice, span)?,
-                    None => self.emit(inst.map_operands(|o| self.primal[o.index()]), span)?,
+                None => match (half_of_paired(inst, &paired), inst) {
+                    (Some(slice), _) => self.emit(slice, span)?,
+                    (None, Inst::Unary { op, arg }) => {
+                        let x = self.primal[arg.index()];
+                        match recompute(self, *op, x, span)? {
+                            Some((y, parts)) => {
+                                self.shared_parts.insert((*op, x), parts);
+                                y
+                            }
+                            None => self.emit(Inst::Unary { op: *op, arg: x }, span)?,
+                        }
+                    }
+                    (None, _) => self.emit(inst.map_operands(|o| self.primal[o.index()]), span)?,
                 },
             };
             if let Some(name) = &self.fwd.names[v.index()] {

@@ -93,7 +93,10 @@ pub(crate) fn vjp(
         }
         // d (x σ(x)) = (σ(x) + x σ(x)(1 - σ(x))) dx = σ(x) (1 + x (1 - σ(x))) dx
         UnaryOp::Silu => {
-            let s = b.un(UnaryOp::Sigmoid, x, span)?;
+            let s = match b.shared_parts(UnaryOp::Silu, x) {
+                Some(SharedParts::Silu { sigmoid }) => sigmoid,
+                _ => b.un(UnaryOp::Sigmoid, x, span)?,
+            };
             let one = b.konst(1.0, span)?;
             let rest = b.bin(Sub, one, s, span)?;
             let x_rest = b.bin(Mul, x, rest, span)?;
@@ -106,19 +109,70 @@ pub(crate) fn vjp(
     }
 }
 
-/// With `u = c (x + a x³)` and `t = tanh(u)`, `gelu_tanh(x) = 0.5 x (1 + t)`:
-/// `d gelu_tanh = [0.5 (1 + t) + 0.5 x (1 - t²) c (1 + 3 a x²)] dx`.
-fn gelu_tanh(b: &mut Builder<'_>, x: Value, g: Value, span: Span) -> Result<Value, GradError> {
-    use BinaryOp::{Add, Mul, Sub};
+/// What the backward's recomputation of a forward `f(x)` formed that
+/// `f'(x)` shares. The backward recomputes such an `f` from IR primitives
+/// ([`recompute`]) rather than as one atomic function, so that the
+/// recomputed value and its derivative take one transcendental where they
+/// took two (the code generator evaluates each value once): in a gated
+/// MLP's backward GEMM epilogue, one `tanh` per element for GeLU instead
+/// of two, one sigmoid (an exponential and a reciprocal) for SiLU.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum SharedParts {
+    /// `gelu_tanh(x) = x · half` with `u = c (x + a x³)`, `x2 = x²`,
+    /// `t = tanh(u)` and `half = 0.5 (1 + t)`.
+    GeluTanh { x2: Value, t: Value, half: Value },
+    /// `silu(x) = x · sigmoid(x)`.
+    Silu { sigmoid: Value },
+}
+
+/// `op(x)` recomputed from primitives, with the parts its derivative
+/// shares; `None` for a function with no such parts.
+pub(crate) fn recompute(
+    b: &mut Builder<'_>,
+    op: UnaryOp,
+    x: Value,
+    span: Span,
+) -> Result<Option<(Value, SharedParts)>, GradError> {
+    let parts = match op {
+        UnaryOp::GeluTanh => {
+            let (x2, t, half) = gelu_tanh_parts(b, x, span)?;
+            SharedParts::GeluTanh { x2, t, half }
+        }
+        UnaryOp::Silu => SharedParts::Silu { sigmoid: b.un(UnaryOp::Sigmoid, x, span)? },
+        _ => return Ok(None),
+    };
+    let factor = match parts {
+        SharedParts::GeluTanh { half, .. } => half,
+        SharedParts::Silu { sigmoid } => sigmoid,
+    };
+    Ok(Some((b.bin(BinaryOp::Mul, x, factor, span)?, parts)))
+}
+
+/// `(x2, t, half)` of [`SharedParts::GeluTanh`] for `x`.
+fn gelu_tanh_parts(b: &mut Builder<'_>, x: Value, span: Span) -> Result<(Value, Value, Value), GradError> {
+    use BinaryOp::{Add, Mul};
     let one = b.konst(1.0, span)?;
     let x2 = b.bin(Mul, x, x, span)?;
     let x3 = b.bin(Mul, x2, x, span)?;
     let cubic = b.scale(x3, GELU_CUBIC, span)?;
     let inner = b.bin(Add, x, cubic, span)?;
     let u = b.scale(inner, SQRT_2_OVER_PI, span)?;
-    let t = b.un(coda_ir::UnaryOp::Tanh, u, span)?;
+    let t = b.un(UnaryOp::Tanh, u, span)?;
     let one_plus_t = b.bin(Add, one, t, span)?;
-    let first = b.scale(one_plus_t, 0.5, span)?;
+    let half = b.scale(one_plus_t, 0.5, span)?;
+    Ok((x2, t, half))
+}
+
+/// With `u = c (x + a x³)` and `t = tanh(u)`, `gelu_tanh(x) = 0.5 x (1 + t)`:
+/// `d gelu_tanh = [0.5 (1 + t) + 0.5 x (1 - t²) c (1 + 3 a x²)] dx`, from
+/// the parts the recomputed forward formed ([`recompute`]), if it did.
+fn gelu_tanh(b: &mut Builder<'_>, x: Value, g: Value, span: Span) -> Result<Value, GradError> {
+    use BinaryOp::{Add, Mul, Sub};
+    let (x2, t, half) = match b.shared_parts(UnaryOp::GeluTanh, x) {
+        Some(SharedParts::GeluTanh { x2, t, half }) => (x2, t, half),
+        _ => gelu_tanh_parts(b, x, span)?,
+    };
+    let one = b.konst(1.0, span)?;
     let t2 = b.bin(Mul, t, t, span)?;
     let sech2 = b.bin(Sub, one, t2, span)?;
     let x2a = b.scale(x2, 3.0 * GELU_CUBIC, span)?;
@@ -127,7 +181,7 @@ fn gelu_tanh(b: &mut Builder<'_>, x: Value, g: Value, span: Span) -> Result<Valu
     let half_x = b.scale(x, 0.5, span)?;
     let second = b.bin(Mul, half_x, sech2, span)?;
     let second = b.bin(Mul, second, du, span)?;
-    let slope = b.bin(Add, first, second, span)?;
+    let slope = b.bin(Add, half, second, span)?;
     b.bin(Mul, g, slope, span)
 }
 
