@@ -496,6 +496,17 @@ fn qwen3_backward_sums_its_separate_weights_products_in_one_gemm_each() {
     }
 }
 
+/// The generated part of kernel `file` of an example's backward block.
+fn backward_kernel(example: &str, file: &str) -> String {
+    let path = workspace().join("examples").join(example);
+    let text = std::fs::read_to_string(&path).expect("example");
+    let checked = coda::check(example, &text).expect("checks");
+    let backward = coda::grad_view(&checked).expect("differentiates");
+    let compiled = coda::compile(&backward, &coda::CompileOptions::default()).expect("compiles");
+    let source = compiled.source(file).unwrap_or_else(|| panic!("{file}"));
+    source[source.find("---- generated kernel").expect("kernel")..].to_string()
+}
+
 /// A CTA-per-row kernel that rotates by the token's position forms each of
 /// the row's rotary angles once, in a shared table, rather than in every
 /// column of every pass: Qwen3's QK-norm backward reads its 64 angles for
@@ -507,13 +518,7 @@ fn row_kernels_form_each_rotary_angle_once_per_row() {
         ("qwen3_layer.coda", "qwen3_layer_grad_row_hn.cu", 64),
         ("gptneox_layer.coda", "gptneox_layer_grad_row_dqkv.cu", 16),
     ] {
-        let path = workspace().join("examples").join(example);
-        let text = std::fs::read_to_string(&path).expect("example");
-        let checked = coda::check(example, &text).expect("checks");
-        let backward = coda::grad_view(&checked).expect("differentiates");
-        let compiled = coda::compile(&backward, &coda::CompileOptions::default()).expect("compiles");
-        let source = compiled.source(file).unwrap_or_else(|| panic!("{file}"));
-        let kernel = &source[source.find("---- generated kernel").expect("kernel")..];
+        let kernel = backward_kernel(example, file);
         assert_eq!(kernel.matches("__shared__ float2 rope_cs").count(), 1, "{file}: one table");
         assert!(kernel.contains(&format!("rope_cs[{pairs}];")), "{file}: {pairs} pairs");
         assert!(kernel.contains("cg::rope_cs_tab("), "{file}: columns read the table");
@@ -534,13 +539,7 @@ fn gated_backward_epilogues_form_one_activation_per_element() {
         ("qwen3_layer.coda", "qwen3_layer_grad_gemm_dup.cu", "coda::sigmoid(", "coda::silu("),
         ("gemma2_layer.coda", "gemma2_layer_grad_gemm_dup.cu", "coda::tanh_fast(", "coda::gelu_tanh("),
     ] {
-        let path = workspace().join("examples").join(example);
-        let text = std::fs::read_to_string(&path).expect("example");
-        let checked = coda::check(example, &text).expect("checks");
-        let backward = coda::grad_view(&checked).expect("differentiates");
-        let compiled = coda::compile(&backward, &coda::CompileOptions::default()).expect("compiles");
-        let source = compiled.source(file).unwrap_or_else(|| panic!("{file}"));
-        let kernel = &source[source.find("---- generated kernel").expect("kernel")..];
+        let kernel = backward_kernel(example, file);
         // One per slot of the pair.
         assert_eq!(kernel.matches(once).count(), 2, "{file}: {once} once per element");
         assert!(!kernel.contains(atomic), "{file}: no {atomic} beside its derivative");
