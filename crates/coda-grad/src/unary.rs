@@ -112,10 +112,10 @@ pub(crate) fn vjp(
 /// What the backward's recomputation of a forward `f(x)` formed that
 /// `f'(x)` shares. The backward recomputes such an `f` from IR primitives
 /// ([`recompute`]) rather than as one atomic function, so that the
-/// recomputed value and its derivative take one transcendental where they
-/// took two (the code generator evaluates each value once): in a gated
-/// MLP's backward GEMM epilogue, one `tanh` per element for GeLU instead
-/// of two, one sigmoid (an exponential and a reciprocal) for SiLU.
+/// recomputed value and its derivative share one transcendental (the code
+/// generator evaluates each value once): in a gated MLP's backward GEMM
+/// epilogue, one `tanh` per element for GeLU and one sigmoid (an
+/// exponential and a reciprocal) for SiLU, not one beside each function.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum SharedParts {
     /// `gelu_tanh(x) = x · half` with `u = c (x + a x³)`, `x2 = x²`,
