@@ -545,3 +545,23 @@ fn gated_backward_epilogues_form_one_activation_per_element() {
         assert!(!kernel.contains(atomic), "{file}: no {atomic} beside its derivative");
     }
 }
+
+/// A staged-subtile epilogue holds its 16-bit quads one column pair ahead
+/// in registers: pair `j` loads pair `j + 1`'s quads before its own
+/// arithmetic and reads its own from the ring, so no quad load waits where
+/// it is used (`docs/codegen.md`, "held ahead").
+#[test]
+fn staged_subtile_epilogues_hold_their_quads_one_pair_ahead() {
+    for (example, file) in
+        [("qwen3_layer.coda", "qwen3_layer_grad_gemm_dup.cu"), ("gemma2_layer.coda", "gemma2_layer_grad_gemm_dup.cu")]
+    {
+        let kernel = backward_kernel(example, file);
+        assert!(kernel.contains("Sm90Cfg128x192pps2"), "{file}: staged subtiles");
+        let ahead =
+            kernel.find("qh0[(j + 1) % 2][i] = cg::quad_bits<").unwrap_or_else(|| panic!("{file}: loads ahead"));
+        let read =
+            kernel.find("cg::quad_floats<__nv_bfloat16>(qh0[j % 2][i])").unwrap_or_else(|| panic!("{file}: reads"));
+        assert!(ahead < read, "{file}: the next pair's loads come first");
+        assert!(!kernel.contains("cg::load4"), "{file}: no quad loaded where it is read");
+    }
+}

@@ -296,6 +296,20 @@ __device__ __forceinline__ float4 load4_aligned(const T* p, long long ld, int m,
     return v;
 }
 
+// load4_aligned's words for a 16-bit buffer, unconverted (convert them with
+// quad_floats<T>): a staged-subtile epilogue holds a few pairs' quads in
+// registers ahead of the pair that reads them, two words per quad.
+template <bool kWhole, class T>
+__device__ __forceinline__ uint2 quad_bits(const T* p, long long ld, int m, int k, int rows, int cols) {
+    static_assert(sizeof(T) == 2, "quad_bits reads 16-bit elements");
+    uint2 w = ldg_b64_on(p + (long long)m * ld + k, inside(m, k, rows, cols));
+    if constexpr (!kWhole) {
+        w.x = k + 1 < cols ? w.x : (w.x & 0xffffu);
+        w.y = k + 3 < cols ? w.y : (k + 2 < cols ? (w.y & 0xffffu) : 0u);
+    }
+    return w;
+}
+
 // ---------------------------------------------------------------------------
 // Chunks of V consecutive elements (m, k) .. (m, k + V - 1), V = 2, 4 or 8:
 // the column loops of CTA-per-row kernels (docs/codegen.md, "Row kernels in

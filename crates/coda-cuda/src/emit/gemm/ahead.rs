@@ -1,12 +1,13 @@
 //! What a GEMM epilogue's pair loop fetches ahead, and which of its
 //! accesses are vector accesses of buffers aligned by construction: quad
 //! loads (the even and odd columns of a tensor in pair layout) streamed
-//! through the scratch by `cp.async` or prefetched into L2, and the pair
-//! loads and stores that need no alignment check (`docs/codegen.md`,
-//! "Aligned epilogue operands").
+//! through the scratch by `cp.async`, held in registers a few pairs ahead,
+//! or prefetched into L2, and the pair loads and stores that need no
+//! alignment check (`docs/codegen.md`, "Aligned epilogue operands").
 
 use super::{ColMap, Emitter, Gemm, NodeId};
 use crate::emit::code::Code;
+use crate::emit::params::c_type;
 
 /// An access of the pair loop: `width` elements of buffer `buf` from column
 /// `a * n + b` of row `m` (`Gemm::aligned`).
@@ -21,6 +22,27 @@ pub(super) struct Access {
 /// How many column pairs ahead of the pair loop the quad loads' rows are
 /// prefetched into L2 when they are not streamed (`Gemm::ahead_lines`).
 const PREFETCH_AHEAD: usize = 8;
+
+/// How many column pairs ahead of the pair that reads it a held quad is
+/// loaded (`Held`). Two spilled more beside 192 accumulators and were no
+/// faster (`docs/codegen.md`).
+const HELD_AHEAD: usize = 1;
+
+/// A quad load of a staged-subtile epilogue (16-bit, aligned by
+/// construction) whose words are loaded [`HELD_AHEAD`] column pairs before
+/// the pair that reads them, into a ring of registers (`qh<s>[slot][i]`,
+/// two words per row of the thread): the loads are issued in program order
+/// (`cg::ldg_b64_on` is `asm volatile`), so a quad loaded where it is read
+/// keeps the warp waiting for L2 once per pair, which was most of the
+/// epilogue's stalls in the Gemma-2 dGeGLU backward.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Held {
+    buf: usize,
+    /// The quad's first buffer column, in `n`.
+    k: String,
+    /// `kWhole` of `cg::quad_bits`.
+    whole: bool,
+}
 
 impl Gemm {
     /// Whether the access is one aligned vector of a buffer aligned by
@@ -58,10 +80,10 @@ impl Gemm {
     /// before the loop and those at the top of its body. Streams
     /// (`cg::stream_issue`) copy pair `j + kStreamSlots - 1` into the slot
     /// that pair `j - 1` used, then wait for pair `j`'s copies; otherwise
-    /// L2 prefetches run [`PREFETCH_AHEAD`] pairs ahead. The pair loop
-    /// issues one load per pair and waits for it (the registers beside the
-    /// accumulators allow no more in flight); neither a copy nor a
-    /// prefetch holds a register.
+    /// L2 prefetches run [`PREFETCH_AHEAD`] pairs ahead (neither a copy
+    /// nor a prefetch holds a register). Staged subtiles prefetch the
+    /// tile's rows once and hold their 16-bit quads one pair ahead in
+    /// registers (`Held`).
     pub(super) fn ahead_lines(&self, em: &mut Emitter<'_>) -> (Vec<String>, Vec<String>) {
         let (list, streaming) = (&self.ahead, self.streaming);
         let ahead = if streaming { "kStreamSlots - 1".to_string() } else { PREFETCH_AHEAD.to_string() };
@@ -73,7 +95,8 @@ impl Gemm {
         // spill beside 192 accumulators: the rows' quads are prefetched
         // into L2 once, for the whole tile, before the loop.
         if !streaming && self.subtiled() {
-            return (tile_row_prefetches(em, list), Vec::new());
+            let (held_before, held_top) = self.held_lines(em);
+            return ([tile_row_prefetches(em, list), held_before].concat(), held_top);
         }
         let calls = |em: &mut Emitter<'_>, j: &str| -> Vec<String> {
             let mut lines = vec![format!("if ({j} < Frag::CJ) {{"), format!("    const int n = f.col({j});")];
@@ -133,10 +156,18 @@ impl Gemm {
         // staged (`can_stage`), and a staged operand keeps quads from streaming.
         self.streaming = self.may_stream && self.staged_load.is_none();
         let s = position_or_push(&mut self.ahead, (buf, in_n, aligned.is_some()));
+        let dtype = em.ir.buffers[buf].dtype;
+        let held = aligned.filter(|_| self.subtiled() && !self.streaming && dtype.size_bytes() == 2);
         let load = if self.streaming {
             let b = em.buf(buf);
             let text = format!("cg::stream_quad<Frag, kStreamSlots>(f, smem, {s}, j % kStreamSlots, i, {b})");
             Code::lit(text).reading(&["f", "smem", "j", "i"])
+        } else if let Some(whole) = held {
+            let k = self.ahead[s].1.clone();
+            let h = position_or_push(&mut self.held, Held { buf, k, whole });
+            let t = c_type(dtype);
+            let text = format!("cg::quad_floats<{t}>(qh{h}[j % {}][i])", HELD_AHEAD + 1);
+            Code::lit(text).reading(&["j", "i"])
         } else {
             match aligned {
                 Some(whole) => Code::of(format!("cg::load4_aligned<{whole}>({access})"), [&access]),
@@ -146,6 +177,41 @@ impl Gemm {
         em.define("float4", &name, load, Some(value));
         self.quads.insert(key, name.clone());
         Code::local(name)
+    }
+}
+
+impl Gemm {
+    /// The held quads' ring (`Held`): before the pair loop, its
+    /// declaration and the loads of the first [`HELD_AHEAD`] pairs; at the
+    /// top of pair `j`'s body, the loads of pair `j + HELD_AHEAD` into the
+    /// slot that pair `j - 1` read. The loop is unrolled, so every slot
+    /// index is a constant and the ring stays in registers.
+    fn held_lines(&self, em: &mut Emitter<'_>) -> (Vec<String>, Vec<String>) {
+        let slots = HELD_AHEAD + 1;
+        let row = Code::lit("f.row(i)").reading(&["f", "i"]);
+        let loads = |em: &mut Emitter<'_>, j: &str| -> Vec<String> {
+            let mut lines = vec![format!("if ({j} < Frag::CJ) {{"), format!("    const int n = f.col({j});")];
+            for (h, held) in self.held.iter().enumerate() {
+                let access = em.access(held.buf, &row, &Code::lit(&held.k).reading(&["n"]), false);
+                lines.push("    #pragma unroll".to_string());
+                lines.push(format!(
+                    "    for (int i = 0; i < Frag::RI; ++i) qh{h}[({j}) % {slots}][i] = cg::quad_bits<{}>({access});",
+                    held.whole
+                ));
+            }
+            lines.push("}".to_string());
+            lines
+        };
+        if self.held.is_empty() {
+            return (Vec::new(), Vec::new());
+        }
+        let mut before: Vec<String> =
+            (0..self.held.len()).map(|h| format!("uint2 qh{h}[{slots}][Frag::RI];  // quads held ahead")).collect();
+        before.push("#pragma unroll".to_string());
+        before.push(format!("for (int jp = 0; jp < {HELD_AHEAD}; ++jp) {{"));
+        before.extend(loads(em, "jp").into_iter().map(|l| format!("    {l}")));
+        before.push("}".to_string());
+        (before, loads(em, &format!("j + {HELD_AHEAD}")))
     }
 }
 

@@ -88,6 +88,7 @@ pub(crate) fn emit(
         pairs: HashMap::new(),
         quads: HashMap::new(),
         ahead: Vec::new(),
+        held: Vec::new(),
         streaming: false,
         may_stream: false,
         inline_pairs: HashMap::new(),
@@ -192,6 +193,9 @@ struct Gemm {
     /// in the current body, fetched ahead of the pair loop (`ahead_lines`;
     /// `aligned` as `Gemm::aligned` found it).
     ahead: Vec<(usize, String, bool)>,
+    /// The quad loads of the current body whose next pairs' quads are held
+    /// in registers ahead of the loop (`ahead::Held`; staged subtiles only).
+    held: Vec<ahead::Held>,
     /// Whether `ahead` is copied into the scratch (`cg::stream_quad`, when
     /// `may_stream` and no operand is staged there) or prefetched into L2.
     streaming: bool,
@@ -337,6 +341,7 @@ impl Gemm {
         head_lines.extend(self.lse_passes(em)?);
         self.open_body(em);
         self.ahead.clear();
+        self.held.clear();
         self.streaming = false;
         for id in &live {
             self.register(em, *id)?;
