@@ -117,12 +117,15 @@ done
 # Saved tensors in pair layout and the quad streams that read them.
 run tests/cuda-cases/paired_saving.coda 333 60 --grad
 run tests/cuda-cases/paired_saving.coda 1000 60 --grad
-# The same quads read directly on staged subtiles (the configuration the
-# rules give the dSwiGLU GEMM at large M), columns a multiple of 4 or not
-# (cg::load4_aligned<true> and <false>), and pair loads of a ragged tile
-# operand (cg::load2_aligned<false>): at these M the rules pick other tiles.
+# The same quads held a pair ahead on staged subtiles (the configurations
+# the rules give the gated backward GEMMs at large M), columns a multiple of
+# 4 or not (cg::quad_bits<true> and <false>), with two and three regions,
+# and pair loads of a ragged tile operand (cg::load2_aligned<false>): at
+# these M the rules pick other tiles.
 run tests/cuda-cases/paired_saving.coda 333 60 --grad --tile-config Sm90Cfg128x192pps2
 run tests/cuda-cases/ragged.coda 333 60 --grad --tile-config Sm90Cfg128x192pps2
+run tests/cuda-cases/paired_saving.coda 333 60 --grad --tile-config Sm90Cfg128x192pps3
+run tests/cuda-cases/ragged.coda 333 60 --grad --tile-config Sm90Cfg128x192pps3
 fi
 if part forward; then
 run examples/out_proj_kernel.coda 333

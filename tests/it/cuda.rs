@@ -556,12 +556,29 @@ fn staged_subtile_epilogues_hold_their_quads_one_pair_ahead() {
         [("qwen3_layer.coda", "qwen3_layer_grad_gemm_dup.cu"), ("gemma2_layer.coda", "gemma2_layer_grad_gemm_dup.cu")]
     {
         let kernel = backward_kernel(example, file);
-        assert!(kernel.contains("Sm90Cfg128x192pps2"), "{file}: staged subtiles");
+        assert!(kernel.contains("Sm90Cfg128x192pps3"), "{file}: staged subtiles");
         let ahead =
             kernel.find("qh0[(j + 1) % 2][i] = cg::quad_bits<").unwrap_or_else(|| panic!("{file}: loads ahead"));
         let read =
             kernel.find("cg::quad_floats<__nv_bfloat16>(qh0[j % 2][i])").unwrap_or_else(|| panic!("{file}: reads"));
         assert!(ahead < read, "{file}: the next pair's loads come first");
         assert!(!kernel.contains("cg::load4"), "{file}: no quad loaded where it is read");
+    }
+}
+
+/// The gated backward GEMMs of separate gate and up weights store three
+/// values (the two gradients and the recomputed product), each through a
+/// region of its own on `Sm90Cfg128x192pps3`, none with pair stores.
+#[test]
+fn gated_backward_epilogues_stage_each_of_their_three_outputs() {
+    for (example, file) in
+        [("qwen3_layer.coda", "qwen3_layer_grad_gemm_dup.cu"), ("gemma2_layer.coda", "gemma2_layer_grad_gemm_dup.cu")]
+    {
+        let kernel = backward_kernel(example, file);
+        for region in 0..3 {
+            let put = format!("coda::StagedOwnCols, {region}>(f, t, i, j, p.tmp_");
+            assert_eq!(kernel.matches(&put).count(), 1, "{file}: one output through region {region}");
+        }
+        assert!(!kernel.contains("cg::st2"), "{file}: an output stored pair by pair");
     }
 }

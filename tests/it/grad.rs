@@ -299,7 +299,9 @@ fn gemm_epilogues_read_block_inputs_through_staging_buffers() {
                 "{}: a quad stream of an unaligned buffer",
                 kernel.file_name
             );
-            quads += src.matches("cg::load4_aligned<").count() + src.matches("kStreamSlots, true>").count();
+            quads += src.matches("cg::load4_aligned<").count()
+                + src.matches("kStreamSlots, true>").count()
+                + src.matches("cg::quad_bits<true>").count();
         }
     }
     assert!(quads >= 2, "{quads} aligned quad reads in the examples' backward blocks");
@@ -327,33 +329,31 @@ fn nvrtc_compiles_the_llama3_backward() {
 /// The SwiGLU backward's epilogue stores three values: `dz = [dgate | dup]`
 /// (two bf16 concatenation parts) and the recomputed `y = swiglu(z)` for
 /// the weight gradient (docs/backward.md §3). It runs on staged subtiles
-/// with two regions (`config::subtiles_pay`): the first part of `dz` and
-/// `y` go through the regions, the second part of `dz` with aligned pair
-/// stores straight to global memory, all from one quad load of the saved
-/// `z` per pair.
+/// with three regions (`config::subtiles_pay`), one per stored value, all
+/// from one quad of the saved `z` per pair, held a pair ahead.
 #[test]
 fn the_swiglu_backward_stores_dz_and_y_on_staged_subtiles() {
     let view = llama3_grad_view();
     let compiled = coda::compile(&view, &coda::CompileOptions::default()).unwrap_or_else(|e| panic!("{e}"));
     let dswiglu: Vec<_> =
-        compiled.kernels.iter().filter(|k| k.source.contains("cg::load4_aligned<true>(p.z_pairs_staged,")).collect();
+        compiled.kernels.iter().filter(|k| k.source.contains("cg::quad_bits<true>(p.z_pairs_staged,")).collect();
     let [kernel] = dswiglu.as_slice() else { panic!("{} kernels read z_pairs a quad per pair", dswiglu.len()) };
     let src = &kernel.source;
     assert!(
-        src.contains("coda::gemm_sm90_rows<coda::Sm90Cfg128x192pps2,"),
+        src.contains("coda::gemm_sm90_rows<coda::Sm90Cfg128x192pps3,"),
         "{}: not on staged subtiles",
         kernel.file_name
     );
     for put in [
         "coda::sub_put<__nv_bfloat16, coda::StagedOwnCols, 0>(f, t, i, j, p.tmp_dz_bf16,",
         "coda::sub_put<__nv_bfloat16, coda::StagedOwnCols, 1>(f, t, i, j, p.tmp_y_bf16,",
-        "cg::st2_aligned<true>(p.tmp_dz_bf16, p.tmp_dz_bf16_ld, m, n + 14336, p.tmp_dz_bf16_rows, 28672,",
+        "coda::sub_put<__nv_bfloat16, coda::StagedOwnCols, 2>(f, t, i, j, p.tmp_dz_bf16 + 14336,",
     ] {
         assert!(src.contains(put), "{}: no `{put}`", kernel.file_name);
     }
     assert!(!src.contains("const bool interior"), "{}: the pair loop emitted twice", kernel.file_name);
     assert!(!src.contains("coda::pack_acc<"), "{}: held in the accumulators", kernel.file_name);
-    assert!(!src.contains("cg::st2<"), "{}: an output stored pair by pair", kernel.file_name);
+    assert!(!src.contains("cg::st2"), "{}: an output stored pair by pair", kernel.file_name);
 }
 
 /// The Llama-3 training step stores every tensor once: the saving forward's
@@ -455,13 +455,13 @@ fn subtiled_quad_reads_prefetch_their_tile_rows() {
     let subtiled_quads: Vec<_> = compiled
         .kernels
         .iter()
-        .filter(|k| k.source.contains("coda::sub_begin(") && k.source.contains("cg::load4_aligned<"))
+        .filter(|k| k.source.contains("coda::sub_begin(") && k.source.contains("cg::quad_bits<"))
         .collect();
     assert!(!subtiled_quads.is_empty(), "no subtiled epilogue reads quads");
     for kernel in subtiled_quads {
         let apply = &kernel.source[kernel.source.rfind("static __device__ void apply").unwrap_or(0)..];
         let prefetch = apply.find("cg::prefetch_rows_l2(f, p.z_pairs");
-        let first_load = apply.find("cg::load4_aligned<");
+        let first_load = apply.find("cg::quad_bits<");
         assert!(prefetch.is_some() && prefetch < first_load, "{}: no prefetch before the quad loads", kernel.file_name);
     }
 }

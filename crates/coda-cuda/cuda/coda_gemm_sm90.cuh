@@ -186,6 +186,7 @@ struct Sm90Config {
 //   Sm90Cfg128x128pp    128x128   ping-pong    4       201792
 //   Sm90Cfg128x192pps   128x192   ping-pong    4       (staged subtiles)
 //   Sm90Cfg128x192pps2  128x192   ping-pong    4       (staged subtiles)
+//   Sm90Cfg128x192pps3  128x192   ping-pong    4       (staged subtiles)
 // (smem bytes for Epi::kSmemFloats = 0.)
 typedef Sm90Config<128, 256, 3, false> Sm90Cfg128x256;
 typedef Sm90Config<128, 128, 5, false> Sm90Cfg128x128;
@@ -197,6 +198,9 @@ typedef Sm90Config<128, 192, 4, true, 16, 64, 1> Sm90Cfg128x192pps;
 // Two regions of 32 columns (a staged operand's subtile beside an output's,
 // or two outputs') and a 4-stage ring.
 typedef Sm90Config<128, 192, 4, true, 16, 32, 2> Sm90Cfg128x192pps2;
+// Three regions of 32 columns (three outputs, or a staged operand's subtile
+// and three outputs): 226384 bytes of the 232448 an SM offers a CTA.
+typedef Sm90Config<128, 192, 4, true, 16, 32, 3> Sm90Cfg128x192pps3;
 
 // The accumulator fragment: AccFrag (same layout and members) whose sync()
 // is a named barrier over the threads of the tile.

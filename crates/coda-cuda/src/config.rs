@@ -29,7 +29,7 @@
 //!
 //! Once a GEMM's epilogue is built, one the rules gave `Sm90Cfg128x256`
 //! moves to ping-pong tiles with staged subtiles ([`subtiles_pay`]:
-//! `Sm90Cfg128x192pps`, or `Sm90Cfg128x192pps2` for two or three outputs) when that
+//! `Sm90Cfg128x192pps`, `Sm90Cfg128x192pps2` for two outputs, `Sm90Cfg128x192pps3` for three) when that
 //! epilogue has no partials, its tile operands are tensors in pair layout
 //! read a quad per column pair or its traffic hides behind the K loop
 //! ([`tile_operands_hide`]), and `N` fills a 192-column grid.
@@ -101,6 +101,9 @@ pub enum TileConfig {
     /// subtiles (a staged operand's subtile beside an output's, or two
     /// outputs') and a 4-stage ring.
     Sm90Cfg128x192pps2,
+    /// Hopper: 128×192×64 ping-pong with three regions of 32-column staged
+    /// subtiles (three outputs) and a 4-stage ring.
+    Sm90Cfg128x192pps3,
 }
 
 /// Which GEMM mainloop a configuration runs.
@@ -141,7 +144,7 @@ pub struct ConfigSpec {
 impl TileConfig {
     /// Every configuration, in the order of the enum.
     #[rustfmt::skip]
-    pub const SPECS: [ConfigSpec; 9] = {
+    pub const SPECS: [ConfigSpec; 10] = {
         use Mainloop::{Cooperative, PingPong, Portable};
         use TileConfig::*;
         const fn row(
@@ -161,12 +164,13 @@ impl TileConfig {
             row(Sm90Cfg128x128pp,   "Sm90Cfg128x128pp",   (128, 128, 64), 384, 4, PingPong,    (None,     1)),
             row(Sm90Cfg128x192pps,  "Sm90Cfg128x192pps",  (128, 192, 64), 384, 4, PingPong,    (Some(64), 1)),
             row(Sm90Cfg128x192pps2, "Sm90Cfg128x192pps2", (128, 192, 64), 384, 4, PingPong,    (Some(32), 2)),
+            row(Sm90Cfg128x192pps3, "Sm90Cfg128x192pps3", (128, 192, 64), 384, 4, PingPong,    (Some(32), 3)),
         ]
     };
 
     /// Every configuration, for lookups by name.
-    pub const ALL: [TileConfig; 9] = {
-        let mut all = [TileConfig::Cfg64x64; 9];
+    pub const ALL: [TileConfig; 10] = {
+        let mut all = [TileConfig::Cfg64x64; 10];
         let mut i = 0;
         while i < all.len() {
             all[i] = TileConfig::SPECS[i].config;
@@ -394,10 +398,13 @@ pub fn for_shape(chosen: TileConfig, m: Option<i64>, n: Option<i64>, multiproces
 /// `regions` regions (one per stored value, no partials, tile operands
 /// only as [`tile_operands_hide`] allows: see `tiles`) and whose constant `N` leaves
 /// at most 1% of a 192-column tile grid empty; `Sm90Cfg128x192pps` for none or one region,
-/// `Sm90Cfg128x192pps2` for two or three (the third value is stored
-/// straight to global memory: the dSwiGLU backward that also stores the
-/// recomputed SwiGLU output, Llama-3 1B at M = 8192 on the H200, 0.668 ms
-/// against 0.880 on `Sm90Cfg128x256`, `codac bench --grad --autotune`).
+/// `Sm90Cfg128x192pps2` for two, `Sm90Cfg128x192pps3` for three (the gated
+/// backward GEMMs, which store the two gradients of the gated pair and the
+/// recomputed product; on the H200 at M = 8192, `codac bench --grad
+/// --block`, one call: the Llama-3 1B dSwiGLU 0.564 ms against 0.651 on
+/// `Sm90Cfg128x192pps2`, which stored the third value straight to global
+/// memory, and 0.880 on `Sm90Cfg128x256`; Gemma-2's dGeGLU 0.736 against
+/// 0.809; Qwen3's dSwiGLU 1.426 against 1.517).
 /// Measured on the H100
 /// (M = 8192): the Llama-3 8B gate/up
 /// GEMM with its SwiGLU 2.690 / 2.867 ms against 2.895 / 2.895 with
@@ -423,7 +430,8 @@ pub fn subtiles_pay(chosen: TileConfig, n: &Dim, regions: Option<i64>) -> Option
     }
     match regions {
         Some(0 | 1) => Some(TileConfig::Sm90Cfg128x192pps),
-        Some(2 | 3) => Some(TileConfig::Sm90Cfg128x192pps2),
+        Some(2) => Some(TileConfig::Sm90Cfg128x192pps2),
+        Some(3) => Some(TileConfig::Sm90Cfg128x192pps3),
         _ => None,
     }
 }
@@ -484,7 +492,7 @@ pub fn pair_box_rows(p: coda_ir::PairPerm) -> Option<i64> {
 /// [`subtiles_pay`] picks: each group holds whole subtiles of the widest
 /// kind ([`groups_hold_subtiles`]).
 pub fn subtiles_unpermute(start: i64, group: i64) -> bool {
-    let widest = [TileConfig::Sm90Cfg128x192pps, TileConfig::Sm90Cfg128x192pps2]
+    let widest = [TileConfig::Sm90Cfg128x192pps, TileConfig::Sm90Cfg128x192pps2, TileConfig::Sm90Cfg128x192pps3]
         .into_iter()
         .filter_map(TileConfig::stage_cols)
         .max()
@@ -572,7 +580,7 @@ mod tests {
             assert!(alternatives.iter().all(|a| a.is_sm90() == c.is_sm90()), "{c:?}: the mainloop family is kept");
         }
         assert_eq!(TileConfig::from_name("Sm90Cfg64x64"), None);
-        assert_eq!(TileConfig::Sm90Cfg128x256.alternatives().len(), 5);
+        assert_eq!(TileConfig::Sm90Cfg128x256.alternatives().len(), 6);
         assert!(TileConfig::Sm90Cfg128x256.takes_row_prelude() && !TileConfig::Sm90Cfg128x128pp.takes_row_prelude());
         assert_eq!(TileConfig::Sm90Cfg128x128.alternatives()[1], TileConfig::Sm90Cfg128x256);
         assert_eq!(TileConfig::Cfg128x256.alternatives(), vec![TileConfig::Cfg128x256]);
@@ -616,7 +624,7 @@ mod tests {
         assert_eq!(subtiles_pay(t, &Dim::constant(6144), Some(1)), pps); // 32 whole tiles
         assert_eq!(subtiles_pay(t, &Dim::constant(4096), Some(1)), None); // 21.3 tiles: 4.9% empty
         assert_eq!(subtiles_pay(t, &Dim::constant(28672), None), None);
-        assert_eq!(subtiles_pay(t, &Dim::constant(28672), Some(3)), Some(TileConfig::Sm90Cfg128x192pps2));
+        assert_eq!(subtiles_pay(t, &Dim::constant(28672), Some(3)), Some(TileConfig::Sm90Cfg128x192pps3));
         assert_eq!(subtiles_pay(t, &Dim::constant(28672), Some(4)), None);
         assert_eq!(subtiles_pay(t, &Dim::constant(128256), Some(0)), pps); // a loss: 668 whole tiles
         assert_eq!(subtiles_pay(t, &Dim::constant(1000), Some(0)), None); // 5.2 tiles: 15% empty
@@ -625,6 +633,10 @@ mod tests {
         let pps2 = TileConfig::Sm90Cfg128x192pps2;
         assert_eq!((pps2.stages(), pps2.stage_cols(), pps2.stage_regions()), (4, Some(32), 2));
         assert_eq!(pps2.smem_bytes(), 1024 + 4 * 320 * 64 * 2 + 2 * (2 * 128 * 40 * 2) + 16 * 4 + 16);
+        let pps3 = TileConfig::Sm90Cfg128x192pps3;
+        assert_eq!((pps3.stages(), pps3.stage_cols(), pps3.stage_regions()), (4, Some(32), 3));
+        assert_eq!(pps3.smem_bytes(), 1024 + 4 * 320 * 64 * 2 + 2 * (3 * 128 * 40 * 2) + 16 * 4 + 16);
+        assert!(pps3.smem_bytes() <= SM90_MAX_SMEM);
     }
 
     #[test]

@@ -98,6 +98,7 @@ pub(crate) fn emit(
         staged: None,
         twins: Vec::new(),
         scratch: None,
+        scratch2: None,
         staged_load: None,
         col_vecs: Vec::new(),
         config: spec.config,
@@ -116,6 +117,10 @@ pub(crate) fn emit(
     let subtiled = g.subtiled();
     if subtiled && spec.config.stage_regions() < 2 {
         g.scratch = None; // one region holds the staged store's subtiles only
+    }
+    if subtiled && spec.config.stage_regions() >= 3 {
+        let taken: Vec<usize> = g.twins.iter().copied().chain(g.scratch).collect();
+        g.scratch2 = g.staged.and_then(|(first, _)| staging::scratch_store(em, spec, first, &taken));
     }
     g.may_stream = spec.config.is_sm90() && !subtiled && g.staged.is_none() && g.scratch.is_none();
     if g.staged.is_none() {
@@ -221,6 +226,9 @@ struct Gemm {
     /// loop (`coda::staged_put` / `staged_put_finish` with `StagedOwnCols`, before
     /// the staged store), by index.
     scratch: Option<usize>,
+    /// A third full-tile store, through region 2 of a configuration that
+    /// stages subtiles in three regions (`Sm90Cfg128x192pps3`), by index.
+    scratch2: Option<usize>,
     /// Whether the staged store is written during the loop
     /// (`coda::staged_put`): when the scratch is otherwise free then (no
     /// staged operand, no scratch store).
@@ -356,6 +364,8 @@ impl Gemm {
             }
             if self.scratch == Some(idx) {
                 self.put(em, &store, Staging::Identity, OutCols::GemmN.of(em, &store), 0)?;
+            } else if self.scratch2 == Some(idx) {
+                self.put(em, &store, Staging::Identity, OutCols::GemmN.of(em, &store), 2)?;
             } else {
                 self.store(em, &store)?;
             }
@@ -488,7 +498,7 @@ impl Gemm {
 
     /// The stores written through the regions of staged subtiles, in the
     /// order their subtiles are stored: the scratch store, the staged
-    /// store, its twins.
+    /// store, its twins, the second scratch store.
     fn sub_stores(&self, em: &Emitter<'_>) -> Vec<subtile::SubStore> {
         let buf = |idx: usize| em.kernel.stores[idx].buf;
         let cols = |idx: usize, or: OutCols| or.of(em, &em.kernel.stores[idx]);
@@ -507,7 +517,13 @@ impl Gemm {
                 region,
             })
         });
-        scratch.into_iter().chain(staged).collect()
+        let scratch2 = self.scratch2.map(|idx| subtile::SubStore {
+            buf: buf(idx),
+            how: Staging::Identity,
+            cols: cols(idx, OutCols::GemmN),
+            region: 2,
+        });
+        scratch.into_iter().chain(staged).chain(scratch2).collect()
     }
 
     /// The slot values of register node `node`, evaluated earlier in the
