@@ -438,9 +438,9 @@ def gemma2_layer(
          g_post_ffn, g_in, w_q, w_k, w_v),
     )
     eps = 1e-6
-    hidden = bf16(x0 + _gemma_rmsnorm(linear(attn, w_o), g_post_attn, eps))
+    hidden = bf16(x0 + _gemma_rmsnorm(bf16(linear(attn, w_o)), g_post_attn, eps))
     normed = _gemma_rmsnorm(hidden, g_pre_ffn, eps)
-    mlp = _gated_mlp(normed, w_gate, w_up, w_down, act=lambda g: F.gelu(g, approximate="tanh"))
+    mlp = bf16(_gated_mlp(normed, w_gate, w_up, w_down, act=lambda g: F.gelu(g, approximate="tanh")))
     hidden = bf16(hidden + _gemma_rmsnorm(mlp, g_post_ffn, eps))
     normed = _gemma_rmsnorm(hidden, g_in, eps)
     q = _rope_all(linear(normed, w_q), pos, head_dim, 10000.0)
@@ -554,11 +554,11 @@ def olmo2_layer(
          w_q, g_q, w_k, g_k, w_v),
     )
     eps = 1e-6
-    hidden = bf16(x0 + rmsnorm(linear(attn, w_o), g_post_attn, eps))
-    mlp = _gated_mlp(hidden, w_gate, w_up, w_down)
+    hidden = bf16(x0 + rmsnorm(bf16(linear(attn, w_o)), g_post_attn, eps))
+    mlp = bf16(_gated_mlp(hidden, w_gate, w_up, w_down))
     hidden = bf16(hidden + rmsnorm(mlp, g_post_ffn, eps))
-    q = _rope_all(rmsnorm(linear(hidden, w_q), g_q, eps), pos, head_dim, 500000.0)
-    k = _rope_all(rmsnorm(linear(hidden, w_k), g_k, eps), pos, head_dim, 500000.0)
+    q = _rope_all(rmsnorm(bf16(linear(hidden, w_q)), g_q, eps), pos, head_dim, 500000.0)
+    k = _rope_all(rmsnorm(bf16(linear(hidden, w_k)), g_k, eps), pos, head_dim, 500000.0)
     v = linear(hidden, w_v)
     return bf16(hidden), bf16(q), bf16(k), bf16(v)
 
@@ -605,8 +605,8 @@ def qwen3_layer(
     normed = rmsnorm(hidden, g_post, eps)
     hidden = bf16(hidden + _gated_mlp(normed, w_gate, w_up, w_down))
     normed = rmsnorm(hidden, g_in, eps)
-    q = _rope_all(_per_head_rmsnorm(linear(normed, w_q), g_q, head_dim, eps), pos, head_dim, 1000000.0)
-    k = _rope_all(_per_head_rmsnorm(linear(normed, w_k), g_k, head_dim, eps), pos, head_dim, 1000000.0)
+    q = _rope_all(_per_head_rmsnorm(bf16(linear(normed, w_q)), g_q, head_dim, eps), pos, head_dim, 1000000.0)
+    k = _rope_all(_per_head_rmsnorm(bf16(linear(normed, w_k)), g_k, head_dim, eps), pos, head_dim, 1000000.0)
     v = linear(normed, w_v)
     return bf16(hidden), bf16(q), bf16(k), bf16(v)
 
