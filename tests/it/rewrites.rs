@@ -13,7 +13,7 @@ use coda::{DimBindings, EvalOptions, HostTensor};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-fn coda_files(dir: &str) -> Vec<PathBuf> {
+pub(crate) fn coda_files(dir: &str) -> Vec<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(dir);
     let mut files: Vec<PathBuf> = std::fs::read_dir(&root)
         .unwrap_or_else(|e| panic!("{}: {e}", root.display()))

@@ -221,3 +221,33 @@ fn a_wide_backward_header_keeps_its_lines_readable() {
     assert!(header.contains("dx299"), "{header}");
     assert!(header.lines().all(|l| l.chars().count() <= 160), "{header}");
 }
+
+/// `explain` keeps every comment line within the width its kernel lines
+/// keep (160 characters), the list of rules applied and a refusal's
+/// message included: every example and case, forward and backward.
+#[test]
+fn explain_keeps_its_lines_readable() {
+    let roots = ["examples", "tests/cases/grad", "tests/cases/ir", "tests/cases/eval"];
+    for path in roots.iter().flat_map(|root| crate::rewrites::coda_files(root)) {
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let checked = coda::check(&path.display().to_string(), &text).unwrap_or_else(|e| panic!("{e}"));
+        if checked.has_errors() {
+            continue;
+        }
+        let mut reports = vec![coda::explain_text(&checked)];
+        if !checked.grads.is_empty() {
+            let view = coda::grad_view(&checked).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            reports.push(coda::explain_text(&view));
+        }
+        for report in reports {
+            for line in report.lines().filter(|l| l.starts_with("//")) {
+                assert!(
+                    line.chars().count() <= 160,
+                    "{}: a line of {} characters:\n{line}",
+                    path.display(),
+                    line.len()
+                );
+            }
+        }
+    }
+}

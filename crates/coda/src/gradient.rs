@@ -129,14 +129,22 @@ pub fn grad_header(checked: &Checked, gradient: &Gradient) -> String {
     }
     for s in &gradient.saved {
         let span = forward.insts.span(s.value);
-        out.push_str(&format!(
-            "//   {}: {} = `{}` @ {}{}\n",
+        let head = format!(
+            "//   {}: {} = `{}` @ {}",
             s.name,
             s.ty,
             saved_text(checked, forward, s.value),
-            checked.source.location(span),
-            layout_note(s)
-        ));
+            checked.source.location(span)
+        );
+        // The layout note goes on a line of its own when both would be
+        // wider than the report's lines.
+        let note = layout_note(s);
+        match note.strip_prefix(", ") {
+            Some(rest) if head.chars().count() + note.chars().count() > crate::report::MAX_LINE => {
+                out.push_str(&format!("{head},\n{}{rest}\n", crate::report::CONTINUATION));
+            }
+            _ => out.push_str(&format!("{head}{note}\n")),
+        }
     }
     let (named, unnamed) = recomputed_names(forward, gradient);
     out.push_str(&crate::report::wrapped(&format!(

@@ -206,12 +206,12 @@ pub(crate) fn report_text(r: &BlockReport) -> String {
         out.push_str("// rules applied: none\n");
     } else {
         let rules: Vec<String> = r.rules.iter().map(|(name, n)| format!("{name} ×{n}")).collect();
-        out.push_str(&format!("// rules applied: {}\n", rules.join(", ")));
+        out.push_str(&wrapped(&format!("// rules applied: {}", rules.join(", "))));
     }
     let kernels = match &r.kernels {
         Ok(k) => k,
         Err(e) => {
-            out.push_str(&format!("// kernels: not compiled: {e}\n"));
+            out.push_str(&wrapped(&format!("// kernels: not compiled: {e}")));
             return out;
         }
     };
@@ -280,21 +280,28 @@ fn plural(n: usize) -> &'static str {
 /// The widest line of `explain`'s comments, in characters. The lists in a
 /// kernel's lines (and a backward's header) grow with the block (a kernel of a block with a hundred
 /// heads reads and writes hundreds of buffers), so a longer line is broken.
-const MAX_LINE: usize = 160;
+pub(crate) const MAX_LINE: usize = 160;
 
 /// How a broken line goes on: deeper than the kernel's own lines.
-const CONTINUATION: &str = "//        ";
+pub(crate) const CONTINUATION: &str = "//        ";
 
 /// `line` and a newline, broken after list separators (`,` and `;`) into
-/// lines of at most [`MAX_LINE`] characters where a separator allows.
+/// lines of at most [`MAX_LINE`] characters, and between words where a
+/// separated piece alone is wider than a continuation line.
 pub(crate) fn wrapped(line: &str) -> String {
     if line.chars().count() <= MAX_LINE {
         return format!("{line}\n");
     }
+    let room = MAX_LINE - CONTINUATION.len();
+    let pieces = line.split_inclusive([',', ';']).flat_map(|piece| {
+        let words: Vec<&str> =
+            if piece.chars().count() <= room { vec![piece] } else { piece.split_inclusive(' ').collect() };
+        words
+    });
     let mut out = String::new();
     let mut current = String::new();
     let mut fresh = true;
-    for piece in line.split_inclusive([',', ';']) {
+    for piece in pieces {
         if !fresh && current.chars().count() + piece.chars().count() > MAX_LINE {
             out.push_str(current.trim_end());
             out.push('\n');

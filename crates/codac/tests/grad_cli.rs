@@ -31,7 +31,7 @@ fn explain_grad_lists_saved_tensors_and_the_backward_ir() {
         "// backward of block `llama3_layer`: computes dattn, dx0, dw_o",
         "// saved by the forward (3 tensor(s), stored by `llama3_layer_saving`):",
         "//   x1: bf16[M, 4096] = `bf16(x0 + attn @ w_o.T)`",
-        "//   z_pairs: bf16[M, 28672] = `bf16(rmsnorm(x1, g_ffn, 1e-5) @ w_gu.T)` @ examples/llama3_block.coda:28:13, halves interleaved",
+        "//   z_pairs: bf16[M, 28672] = `bf16(rmsnorm(x1, g_ffn, 1e-5) @ w_gu.T)` @ examples/llama3_block.coda:28:13,\n//        halves interleaved",
         "//   x2: bf16[M, 4096] = `bf16(x1 + y @ w_down.T)` @ examples/llama3_block.coda:30:17, the forward's output (stored once)",
         "// recomputed in the backward: y, and 34 other value(s)",
         "//      in the epilogue: `y`: it reads no accumulator, but is element-wise over this GEMM's output tile and reads z_pairs,",
