@@ -402,7 +402,7 @@ pub fn for_shape(chosen: TileConfig, m: Option<i64>, n: Option<i64>, multiproces
 /// backward GEMMs, which store the two gradients of the gated pair and the
 /// recomputed product; on the H200 at M = 8192, `codac bench --grad
 /// --block`, one call: the Llama-3 1B dSwiGLU 0.564 ms against 0.651 on
-/// `Sm90Cfg128x192pps2`, which stored the third value straight to global
+/// `Sm90Cfg128x192pps2`, which stores the third value straight to global
 /// memory, and 0.880 on `Sm90Cfg128x256`; Gemma-2's dGeGLU 0.736 against
 /// 0.809; Qwen3's dSwiGLU 1.426 against 1.517).
 /// Measured on the H100

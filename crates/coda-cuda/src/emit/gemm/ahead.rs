@@ -178,15 +178,16 @@ impl Gemm {
         self.quads.insert(key, name.clone());
         Code::local(name)
     }
-}
 
-impl Gemm {
     /// The held quads' ring (`Held`): before the pair loop, its
     /// declaration and the loads of the first [`HELD_AHEAD`] pairs; at the
     /// top of pair `j`'s body, the loads of pair `j + HELD_AHEAD` into the
     /// slot that pair `j - 1` read. The loop is unrolled, so every slot
     /// index is a constant and the ring stays in registers.
     fn held_lines(&self, em: &mut Emitter<'_>) -> (Vec<String>, Vec<String>) {
+        if self.held.is_empty() {
+            return (Vec::new(), Vec::new());
+        }
         let slots = HELD_AHEAD + 1;
         let row = Code::lit("f.row(i)").reading(&["f", "i"]);
         let loads = |em: &mut Emitter<'_>, j: &str| -> Vec<String> {
@@ -202,9 +203,6 @@ impl Gemm {
             lines.push("}".to_string());
             lines
         };
-        if self.held.is_empty() {
-            return (Vec::new(), Vec::new());
-        }
         let mut before: Vec<String> =
             (0..self.held.len()).map(|h| format!("uint2 qh{h}[{slots}][Frag::RI];  // quads held ahead")).collect();
         before.push("#pragma unroll".to_string());

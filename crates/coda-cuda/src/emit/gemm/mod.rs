@@ -362,10 +362,8 @@ impl Gemm {
             if self.staged.map(|(i, _)| i) == Some(idx) || twin || held || outside {
                 continue;
             }
-            if self.scratch == Some(idx) {
-                self.put(em, &store, Staging::Identity, OutCols::GemmN.of(em, &store), 0)?;
-            } else if self.scratch2 == Some(idx) {
-                self.put(em, &store, Staging::Identity, OutCols::GemmN.of(em, &store), 2)?;
+            if let Some(region) = self.scratch_region(idx) {
+                self.put(em, &store, Staging::Identity, OutCols::GemmN.of(em, &store), region)?;
             } else {
                 self.store(em, &store)?;
             }
@@ -496,18 +494,31 @@ impl Gemm {
         usize::from(self.staged_load.is_some() || self.scratch.is_some())
     }
 
+    /// The region a scratch store goes through: 0 for the scratch store,
+    /// 2 for the second (after the staged store's region 1).
+    fn scratch_region(&self, idx: usize) -> Option<usize> {
+        if self.scratch == Some(idx) {
+            Some(0)
+        } else if self.scratch2 == Some(idx) {
+            Some(2)
+        } else {
+            None
+        }
+    }
+
     /// The stores written through the regions of staged subtiles, in the
     /// order their subtiles are stored: the scratch store, the staged
     /// store, its twins, the second scratch store.
     fn sub_stores(&self, em: &Emitter<'_>) -> Vec<subtile::SubStore> {
         let buf = |idx: usize| em.kernel.stores[idx].buf;
         let cols = |idx: usize, or: OutCols| or.of(em, &em.kernel.stores[idx]);
-        let scratch = self.scratch.map(|idx| subtile::SubStore {
+        let scratch_store = |idx: usize, region: usize| subtile::SubStore {
             buf: buf(idx),
             how: Staging::Identity,
             cols: cols(idx, OutCols::GemmN),
-            region: 0,
-        });
+            region,
+        };
+        let scratch = self.scratch.map(|idx| scratch_store(idx, 0));
         let staged = self.staged.into_iter().flat_map(|(idx, how)| {
             let region = self.staged_region();
             std::iter::once(idx).chain(self.twins.iter().copied()).map(move |i| subtile::SubStore {
@@ -517,12 +528,7 @@ impl Gemm {
                 region,
             })
         });
-        let scratch2 = self.scratch2.map(|idx| subtile::SubStore {
-            buf: buf(idx),
-            how: Staging::Identity,
-            cols: cols(idx, OutCols::GemmN),
-            region: 2,
-        });
+        let scratch2 = self.scratch2.map(|idx| scratch_store(idx, 2));
         scratch.into_iter().chain(staged).chain(scratch2).collect()
     }
 
