@@ -273,7 +273,16 @@ impl Lowerer<'_> {
                         }
                     }
                 }
-                ast::ExprKind::Number(_) | ast::ExprKind::Error => {}
+                ast::ExprKind::Member { base, args, .. } => {
+                    stack.push(base);
+                    for arg in args.iter().flatten() {
+                        match &arg.value {
+                            ast::ArgValue::Expr(e) => stack.push(e),
+                            ast::ArgValue::Range(a, b) => stack.extend([a, b]),
+                        }
+                    }
+                }
+                ast::ExprKind::Number(_) | ast::ExprKind::Str(_) | ast::ExprKind::Error => {}
             }
         }
     }

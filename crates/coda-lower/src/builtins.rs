@@ -87,6 +87,9 @@ impl Lowerer<'_> {
     /// Lowers `callee(args)`.
     pub(crate) fn call(&mut self, callee: &Ident, args: &[Arg], span: Span) -> Option<Value> {
         let name = callee.name.as_str();
+        if self.string_argument(callee, args) {
+            return None;
+        }
         if let Some(op) = unary_op(name) {
             let m = match_args(name, span, args, &[req("x")], self.diagnostics)?;
             return self.unary(op, m.expr(0)?, span);

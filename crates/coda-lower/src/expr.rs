@@ -37,6 +37,11 @@ impl Lowerer<'_> {
                 let v = self.lower_expr(inner)?;
                 self.emit(Inst::Transpose { arg: v }, expr.span)
             }
+            ExprKind::Member { .. } => self.member(expr),
+            ExprKind::Str(text) => {
+                self.string(text, expr.span, None, None);
+                None
+            }
             ExprKind::Error => None,
         }
     }

@@ -18,6 +18,7 @@ mod heads;
 mod kernel;
 mod missing;
 mod names;
+mod pytorch;
 mod shorthand;
 mod sugar;
 

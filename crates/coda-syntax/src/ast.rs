@@ -165,10 +165,13 @@ impl ExprKind {
             ArgValue::Range(a, b) => a.depth.max(b.depth),
         };
         match self {
-            ExprKind::Number(_) | ExprKind::Name(_) | ExprKind::Error => 0,
+            ExprKind::Number(_) | ExprKind::Name(_) | ExprKind::Str(_) | ExprKind::Error => 0,
             ExprKind::Binary { lhs, rhs, .. } => lhs.depth.max(rhs.depth),
             ExprKind::Neg(e) | ExprKind::Transpose(e) => e.depth,
             ExprKind::Call { args, .. } => args.iter().map(arg_depth).max().unwrap_or(0),
+            ExprKind::Member { base, args, .. } => {
+                args.iter().flatten().map(arg_depth).max().unwrap_or(0).max(base.depth)
+            }
             ExprKind::Index { base, items } => items
                 .iter()
                 .map(|item| match item {
@@ -265,6 +268,21 @@ pub enum ExprKind {
     },
     /// `base.T`.
     Transpose(Box<Expr>),
+    /// `base.name` (other than `.T`) or `base.name(args)`: PyTorch's
+    /// attributes, methods and module functions (`x.float()`,
+    /// `torch.tanh(x)`), which the language does not have; kept so that
+    /// the checker can say what to write instead.
+    Member {
+        /// What precedes the dot.
+        base: Box<Expr>,
+        /// The name after the dot.
+        name: Ident,
+        /// The arguments of a method call; `None` for an attribute.
+        args: Option<Vec<Arg>>,
+    },
+    /// A quoted string (`"tanh"`), which the language does not have; the
+    /// text between the quotes.
+    Str(String),
     /// An expression that failed to parse or was too deep (already reported).
     Error,
 }

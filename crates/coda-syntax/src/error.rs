@@ -22,8 +22,9 @@ pub(crate) fn from_lalrpop(error: ParseError<usize, Tok<'_>, ()>, text: &str) ->
         ParseError::UnrecognizedToken { token: (l, Tok::Star, r), .. }
             if text.get(..l).is_some_and(|before| before.ends_with('*')) =>
         {
-            power(l - 1, r)
+            power("**", l - 1, r)
         }
+        ParseError::UnrecognizedToken { token: (l, Tok::Caret, r), .. } => power("^", l, r),
         ParseError::UnrecognizedToken { token: (l, tok, r), expected } => unexpected(&tok, Span::new(l, r), &expected),
         ParseError::ExtraToken { token: (l, tok, r) } => unexpected(&tok, Span::new(l, r), &[]),
         ParseError::User { error: () } => Diagnostic::error("E0001", "invalid input"),
@@ -46,9 +47,9 @@ fn unexpected(tok: &Tok<'_>, span: Span, expected: &[String]) -> Diagnostic {
     }
 }
 
-/// `x ** p`, written as in Python: there is no power operator.
-fn power(start: usize, end: usize) -> Diagnostic {
-    Diagnostic::error("E0002", "there is no power operator `**`")
+/// `x ** p` (Python) or `x ^ p` (mathematics): there is no power operator.
+fn power(written: &str, start: usize, end: usize) -> Diagnostic {
+    Diagnostic::error("E0002", format!("there is no power operator `{written}`"))
         .with_primary(Span::new(start, end), "not an operator")
         .with_help("write `pow(x, p)` for a number `p` (`pow(x, 2)` is `x * x`), or `square(x)`")
 }
@@ -57,6 +58,7 @@ fn describe(tok: &Tok<'_>) -> String {
     match tok {
         Tok::Ident(name) => format!("name `{name}`"),
         Tok::Number(n) => format!("number `{n}`"),
+        Tok::Str(text) => format!("string {text}"),
         other => format!("`{}`", symbol(other)),
     }
 }
@@ -78,7 +80,9 @@ fn symbol(tok: &Tok<'_>) -> &'static str {
         Tok::RBrace => "}",
         Tok::Comma => ",",
         Tok::Colon => ":",
-        Tok::DotT => ".T",
+        Tok::Dot => ".",
+        Tok::Caret => "^",
+        Tok::Str(_) => "string",
         Tok::Arrow => "->",
         Tok::Assign => "=",
         Tok::PlusAssign => "+=",
@@ -98,8 +102,10 @@ fn symbol(tok: &Tok<'_>) -> &'static str {
 
 /// Rewrites lalrpop's terminal names (`"\"let\""`, `Ident`) into plain English.
 fn expected_list(expected: &[String]) -> String {
+    // A string is accepted only for the checker to explain that there are none.
     let mut names: Vec<String> = expected
         .iter()
+        .filter(|e| e.as_str() != "Str")
         .map(|e| match e.as_str() {
             "Ident" => "a name".to_string(),
             "Number" => "a number".to_string(),

@@ -46,8 +46,15 @@ pub(crate) enum Tok<'s> {
     Comma,
     #[token(":")]
     Colon,
-    #[token(".T")]
-    DotT,
+    #[token(".")]
+    Dot,
+    /// Not an operator; lexed so that the parser's error can say so once.
+    #[token("^")]
+    Caret,
+    /// A quoted string: not part of the language, lexed whole so that the
+    /// checker can say what to write instead (`approximate="tanh"`).
+    #[regex(r#""[^"\n]*""#)]
+    Str(&'s str),
     #[token("->")]
     Arrow,
     #[token("=")]

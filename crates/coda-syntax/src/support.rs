@@ -1,6 +1,6 @@
 //! Node constructors called by the grammar's actions.
 
-use crate::ast::{BinOp, Expr, ExprKind, GradDecl, Ident};
+use crate::ast::{Arg, BinOp, Expr, ExprKind, GradDecl, Ident};
 use coda_diagnostics::{Diagnostic, Span};
 
 /// The deepest expression tree the parser builds; deeper ones become an error node.
@@ -31,6 +31,23 @@ pub(crate) fn node(notes: &mut Vec<Diagnostic>, kind: ExprKind, l: usize, r: usi
 /// Builds `lhs op rhs`.
 pub(crate) fn binary(notes: &mut Vec<Diagnostic>, op: BinOp, lhs: Expr, rhs: Expr, l: usize, r: usize) -> Expr {
     node(notes, ExprKind::Binary { op, lhs: Box::new(lhs), rhs: Box::new(rhs) }, l, r)
+}
+
+/// `base.name` or `base.name(args)`: `.T` transposes; anything else is a
+/// [`ExprKind::Member`] for the checker to explain.
+pub(crate) fn member(
+    notes: &mut Vec<Diagnostic>,
+    base: Expr,
+    name: Ident,
+    args: Option<Vec<Arg>>,
+    l: usize,
+    r: usize,
+) -> Expr {
+    let kind = match args {
+        None if name.name == "T" => ExprKind::Transpose(Box::new(base)),
+        args => ExprKind::Member { base: Box::new(base), name, args },
+    };
+    node(notes, kind, l, r)
 }
 
 /// A `grad` declaration, after checking the two words the grammar reads as names.
