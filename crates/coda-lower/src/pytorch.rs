@@ -25,12 +25,12 @@ impl Lowerer<'_> {
     pub(crate) fn member(&mut self, expr: &Expr) -> Option<Value> {
         let ExprKind::Member { base, name, args } = &expr.kind else { return None };
         let diagnostic = if path_root(base) == Some("self") {
+            let w = &name.name;
+            let help =
+                format!("a weight or a setting is a block input: declare `{w}: bf16[…]` in the inputs and write `{w}`");
             Diagnostic::error("E0210", "no `self` in .coda")
                 .with_primary(expr.span, "a module's attribute")
-                .with_help(format!(
-                "a weight or a setting is a block input: declare `{0}: bf16[…]` in the block's inputs and write `{0}`",
-                name.name
-            ))
+                .with_help(help)
         } else {
             match (module_path(base), args) {
                 (Some(path), _) if !self.is_bound(&path[0]) => module_function(&path, name, args.as_deref(), expr.span),
