@@ -582,3 +582,24 @@ fn gated_backward_epilogues_stage_each_of_their_three_outputs() {
         assert!(!kernel.contains("cg::st2"), "{file}: an output stored pair by pair");
     }
 }
+
+/// A column-reduction kernel whose stores share no reduction runs each
+/// store's CTAs side by side: OLMo-2's two QK-norm gain gradients (2048
+/// columns each) take 128 CTAs instead of 64, each CTA one of them, while
+/// GPT-NeoX's two bias gradients of one column sum stay one group.
+#[test]
+fn column_reductions_of_independent_stores_take_their_own_ctas() {
+    for (example, kernel, groups) in [("olmo2_layer.coda", "col_dg_q", 2), ("gptneox_layer.coda", "col_db_o", 1)] {
+        let path = workspace().join("examples").join(example);
+        let text = std::fs::read_to_string(&path).expect("example");
+        let checked = coda::check(example, &text).expect("checks");
+        let backward = coda::grad_view(&checked).expect("differentiates");
+        let compiled = coda::compile(&backward, &coda::CompileOptions::default()).expect("compiles");
+        let spec = (compiled.manifest.blocks.iter().flat_map(|b| &b.kernels))
+            .find(|k| k.name == kernel)
+            .unwrap_or_else(|| panic!("{example}: {kernel}"));
+        assert_eq!(spec.grid[0], (64 * groups).to_string(), "{example}: {kernel}'s grid");
+        let source = compiled.source(&spec.file).expect("source");
+        assert_eq!(source.contains("if (group == 1)"), groups > 1, "{example}: {kernel} split by group");
+    }
+}

@@ -11,6 +11,7 @@
 //! `Params_<k>` struct plus an `extern "C"` entry for the others.
 
 mod code;
+mod colk;
 mod expr;
 mod gemm;
 mod names;
@@ -149,9 +150,13 @@ fn emit_kernel(
             (code, Launch { threads, ..simple_launch(&em, "row", grid) })
         }
         KernelKind::Col { cols } => {
-            let code = rowk::emit_col(&mut em, &entry)?;
-            let grid = SymExpr::from(cols).ceil_div(i64::from(rowk::COL_TILE));
-            (code, Launch { threads: rowk::COL_THREADS, ..simple_launch(&em, "colreduce", grid) })
+            let code = colk::emit_col(&mut em, &entry)?;
+            let tiles = SymExpr::from(cols).ceil_div(i64::from(colk::COL_TILE));
+            let grid = match em.col_groups {
+                1 => tiles,
+                groups => tiles.times(SymExpr::from(&Dim::constant(groups as i64))),
+            };
+            (code, Launch { threads: colk::COL_THREADS, ..simple_launch(&em, "colreduce", grid) })
         }
     };
     let globals: String = em.globals.values().map(|d| format!("{d}\n")).collect();
@@ -394,7 +399,7 @@ fn summary(ir: &BlockIr, kernel: &Kernel, block: &Block) -> String {
             }
         }
         KernelKind::Col { cols } => {
-            format!("one CTA per {} columns of {}; {outputs}", rowk::COL_TILE, dim_text(cols))
+            format!("one CTA per {} columns of {}; {outputs}", colk::COL_TILE, dim_text(cols))
         }
     }
 }

@@ -1,4 +1,4 @@
-//! Row kernels and column-reduction kernels.
+//! Row kernels.
 //!
 //! A row kernel runs a CTA per row (256 threads, or the count that
 //! `kir::row_cta_threads` balances its columns with, striding over
@@ -9,10 +9,8 @@
 //! tile is written by a column loop. A row kernel with grid reductions
 //! then writes each CTA's partials, takes a ticket, and in the CTA that
 //! arrives last reduces the partials and evaluates and stores its scalar
-//! tail (see [`crate::kir::GridSpec`]). A column-reduction kernel runs one CTA
-//! per [`COL_TILE`] columns, a column per lane: its warps stride over the
-//! rows (each warp's loads one coalesced row segment), then combine in warp
-//! order.
+//! tail (see [`crate::kir::GridSpec`]). Column-reduction kernels are in
+//! [`super::colk`].
 
 use super::code::Code;
 use super::expr::chunk_width;
@@ -22,17 +20,6 @@ use super::row_passes;
 use crate::error::CodegenError;
 use crate::kir::{row_kernel_threads, whole_cta, BufId, GridSpec, Op, Space, Store, CTA_THREADS};
 use coda_ir::{Dim, ReduceOp};
-
-/// Columns per CTA of a column-reduction kernel: one per lane of a warp, so
-/// that a warp's load is one contiguous row segment (a CTA per column, its
-/// threads striding over rows, reads a 32-byte sector per element).
-pub(crate) const COL_TILE: u32 = 32;
-
-/// Threads per CTA of a column-reduction kernel: `COL_THREADS / 32` warps,
-/// each taking every so many rows of the CTA's columns, so that enough
-/// loads are in flight on each multiprocessor although a tensor of 2304
-/// columns has only 72 CTAs.
-pub(crate) const COL_THREADS: u32 = 1024;
 
 /// The `__global__` function of a row kernel.
 pub(crate) fn emit_row(
@@ -417,36 +404,6 @@ fn grid_op(
     }
 }
 
-/// The `__global__` function of a column-reduction kernel: column `c` is
-/// the lane's column of the CTA's tile, and each reduction over rows runs
-/// as a [`COL_TILE`]-column tile (`Emitter::column_tile`). Column values
-/// are stored by the first warp, scalars by one thread.
-pub(crate) fn emit_col(em: &mut Emitter<'_>, entry: &str) -> Result<String, CodegenError> {
-    em.set_indent(1);
-    em.coop = COL_THREADS;
-    em.column_tile = true;
-    for (id, node) in em.kernel.nodes.clone().iter().enumerate() {
-        if node.reg.is_none() && matches!(node.space, Space::Scalar | Space::Col) {
-            em.eval(id, "0", "c")?;
-        }
-    }
-    em.coop = 1;
-    for s in em.kernel.stores.clone() {
-        let node = &em.kernel.nodes[s.node];
-        let (value, scalar) = (node.value, node.space == Space::Scalar);
-        let v = stored_value(em, &s, "0", "c")?;
-        let store = store_call(em, &s, "0", if scalar { "0" } else { "c" }, &v);
-        let guard = if scalar { "blockIdx.x == 0 && threadIdx.x == 0" } else { "threadIdx.x < 32" };
-        em.stmt(Code::of(format!("if ({guard}) {store}"), [&store]), value);
-    }
-    let body = em.take_lines();
-    if em.kernel.reads_col_index() {
-        em.line(format!("const int c = (int)(blockIdx.x * {COL_TILE} + threadIdx.x % 32);"));
-    }
-    em.extend(body);
-    Ok(wrap(em, entry, COL_THREADS))
-}
-
 /// Whether a store writes one value per row (or a scalar).
 fn is_narrow(em: &Emitter<'_>, s: &Store) -> bool {
     matches!(em.kernel.nodes[s.node].space, Space::Scalar | Space::Row)
@@ -456,14 +413,14 @@ fn is_narrow(em: &Emitter<'_>, s: &Store) -> bool {
 /// layout back in column order (`Store::col_perm`) reads column `k` of
 /// the result from its pair position, so the store itself stays in column
 /// order and can be chunked.
-fn stored_value(em: &mut Emitter<'_>, s: &Store, m: &str, k: &str) -> Result<Code, CodegenError> {
+pub(super) fn stored_value(em: &mut Emitter<'_>, s: &Store, m: &str, k: &str) -> Result<Code, CodegenError> {
     let Some(perm) = s.col_perm else { return em.eval(s.node, m, k) };
     let at = Code::of(format!("cg::pair_position({k}, {})", perm_args(&perm)), [&Code::index(k)]);
     let at = em.index("kq", at);
     em.eval(s.node, m, &at)
 }
 
-fn store_call(em: &mut Emitter<'_>, s: &Store, m: &str, k: &str, v: &Code) -> Code {
+pub(super) fn store_call(em: &mut Emitter<'_>, s: &Store, m: &str, k: &str, v: &Code) -> Code {
     store_with(em, s, (m, k), v, ("st", "st_acc"))
 }
 
@@ -491,7 +448,7 @@ fn store_row(em: &Emitter<'_>, s: &Store) -> &'static str {
 }
 
 /// The params struct and the entry around the body written so far.
-fn wrap(em: &mut Emitter<'_>, entry: &str, threads: u32) -> String {
+pub(super) fn wrap(em: &mut Emitter<'_>, entry: &str, threads: u32) -> String {
     let body = em.take_lines().join("\n");
     let params = format!("Params_{}", em.kernel.name);
     // A column tile exchanges one value per thread (two for log-sum-exp),

@@ -87,9 +87,13 @@ pub(crate) struct Emitter<'a> {
     /// the kernel then declares.
     pub(crate) block_reductions: bool,
     /// Whether the kernel is a column-reduction kernel of column tiles
-    /// (`emit::rowk::emit_col`): a reduction over rows is then the lane's
+    /// (`emit::colk::emit_col`): a reduction over rows is then the lane's
     /// column, its warps taking rows in turn, combined in warp order.
     pub(crate) column_tile: bool,
+    /// The groups of stores whose CTAs a column-reduction kernel runs side
+    /// by side (`emit::colk::emit_col`): its grid is that many times its
+    /// column tiles. 1 for every other kernel.
+    pub(crate) col_groups: usize,
     /// The shared tables of rotary cosines and sines a CTA-per-row
     /// kernel fills for its row ([`Self::row_angle_tables`]).
     angle_tables: Vec<rope::AngleTable>,
@@ -129,6 +133,7 @@ impl<'a> Emitter<'a> {
             chunk: None,
             block_reductions: false,
             column_tile: false,
+            col_groups: 1,
             angle_tables: Vec::new(),
             group_arrays: HashMap::new(),
             top_arrays: HashMap::new(),
