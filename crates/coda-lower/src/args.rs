@@ -136,9 +136,19 @@ fn too_many(function: &str, span: Span, formals: &[Formal]) -> Diagnostic {
 }
 
 fn unknown_keyword(function: &str, name: &str, span: Span, formals: &[Formal]) -> Diagnostic {
-    Diagnostic::error("E0208", format!("`{function}` has no parameter `{name}`"))
-        .with_primary(span, "unknown keyword")
-        .with_help(format!("the signature is {}", signature(function, formals)))
+    let diagnostic = Diagnostic::error("E0208", format!("`{function}` has no parameter `{name}`"))
+        .with_primary(span, "unknown keyword");
+    let takes_axis = formals.iter().any(|f| f.name == "axis");
+    match name {
+        "dim" if takes_axis => diagnostic.with_help(format!(
+            "`.coda` names PyTorch's `dim` `axis`: write `axis=…`; the signature is {}",
+            signature(function, formals)
+        )),
+        "keepdim" if takes_axis => diagnostic.with_help(
+            "a reduction over each row keeps the row axis (`[M, 1]`, as `keepdim=True` does): leave `keepdim` out",
+        ),
+        _ => diagnostic.with_help(format!("the signature is {}", signature(function, formals))),
+    }
 }
 
 /// `f(x, g, eps=…)` for help messages.

@@ -19,6 +19,9 @@ const MODULES: &[&str] = &["torch", "F", "nn", "functional", "math", "np", "nump
 /// Reductions whose PyTorch methods take a dimension (`x.mean(-1, keepdim=True)`).
 const REDUCTIONS: &[&str] = &["sum", "mean", "max", "amax", "logsumexp"];
 
+/// Functions over a row that PyTorch writes with `dim=` and `.coda` with `axis=`.
+const ROW_FUNCTIONS: &[&str] = &["softmax", "log_softmax"];
+
 impl Lowerer<'_> {
     /// Reports `base.name` or `base.name(args)` (an [`ExprKind::Member`])
     /// with what to write instead. Nothing inside it is reported again.
@@ -115,7 +118,19 @@ fn module_function(path: &[String], name: &Ident, args: Option<&[Arg]>, span: Sp
     } else if !called {
         format!("`{full}` is not a value in .coda: a tensor or a setting is a block input, a size a `dim`")
     } else if FUNCTIONS.contains(&f) {
-        let call = args.and_then(render_args).map_or_else(|| format!("{f}(…)"), |a| format!("{f}({a})"));
+        // `torch.sum(x, dim=-1)` is the method `x.sum(dim=-1)`, whose axis
+        // `translate` writes; other functions keep their arguments.
+        let as_method = match args {
+            Some([Arg { name: None, value: ArgValue::Expr(x), .. }, rest @ ..])
+                if REDUCTIONS.contains(&f) || ROW_FUNCTIONS.contains(&f) =>
+            {
+                translate(x, name, rest)
+            }
+            _ => None,
+        };
+        let call = as_method
+            .or_else(|| args.and_then(render_args).map(|a| format!("{f}({a})")))
+            .unwrap_or_else(|| format!("{f}(…)"));
         format!("write `{call}`: built-in functions are called by their bare name")
     } else if let Some(instead) = instead_of(f) {
         instead.to_string()
@@ -142,6 +157,7 @@ fn method(base: &Expr, name: &Ident, args: &[Arg], span: Span) -> Diagnostic {
             _ if REDUCTIONS.contains(&m) => {
                 ": a reduction over each row keeps the row axis (`[M, 1]`, as `keepdim=True` does); `axis=0` reduces over rows"
             }
+            _ if ROW_FUNCTIONS.contains(&m) => ": `.coda` names PyTorch's `dim` `axis`",
             "float" | "bfloat16" | "half" | "to" | "type" => ": a cast is a call of the type",
             "t" | "transpose" => "",
             _ => ": a method `x.f(a)` is the function `f(x, a)`",
@@ -229,7 +245,7 @@ fn translate(base: &Expr, name: &Ident, args: &[Arg]) -> Option<String> {
             format!("{m}({x})")
         }
         "pow" if positional.len() == 1 => format!("pow({x}, {})", render(positional[0])?),
-        _ if REDUCTIONS.contains(&m) => {
+        _ if REDUCTIONS.contains(&m) || ROW_FUNCTIONS.contains(&m) => {
             let f = if m == "amax" { "max" } else { m };
             match positional.first().copied().or_else(|| keyword("dim")) {
                 None => format!("{f}({x})"),
