@@ -129,6 +129,7 @@ pub(crate) fn lex<'s>(text: &'s str, diagnostics: &mut Vec<Diagnostic>) -> Vec<(
                     }
                 }
                 bad_characters += 1;
+                floor_division_comments(text, &tokens, diagnostics);
                 if bad_characters > MAX_LEX_DIAGNOSTICS {
                     continue;
                 }
@@ -142,6 +143,7 @@ pub(crate) fn lex<'s>(text: &'s str, diagnostics: &mut Vec<Diagnostic>) -> Vec<(
             }
         }
     }
+    floor_division_comments(text, &tokens, diagnostics);
     if bad_characters > MAX_LEX_DIAGNOSTICS {
         diagnostics.push(
             Diagnostic::error(
@@ -153,6 +155,37 @@ pub(crate) fn lex<'s>(text: &'s str, diagnostics: &mut Vec<Diagnostic>) -> Vec<(
         );
     }
     tokens
+}
+
+/// Warns of a comment that reads like Python's floor division: `//` right
+/// after an operand (at most one space between), whose text is a number
+/// that ends the line or is followed by an operator or a closing bracket
+/// (`D // 2`, `D // 2]`, `D // 2 + 1`). The rest of the line is a
+/// comment, so `x[:, :D // 2]` fails on a later line, and `let h = D // 2`
+/// silently means `D`. A comment that annotates a value (`HD   // 6144, a
+/// constant`) does not warn.
+fn floor_division_comments(text: &str, tokens: &[(usize, Tok<'_>, usize)], diagnostics: &mut Vec<Diagnostic>) {
+    for (i, (_, tok, end)) in tokens.iter().enumerate() {
+        let operand = matches!(tok, Tok::Ident(_) | Tok::Number(_) | Tok::RParen | Tok::RBracket);
+        let next = tokens.get(i + 1).map_or(text.len(), |(start, _, _)| *start);
+        let gap = &text[*end..next];
+        let line = &gap[..gap.find('\n').unwrap_or(gap.len())];
+        let spaces = line.len() - line.trim_start_matches([' ', '\t']).len();
+        let Some(comment) = line[spaces..].strip_prefix("//") else { continue };
+        let number = comment.trim_start();
+        let after = number.trim_start_matches(|c: char| c.is_ascii_digit()).trim_start();
+        let division = number.starts_with(|c: char| c.is_ascii_digit())
+            && (after.is_empty() || after.starts_with([')', ']', '+', '-', '*', '/']));
+        if !operand || spaces > 1 || !division {
+            continue;
+        }
+        let at = *end + spaces;
+        diagnostics.push(
+            Diagnostic::warning("W0006", "`//` starts a comment here, not a floor division")
+                .with_primary(Span::new(at, at + 2 + comment.len()), "the rest of the line is a comment")
+                .with_help("there is no floor division: a dimension divides exactly with `/` (`D / 2`)"),
+        );
+    }
 }
 
 fn unexpected_character(slice: &str, span: Span) -> Diagnostic {
