@@ -282,6 +282,7 @@ impl Lowerer<'_> {
                         }
                     }
                 }
+                ast::ExprKind::List(items) => stack.extend(items),
                 ast::ExprKind::Number(_) | ast::ExprKind::Str(_) | ast::ExprKind::Error => {}
             }
         }

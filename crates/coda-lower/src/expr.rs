@@ -38,6 +38,10 @@ impl Lowerer<'_> {
                 self.emit(Inst::Transpose { arg: v }, expr.span)
             }
             ExprKind::Member { .. } => self.member(expr),
+            ExprKind::List(_) => {
+                self.list(expr.span);
+                None
+            }
             ExprKind::Str(text) => {
                 self.string(text, expr.span, None, None);
                 None

@@ -62,6 +62,15 @@ impl Lowerer<'_> {
         );
     }
 
+    /// Reports a Python list (`[a, b]`).
+    pub(crate) fn list(&mut self, span: Span) {
+        self.diagnostics.push(
+            Diagnostic::error("E0210", "no lists in .coda").with_primary(span, "a list").with_help(
+                "`concat(a, b, …)` joins tensors' columns; every other function takes its tensors one by one",
+            ),
+        );
+    }
+
     /// Reports the first argument of `args` that is a quoted string; true if
     /// there was one.
     pub(crate) fn string_argument(&mut self, callee: &Ident, args: &[Arg]) -> bool {
@@ -113,7 +122,17 @@ fn module_function(path: &[String], name: &Ident, args: Option<&[Arg]>, span: Sp
     let title = if known { "no module prefixes in .coda" } else { "no attributes in .coda" };
     let diagnostic = Diagnostic::error("E0210", title).with_primary(span, format!("`{full}`"));
     let f = name.name.as_str();
-    let help = if let Some(cast) = dtype_of(f) {
+    let joined = match args {
+        Some([Arg { value: ArgValue::Expr(Expr { kind: ExprKind::List(items), .. }), .. }, ..])
+            if matches!(f, "cat" | "concat" | "concatenate" | "hstack") =>
+        {
+            items.iter().map(render).collect::<Option<Vec<String>>>().map(|parts| parts.join(", "))
+        }
+        _ => None,
+    };
+    let help = if let Some(parts) = joined {
+        format!("write `concat({parts})`: it joins columns (the last axis)")
+    } else if let Some(cast) = dtype_of(f) {
         format!("`{full}` is the type `{cast}`: a cast is written `{cast}(x)`")
     } else if !called {
         format!("`{full}` is not a value in .coda: a tensor or a setting is a block input, a size a `dim`")

@@ -169,6 +169,7 @@ impl ExprKind {
             ExprKind::Binary { lhs, rhs, .. } => lhs.depth.max(rhs.depth),
             ExprKind::Neg(e) | ExprKind::Transpose(e) => e.depth,
             ExprKind::Call { args, .. } => args.iter().map(arg_depth).max().unwrap_or(0),
+            ExprKind::List(items) => items.iter().map(|e| e.depth).max().unwrap_or(0),
             ExprKind::Member { base, args, .. } => {
                 args.iter().flatten().map(arg_depth).max().unwrap_or(0).max(base.depth)
             }
@@ -283,6 +284,9 @@ pub enum ExprKind {
     /// A quoted string (`"tanh"`), which the language does not have; the
     /// text between the quotes.
     Str(String),
+    /// A Python list (`[a, b]`), which the language does not have; kept so
+    /// that the checker can say what to write instead.
+    List(Vec<Expr>),
     /// An expression that failed to parse or was too deep (already reported).
     Error,
 }
