@@ -144,9 +144,9 @@ fn unknown_keyword(function: &str, name: &str, span: Span, formals: &[Formal]) -
             "`.coda` names PyTorch's `dim` `axis`: write `axis=…`; the signature is {}",
             signature(function, formals)
         )),
-        "keepdim" if takes_axis => diagnostic.with_help(
-            "a reduction over each row keeps the row axis (`[M, 1]`, as `keepdim=True` does): leave `keepdim` out",
-        ),
+        "keepdim" if takes_axis => {
+            diagnostic.with_help(format!("{}: leave `keepdim` out", crate::pytorch::KEEPS_ROW_AXIS))
+        }
         _ => diagnostic.with_help(format!("the signature is {}", signature(function, formals))),
     }
 }

@@ -19,6 +19,10 @@ const MODULES: &[&str] = &["torch", "F", "nn", "functional", "math", "np", "nump
 /// Reductions whose PyTorch methods take a dimension (`x.mean(-1, keepdim=True)`).
 const REDUCTIONS: &[&str] = &["sum", "mean", "max", "amax", "logsumexp"];
 
+/// Why a row reduction needs no `keepdim` (E0210's and E0208's helps).
+pub(crate) const KEEPS_ROW_AXIS: &str =
+    "a reduction over each row keeps the row axis (`[M, 1]`, as `keepdim=True` does)";
+
 /// Functions over a row that PyTorch writes with `dim=` and `.coda` with `axis=`.
 const ROW_FUNCTIONS: &[&str] = &["softmax", "log_softmax"];
 
@@ -173,28 +177,25 @@ fn method(base: &Expr, name: &Ident, args: &[Arg], span: Span) -> Diagnostic {
         Diagnostic::error("E0210", "no methods in .coda").with_primary(span, format!("the method `.{m}(…)`"));
     if let Some(written) = translate(base, name, args) {
         let why = match m {
-            _ if REDUCTIONS.contains(&m) => {
-                ": a reduction over each row keeps the row axis (`[M, 1]`, as `keepdim=True` does); `axis=0` reduces over rows"
-            }
-            _ if ROW_FUNCTIONS.contains(&m) => ": `.coda` names PyTorch's `dim` `axis`",
-            "float" | "bfloat16" | "half" | "to" | "type" => ": a cast is a call of the type",
-            "t" | "transpose" => "",
-            _ => ": a method `x.f(a)` is the function `f(x, a)`",
+            _ if REDUCTIONS.contains(&m) => format!(": {KEEPS_ROW_AXIS}; `axis=0` reduces over rows"),
+            _ if ROW_FUNCTIONS.contains(&m) => ": `.coda` names PyTorch's `dim` `axis`".to_string(),
+            "float" | "bfloat16" | "half" | "to" | "type" => ": a cast is a call of the type".to_string(),
+            "t" | "transpose" => String::new(),
+            _ => ": a method `x.f(a)` is the function `f(x, a)`".to_string(),
         };
         return diagnostic.with_help(format!("write `{written}`{why}"));
     }
     let help = match m {
         "to" | "type" => format!("write a cast: `f32({x})`, `bf16({x})` or `f16({x})`"),
         "t" | "transpose" => format!("write `{x}.T`"),
-        "square" | "pow" | "sqrt" | "rsqrt" | "exp" | "log" | "tanh" | "sigmoid" | "abs" | "clamp" => {
-            let rest = if args.is_empty() { String::new() } else { ", …".to_string() };
-            format!("write `{m}({x}{rest})`: a method `x.f(a)` is the function `f(x, a)`")
-        }
         _ if REDUCTIONS.contains(&m) => format!(
-            "write `{}({x}, axis=-1)`: a reduction over each row keeps the row axis (`[M, 1]`, as `keepdim=True` does); `axis=0` reduces over rows",
+            "write `{}({x}, axis=-1)`: {KEEPS_ROW_AXIS}; `axis=0` reduces over rows",
             if m == "amax" { "max" } else { m }
         ),
-        _ if FUNCTIONS.contains(&m) => format!("write `{m}({x}, …)`: a method `x.f(a)` is the function `f(x, a)`"),
+        _ if FUNCTIONS.contains(&m) => {
+            let rest = if args.is_empty() { "" } else { ", …" };
+            format!("write `{m}({x}{rest})`: a method `x.f(a)` is the function `f(x, a)`")
+        }
         _ => match instead_of(m) {
             Some(instead) => instead.to_string(),
             None => format!("there is no `{m}`; functions are called as `f(x, …)` (docs/language.md §10)"),

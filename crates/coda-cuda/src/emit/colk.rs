@@ -33,26 +33,42 @@ pub(crate) fn emit_col(em: &mut Emitter<'_>, entry: &str) -> Result<String, Code
     if let Some(tiles) = grouped_tiles(em, &groups) {
         return emit_col_groups(em, entry, &groups, tiles);
     }
-    for (id, node) in em.kernel.nodes.clone().iter().enumerate() {
-        if node.reg.is_none() && matches!(node.space, Space::Scalar | Space::Col) {
-            em.eval(id, "0", "c")?;
-        }
-    }
-    em.coop = 1;
-    for s in em.kernel.stores.clone() {
-        let node = &em.kernel.nodes[s.node];
-        let (value, scalar) = (node.value, node.space == Space::Scalar);
-        let v = stored_value(em, &s, "0", "c")?;
-        let store = store_call(em, &s, "0", if scalar { "0" } else { "c" }, &v);
-        let guard = if scalar { "blockIdx.x == 0 && threadIdx.x == 0" } else { "threadIdx.x < 32" };
-        em.stmt(Code::of(format!("if ({guard}) {store}"), [&store]), value);
-    }
+    let values: Vec<usize> = (em.kernel.nodes.iter().enumerate())
+        .filter(|(_, node)| node.reg.is_none() && matches!(node.space, Space::Scalar | Space::Col))
+        .map(|(id, _)| id)
+        .collect();
+    values_and_stores(em, &values, &em.kernel.stores.clone(), "blockIdx.x == 0")?;
     let body = em.take_lines();
     if em.kernel.reads_col_index() {
         em.line(format!("const int c = (int)(blockIdx.x * {COL_TILE} + threadIdx.x % 32);"));
     }
     em.extend(body);
     Ok(wrap(em, entry, COL_THREADS))
+}
+
+/// Evaluates `values` (per-column and scalar nodes, in node order) with
+/// the CTA's threads, then writes `stores`: column values by the first
+/// warp, scalars by thread 0 of the CTA for which `first` holds.
+fn values_and_stores(
+    em: &mut Emitter<'_>,
+    values: &[usize],
+    stores: &[Store],
+    first: &str,
+) -> Result<(), CodegenError> {
+    em.coop = COL_THREADS;
+    for &id in values {
+        em.eval(id, "0", "c")?;
+    }
+    em.coop = 1;
+    for s in stores {
+        let node = &em.kernel.nodes[s.node];
+        let (value, scalar) = (node.value, node.space == Space::Scalar);
+        let v = stored_value(em, s, "0", "c")?;
+        let store = store_call(em, s, "0", if scalar { "0" } else { "c" }, &v);
+        let guard = if scalar { format!("{first} && threadIdx.x == 0") } else { "threadIdx.x < 32".to_string() };
+        em.stmt(Code::of(format!("if ({guard}) {store}"), [&store]), value);
+    }
+    Ok(())
 }
 
 /// The stores of a column-reduction kernel in groups that share no
@@ -129,23 +145,8 @@ fn emit_col_groups(
     for (g, (values, stores)) in groups.iter().enumerate() {
         em.open(format!("if (group == {g})"));
         em.push_scope();
-        em.coop = COL_THREADS;
-        for &id in values {
-            em.eval(id, "0", "c")?;
-        }
-        em.coop = 1;
-        for s in stores {
-            let node = &em.kernel.nodes[s.node];
-            let (value, scalar) = (node.value, node.space == Space::Scalar);
-            let v = stored_value(em, s, "0", "c")?;
-            let store = store_call(em, s, "0", if scalar { "0" } else { "c" }, &v);
-            let guard = if scalar {
-                format!("blockIdx.x % {tiles} == 0 && threadIdx.x == 0")
-            } else {
-                "threadIdx.x < 32".into()
-            };
-            em.stmt(Code::of(format!("if ({guard}) {store}"), [&store]), value);
-        }
+        let values: Vec<usize> = values.iter().copied().collect();
+        values_and_stores(em, &values, stores, &format!("blockIdx.x % {tiles} == 0"))?;
         em.pop_scope();
         em.close();
     }
