@@ -603,3 +603,22 @@ fn column_reductions_of_independent_stores_take_their_own_ctas() {
         assert_eq!(source.contains("if (group == 1)"), groups > 1, "{example}: {kernel} split by group");
     }
 }
+
+/// A CTA-per-row kernel that reads a row stream three times or more per
+/// row copies row `m` of every row stream into shared memory once and
+/// reads the copies: Qwen3's QK-norm backward (`dq` and `dk` four times,
+/// two passes with their rotary partners). One whose streams are read
+/// twice loads them from global memory in each pass (Gemma-2's `row_dx1`).
+#[test]
+fn row_kernels_stage_the_rows_they_read_three_times() {
+    let staged = backward_kernel("qwen3_layer.coda", "qwen3_layer_grad_row_hn.cu");
+    for (stream, width) in [("dq", 4096), ("dk", 1024), ("mm3", 4096), ("x2", 4096)] {
+        let copy = format!("cg::stage_row<256, {width}>({stream}_row, p.{stream}, ");
+        assert!(staged.contains(&copy), "row_hn stages {stream}");
+        let global = format!("p.{stream}, p.{stream}_ld, m, ");
+        assert_eq!(staged.matches(&global).count(), 1, "row_hn reads {stream} only from shared memory");
+    }
+    assert_eq!(staged.matches("cg::stage_wait();").count(), 1, "row_hn waits for its copies once");
+    let plain = backward_kernel("gemma2_layer.coda", "gemma2_layer_grad_row_dx1.cu");
+    assert!(!plain.contains("cg::stage_row<"), "row_dx1 reads each stream twice and stages none");
+}

@@ -346,6 +346,74 @@ __device__ __forceinline__ void load_chunk(float (&v)[V], const T* p, long long 
 }
 
 // ---------------------------------------------------------------------------
+// Rows staged in shared memory (docs/codegen.md, "Rows staged in shared
+// memory"): a CTA-per-row kernel of T threads copies row m of a row stream
+// into a shared array s of W elements (stage_row, every copy of the row in
+// flight together), waits for the copies of all its streams (stage_wait),
+// and its passes read the array (srow, srow_chunk: 0 outside the W
+// columns, as a bounded load). A row that is wholly inside the buffer and
+// 16-byte aligned is copied in 16-byte cp.async pieces; any other row
+// element by element, with the bounded loads above.
+// ---------------------------------------------------------------------------
+template <int T, int W, class E>
+__device__ __forceinline__ void stage_row(E* s, const E* p, long long ld, int m, int rows, int cols) {
+    constexpr int V = 16 / (int)sizeof(E);
+    static_assert(W % V == 0, "a staged row is whole 16-byte pieces");
+    const E* row = p + (long long)m * ld;
+    if ((unsigned)m < (unsigned)rows && cols >= W && ((unsigned long long)row & 15) == 0) {
+        for (int c = (int)threadIdx.x * V; c < W; c += T * V) {
+            const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(s + c));
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(row + c) : "memory");
+        }
+        return;
+    }
+    for (int c = (int)threadIdx.x; c < W; c += T) s[c] = coda::from_float<E>(load(p, ld, m, c, rows, cols));
+}
+// cp.async.wait_all commits this thread's copies and waits for them; the
+// barrier then waits for every thread's.
+__device__ __forceinline__ void stage_wait() {
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+    __syncthreads();
+}
+template <int W, class E>
+__device__ __forceinline__ float srow(const E* s, int k) {
+    return (unsigned)k < (unsigned)W ? coda::to_float(s[k]) : 0.0f;
+}
+template <int W, int V, class E>
+__device__ __forceinline__ void srow_chunk(float (&v)[V], const E* s, int k) {
+    static_assert(V == 2 || V == 4 || V == 8, "chunks of 2, 4 or 8 elements");
+    if (k >= 0 && k + V <= W && k % V == 0) {
+        const E* q = s + k;
+        if constexpr (sizeof(E) == 2) {
+            unsigned u[V / 2];
+            if constexpr (V == 8) {
+                const uint4 w = *reinterpret_cast<const uint4*>(q);
+                u[0] = w.x, u[1] = w.y, u[2] = w.z, u[3] = w.w;
+            } else if constexpr (V == 4) {
+                const uint2 w = *reinterpret_cast<const uint2*>(q);
+                u[0] = w.x, u[1] = w.y;
+            } else {
+                u[0] = *reinterpret_cast<const unsigned*>(q);
+            }
+#pragma unroll
+            for (int i = 0; i < V / 2; ++i) {
+                const float2 f = coda::unpack_pair<E>(u[i]);
+                v[2 * i] = f.x, v[2 * i + 1] = f.y;
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < V; i += 2) {
+                const float2 f = *reinterpret_cast<const float2*>(q + i);
+                v[i] = f.x, v[i + 1] = f.y;
+            }
+        }
+        return;
+    }
+#pragma unroll
+    for (int e = 0; e < V; ++e) v[e] = srow<W>(s, k + e);
+}
+
+// ---------------------------------------------------------------------------
 // Stores (bounded).  i32 stores truncate toward zero, saturating, NaN -> 0.
 // ---------------------------------------------------------------------------
 __device__ __forceinline__ void put(float* p, float v) { *p = v; }

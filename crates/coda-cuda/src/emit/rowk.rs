@@ -21,7 +21,9 @@ use crate::error::CodegenError;
 use crate::kir::{row_kernel_threads, whole_cta, BufId, GridSpec, Op, Space, Store, CTA_THREADS};
 use coda_ir::{Dim, ReduceOp};
 
-/// The `__global__` function of a row kernel.
+/// The `__global__` function of a row kernel. A CTA-per-row kernel is
+/// written twice: first to survey the row streams it loads, then with the
+/// ones worth it staged in shared memory ([`Emitter::stage_rows`]).
 pub(crate) fn emit_row(
     em: &mut Emitter<'_>,
     rows: &Dim,
@@ -29,11 +31,31 @@ pub(crate) fn emit_row(
     grid: Option<&GridSpec>,
     entry: &str,
 ) -> Result<String, CodegenError> {
+    let mut streams = Vec::new();
+    if whole_cta(tpr) {
+        let mut probe = Emitter::new(em.ir, em.kernel, em.block, em.source);
+        probe.coherent = em.coherent.clone();
+        write_row(&mut probe, rows, (tpr, grid), &[])?;
+        streams = probe.survey().choose(&probe);
+    }
+    write_row(em, rows, (tpr, grid), &streams)?;
+    Ok(wrap(em, entry, row_kernel_threads(tpr)))
+}
+
+/// The body of a row kernel, with `streams` (buffer, width) staged.
+fn write_row(
+    em: &mut Emitter<'_>,
+    rows: &Dim,
+    (tpr, grid): (u32, Option<&GridSpec>),
+    streams: &[(BufId, i64)],
+) -> Result<(), CodegenError> {
     let threads = row_kernel_threads(tpr);
     // With grid reductions, the warp-per-row body sits inside `if (m < rows)`
     // (no early return: every thread reaches the CTA barriers after it).
     let guarded = grid.is_some() && tpr < threads;
     em.set_indent(if guarded { 2 } else { 1 });
+    em.stage_rows(streams, threads);
+    let staging = em.take_lines();
     let tail = em.kernel.tail_nodes();
     if whole_cta(tpr) && row_streams(em) <= UNROLLED_STREAMS {
         em.unroll_columns = Some(4);
@@ -58,15 +80,16 @@ pub(crate) fn emit_row(
             em.extend(body);
         }
     } else {
-        if em.kernel.reads_row_index() {
+        if em.kernel.reads_row_index() || !streams.is_empty() {
             em.line("const int m = (int)blockIdx.x;");
         }
+        em.extend(staging);
         em.extend(body);
     }
     if let Some(g) = grid {
         grid_tail(em, rows, (g, threads), &tail)?;
     }
-    Ok(wrap(em, entry, threads))
+    Ok(())
 }
 
 /// A one-row kernel whose columns are independent (`threads_per_row == 1`,

@@ -141,11 +141,17 @@ impl Emitter<'_> {
             return Some(element(&name));
         }
         let name = self.local_for(value) + "_c";
-        let access = self.access(id, &Code::index(m), &Code::local(&start), false);
         let width = self.chunk.as_ref()?.width;
-        let text = format!("float {name}[{width}]; cg::load_chunk({name}, {access});  // {}", self.loc(value));
+        let load = match self.staged_chunk(id, m, (&name, width), &start) {
+            Some(load) => load,
+            None => {
+                let access = self.access(id, &Code::index(m), &Code::local(&start), false);
+                Code::of(format!("float {name}[{width}]; cg::load_chunk({name}, {access});"), [&access])
+            }
+        };
+        let text = format!("{load}  // {}", self.loc(value));
         let chunk = self.chunk.as_mut()?;
-        chunk.hoisted.push(Line::of(chunk.indent, Code::of(text, [&access])));
+        chunk.hoisted.push(Line::of(chunk.indent, Code { text, reads: load.reads }));
         chunk.loaded.insert(key, name.clone());
         Some(element(&name))
     }

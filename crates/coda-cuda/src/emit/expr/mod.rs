@@ -13,6 +13,7 @@
 mod chunk;
 mod reduce;
 mod rope;
+mod staged;
 mod values;
 
 pub(crate) use reduce::GroupMember;
@@ -106,6 +107,10 @@ pub(crate) struct Emitter<'a> {
     /// The staged arrays each top-k node reads, and whether it reads the
     /// columns.
     pub(crate) top_nodes: HashMap<NodeId, ((String, String), bool)>,
+    /// The loads written so far, by buffer ([`staged`]).
+    survey: staged::Survey,
+    /// The row streams a CTA-per-row kernel reads from shared arrays.
+    staged: std::collections::BTreeMap<usize, staged::StagedRow>,
 }
 
 impl<'a> Emitter<'a> {
@@ -138,6 +143,8 @@ impl<'a> Emitter<'a> {
             group_arrays: HashMap::new(),
             top_arrays: HashMap::new(),
             top_nodes: HashMap::new(),
+            survey: staged::Survey::default(),
+            staged: std::collections::BTreeMap::new(),
         }
     }
 
@@ -425,13 +432,18 @@ impl<'a> Emitter<'a> {
                 return self.eval(*a, &m, &idx);
             }
             Op::Load(id) => {
+                self.note_load(*id, &m);
                 if let Some(element) = self.chunk_load(*id, &m, &k, n.value) {
                     self.bind(node, &m, &k, element.clone());
                     return Ok(element);
                 }
-                let f = if self.coherent.contains(id) { "load_cg" } else { "load" };
-                let access = self.access(*id, &mi, &ki, false);
-                Code::of(format!("cg::{f}({access})"), [&access])
+                if let Some(element) = self.staged_element(*id, &m, &ki) {
+                    element
+                } else {
+                    let f = if self.coherent.contains(id) { "load_cg" } else { "load" };
+                    let access = self.access(*id, &mi, &ki, false);
+                    Code::of(format!("cg::{f}({access})"), [&access])
+                }
             }
             Op::Rope(spec, table) => self.rope_table(spec, *table, &ki),
             Op::FinishRow(kind, bufs) => self.finish_row(*kind, bufs, &mi)?,
