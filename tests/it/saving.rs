@@ -127,3 +127,27 @@ fn a_softmax_reads_its_logits_as_shifted_exponentials() {
     assert_eq!(saved(24), "logits_exp bf16[24], logits_max f32[3], lse f32[1]");
     assert_eq!(saved(100), "logits f32[100], lse f32[1]");
 }
+
+/// A normalised tensor that the forward outputs is read from that output:
+/// Gemma-2's layer output `x2 = bf16(x1 + rmsnorm(mlp, …))`, which the
+/// next layer's input norm reads, is saved as the output itself (the
+/// saving forward stores nothing more for it), and the input norm's dgrad
+/// GEMM reads it instead of recomputing it from `x0`, `mm0` and `mlp`.
+#[test]
+fn a_normalised_tensor_the_forward_outputs_is_not_recomputed() {
+    assert_eq!(saved_of("gemma2_layer.coda"), [["mm0", "gate_up_pairs", "mlp", "x2"]]);
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/gemma2_layer.coda");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let checked = coda::check("examples/gemma2_layer.coda", &text).unwrap_or_else(|e| panic!("{e}"));
+    let gradient = checked.grads.first().unwrap_or_else(|| panic!("no gradient"));
+    let x2 = gradient.saved.iter().find(|s| s.name == "x2").unwrap_or_else(|| panic!("x2 not saved"));
+    assert!(x2.output.is_some(), "x2 is saved as the forward's output");
+    let view = coda::grad_view(&checked).unwrap_or_else(|e| panic!("{e}"));
+    let compiled = coda::compile(&view, &coda::CompileOptions::default()).unwrap_or_else(|e| panic!("{e}"));
+    let dhn = (compiled.kernels.iter().find(|k| k.file_name.ends_with("_gemm_dhn.cu")))
+        .unwrap_or_else(|| panic!("no gemm_dhn"));
+    assert!(dhn.source.contains("p.x2"), "gemm_dhn reads x2");
+    for recomputed in ["p.x0", "p.mm0", "p.mlp"] {
+        assert!(!dhn.source.contains(recomputed), "gemm_dhn reads {recomputed}");
+    }
+}

@@ -149,10 +149,12 @@ impl<'f> Builder<'f> {
             self.bwd.params.push(Tensor { name, dtype: ty.dtype, shape: ty.shape, rank: 2, span });
             params[v.index()] = Some(SavedParam { index: self.bwd.params.len() - 1, layout });
         }
-        // Row statistics the forward outputs: one param per output, the
-        // output's own tensor, for every reduction it holds.
+        // Normalised tensors and row statistics the forward outputs: one
+        // param per output, the output's own tensor, for the value it holds
+        // or for every reduction it holds.
         let mut by_output: Vec<Option<usize>> = vec![None; self.fwd.outputs.len()];
-        for (v, j) in crate::saving::statistics_in_outputs(self.fwd) {
+        let held = crate::saving::normalized_outputs(self.fwd, &points);
+        for (v, j) in held.into_iter().chain(crate::saving::statistics_in_outputs(self.fwd)) {
             if params[v.index()].is_some() {
                 continue;
             }

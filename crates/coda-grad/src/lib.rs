@@ -16,7 +16,10 @@
 //! a matmul operand in its 16-bit operand type where reading it is cheaper
 //! than recomputing it from saved results (`saving::saved_operands`),
 //! unless it is an element-wise function of tensors the backward reads
-//! anyway (`saving::recomputed_operands`); the backward recomputes every
+//! anyway (`saving::recomputed_operands`); it reads a normalised tensor or
+//! a row statistic that the forward outputs from that output
+//! (`saving::normalized_outputs`, `saving::statistics_in_outputs`); the
+//! backward recomputes every
 //! other forward value it needs (elementwise work, norms and their row
 //! statistics, activations, rotary tables) from its inputs and the saved
 //! tensors. Matmuls are the only work too expensive to redo; everything

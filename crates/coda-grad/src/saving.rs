@@ -215,6 +215,28 @@ pub(crate) fn output_holding(fwd: &Block, v: Value, ty: &coda_ir::Ty) -> Option<
     })
 }
 
+/// Normalised tensors that the forward outputs: `(v, j)` for each output
+/// `j` of a 16-bit type, stored whole, whose value `v` is no save point and
+/// depends, through everything but matmuls and inputs, on a reduction (a
+/// norm's statistic, [`saved_sources`]). The backward reads the output
+/// instead of recomputing it, which would read every tensor it is made of
+/// and redo each statistic on the way: Gemma-2's layer output
+/// `x2 = bf16(x1 + rmsnorm(mlp, …))`, with `x1 = bf16(x0 + rmsnorm(mm0,
+/// …))`, which the next layer's input norm reads, was recomputed from
+/// `x0`, `mm0` and `mlp` and their two row statistics. Exact: the output
+/// is the value of the same instructions on the same values; and free, as
+/// the forward stores it anyway.
+pub(crate) fn normalized_outputs(fwd: &Block, points: &[Value]) -> Vec<(Value, usize)> {
+    let held = |o: &Output| {
+        let ty = fwd.ty(o.value);
+        !o.accumulate && o.tensor.rank == 2 && o.tensor.dtype == ty.dtype && ty.dtype.is_half()
+    };
+    (fwd.outputs.iter().enumerate())
+        .filter(|(_, o)| held(o) && !points.contains(&o.value) && saved_sources(fwd, o.value, points).is_none())
+        .map(|(j, o)| (o.value, j))
+        .collect()
+}
+
 /// Per-row statistics that the forward outputs: `(v, j)` for each
 /// reduction over columns `v` (`[rows, 1]`: a row's sum, maximum or
 /// log-sum-exp) that output `j` holds, as the same instruction on the same
