@@ -151,11 +151,6 @@ impl Emu<'_> {
                 }
             }
             KernelKind::Row { rows, grid: Some(g), .. } => self.grid(g, rows)?,
-            KernelKind::Row { rows, .. } => {
-                for p in &kernel.partials {
-                    self.row_sums(p, rows);
-                }
-            }
             _ => {}
         }
         for s in &kernel.stores {
@@ -226,19 +221,6 @@ impl Emu<'_> {
         }
         self.bufs[g.counter].put(0, 0, 0.0, false);
         Ok(())
-    }
-
-    /// The column sums of a row kernel per block of rows, as the GPU forms
-    /// them (`kir::row_sums`): block `b`'s rows in row order, in `f32`.
-    fn row_sums(&mut self, p: &PartialOut, rows: &Dim) {
-        let (rows, per) = (self.d(rows), i64::from(crate::kir::row_sums::ROWS_PER_CTA));
-        let cols = self.shape(p.node).1;
-        for b in 0..(rows + per - 1) / per {
-            for k in 0..cols {
-                let sum = (b * per..((b + 1) * per).min(rows)).fold(0.0f32, |s, m| s + self.eval(p.node, m, k));
-                self.bufs[p.bufs[0]].put(b, k, f64::from(sum), false);
-            }
-        }
     }
 
     /// Per-tile partials of a register node, tiles decided by its map.

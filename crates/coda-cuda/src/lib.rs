@@ -146,7 +146,6 @@ fn kernel_ir(block: &Block, options: &CodegenOptions, unfused: &BTreeSet<Value>)
     if options.row_preludes {
         kir::prelude::fuse_row_preludes(&mut ir, &crate::traffic::default_dims(block));
     }
-    kir::row_sums::fold_column_sums(&mut ir);
     ir.name_kernels(block);
     Ok(ir)
 }

@@ -375,25 +375,6 @@ __device__ __forceinline__ void stage_wait() {
     asm volatile("cp.async.wait_all;\n" ::: "memory");
     __syncthreads();
 }
-// Column sums of a row kernel's rows (kir::row_sums): column k of a row
-// added into a shared array of W sums (columns outside it ignored).
-// x, hidden from the optimizer: a row index that a loop over a CTA's rows
-// advances, which the compiler would otherwise turn into one row pointer
-// per buffer kept live across the whole row (20-odd more registers).
-__device__ __forceinline__ int opaque(int x) {
-    int y;
-    asm("mov.b32 %0, %1;" : "=r"(y) : "r"(x));
-    return y;
-}
-template <int W>
-__device__ __forceinline__ void col_add(float* s, int k, float v) {
-    if ((unsigned)k < (unsigned)W) s[k] += v;
-}
-template <int W, int V>
-__device__ __forceinline__ void col_add_chunk(float* s, int k, const float (&v)[V]) {
-#pragma unroll
-    for (int e = 0; e < V; ++e) col_add<W>(s, k + e, v[e]);
-}
 template <int W, class E>
 __device__ __forceinline__ float srow(const E* s, int k) {
     return (unsigned)k < (unsigned)W ? coda::to_float(s[k]) : 0.0f;

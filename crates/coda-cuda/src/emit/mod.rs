@@ -146,11 +146,7 @@ fn emit_kernel(
         KernelKind::Row { rows, threads_per_row, grid } => {
             let code = rowk::emit_row(&mut em, rows, *threads_per_row, grid.as_ref(), &entry)?;
             let threads = row_kernel_threads(*threads_per_row);
-            let per_cta = match kernel.partials.is_empty() {
-                true => threads / threads_per_row,
-                false => crate::kir::row_sums::ROWS_PER_CTA,
-            };
-            let grid = SymExpr::from(rows).ceil_div(i64::from(per_cta));
+            let grid = SymExpr::from(rows).ceil_div(i64::from(threads / threads_per_row));
             (code, Launch { threads, ..simple_launch(&em, "row", grid) })
         }
         KernelKind::Col { cols } => {

@@ -18,7 +18,7 @@ use super::expr::Emitter;
 use super::ops::perm_args;
 use super::row_passes;
 use crate::error::CodegenError;
-use crate::kir::{row_kernel_threads, row_sums, whole_cta, BufId, GridSpec, Op, Space, Store, CTA_THREADS};
+use crate::kir::{row_kernel_threads, whole_cta, BufId, GridSpec, Op, Space, Store, CTA_THREADS};
 use coda_ir::{Dim, ReduceOp};
 
 /// The `__global__` function of a row kernel. A CTA-per-row kernel is
@@ -53,14 +53,7 @@ fn write_row(
     // With grid reductions, the warp-per-row body sits inside `if (m < rows)`
     // (no early return: every thread reaches the CTA barriers after it).
     let guarded = grid.is_some() && tpr < threads;
-    // With column sums, a CTA's rows are a loop around the body.
-    let sums = whole_cta(tpr) && !em.kernel.partials.is_empty();
-    em.set_indent(1);
-    if sums {
-        column_sum_arrays(em, threads)?;
-    }
-    let sum_arrays = em.take_lines();
-    em.set_indent(if guarded || sums { 2 } else { 1 });
+    em.set_indent(if guarded { 2 } else { 1 });
     em.stage_rows(streams, threads);
     let staging = em.take_lines();
     let tail = em.kernel.tail_nodes();
@@ -86,17 +79,6 @@ fn write_row(
             em.line(format!("if (m >= {rows_expr}) return;"));
             em.extend(body);
         }
-    } else if sums {
-        let (per_cta, rows_expr) = (row_sums::ROWS_PER_CTA, em.dim_int(rows));
-        em.extend(sum_arrays);
-        em.line(format!("for (int r = 0; r < {per_cta}; ++r) {{"));
-        em.line(format!("    const int m = cg::opaque((int)blockIdx.x * {per_cta} + r);"));
-        em.line(format!("    if (m >= {rows_expr}) break;"));
-        em.extend(staging);
-        em.extend(body);
-        em.line("    __syncthreads();  // the row's shared arrays are free again");
-        em.line("}");
-        flush_column_sums(em, threads);
     } else {
         if em.kernel.reads_row_index() || !streams.is_empty() {
             em.line("const int m = (int)blockIdx.x;");
@@ -108,33 +90,6 @@ fn write_row(
         grid_tail(em, rows, (g, threads), &tail)?;
     }
     Ok(())
-}
-
-/// Declares a zeroed shared array of sums for each column-sum partial of
-/// the kernel (`kir::row_sums`), which its column loops add each row's
-/// values into (`store_with`): a column is always the same thread's, row
-/// after row.
-fn column_sum_arrays(em: &mut Emitter<'_>, threads: u32) -> Result<(), CodegenError> {
-    for p in em.kernel.partials.clone() {
-        let buf = *p.bufs.first().ok_or_else(|| em.internal("a column-sum partial without a buffer"))?;
-        let width = (em.ir.buffers[buf].cols.as_const())
-            .ok_or_else(|| em.internal("a row kernel's column sums of run-time width"))?;
-        let array = format!("{}_sums", em.local_for(p.value));
-        em.line(format!("__shared__ float {array}[{width}];  // this CTA's column sums"));
-        em.line(format!("for (int c = (int)threadIdx.x; c < {width}; c += {threads}) {array}[c] = 0.0f;"));
-        em.col_sums.insert(buf, (array, width));
-    }
-    em.line("__syncthreads();");
-    Ok(())
-}
-
-/// Writes each column-sum array as row `blockIdx.x` of its partial buffer.
-fn flush_column_sums(em: &mut Emitter<'_>, threads: u32) {
-    em.line("__syncthreads();");
-    for (buf, (array, width)) in em.col_sums.clone() {
-        let access = em.access(buf, &Code::lit("(int)blockIdx.x"), &Code::lit("c"), true);
-        em.line(format!("for (int c = (int)threadIdx.x; c < {width}; c += {threads}) cg::st({access}, {array}[c]);"));
-    }
 }
 
 /// A one-row kernel whose columns are independent (`threads_per_row == 1`,
@@ -256,17 +211,7 @@ fn row_body(
         }
     }
     em.coop = 1;
-    let mut stores = em.kernel.stores.clone();
-    // Column sums are written like stores, into their shared arrays.
-    stores.extend(
-        em.kernel.partials.iter().filter(|p| p.bufs.iter().any(|b| em.col_sums.contains_key(b))).map(|p| Store {
-            node: p.node,
-            buf: p.bufs[0],
-            accumulate: false,
-            col_perm: None,
-            col_offset: None,
-        }),
-    );
+    let stores = em.kernel.stores.clone();
     let guard = if tpr > 1 { format!("if (threadIdx.x % {tpr} == 0) ") } else { String::new() };
     let narrow: Vec<&Store> = stores.iter().filter(|s| is_narrow(em, s) && !tail[s.node]).collect();
     for s in narrow {
@@ -506,10 +451,6 @@ pub(super) fn store_call(em: &mut Emitter<'_>, s: &Store, m: &str, k: &str, v: &
 /// `v` for store `s` at row `m`, column `k` (shifted by the store's column
 /// offset).
 fn store_with(em: &mut Emitter<'_>, s: &Store, (m, k): (&str, &str), v: &Code, (plain, acc): (&str, &str)) -> Code {
-    if let Some((array, width)) = em.col_sums.get(&s.buf).cloned() {
-        let f = if plain == "st_chunk" { "col_add_chunk" } else { "col_add" };
-        return Code::of(format!("cg::{f}<{width}>({array}, {k}, {v});"), [&Code::index(k), v]).reading(&[&array]);
-    }
     let k = match s.col_offset {
         Some(offset) => Code::of(format!("{k} + {offset}"), [&Code::index(k)]),
         None => Code::index(k),

@@ -46,7 +46,6 @@
 pub(crate) mod build;
 mod names;
 pub(crate) mod prelude;
-pub(crate) mod row_sums;
 mod uses;
 
 use crate::config::TileConfig;
@@ -375,10 +374,7 @@ pub struct Store {
     pub col_offset: Option<i64>,
 }
 
-/// A per-tile reduction a GEMM epilogue writes for later kernels, or a
-/// column sum a row kernel writes per block of rows ([`row_sums`]: a
-/// `[row blocks, cols]` buffer, where a GEMM's column sums are
-/// `[cols, row tiles]`).
+/// A per-tile reduction a GEMM epilogue writes for later kernels.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PartialOut {
     /// The reduced register node (for sums of squares: the value squared).
@@ -595,8 +591,7 @@ pub struct Kernel {
     pub nodes: Vec<Node>,
     /// Stores, in the order they are emitted.
     pub stores: Vec<Store>,
-    /// Per-tile partial reductions (GEMM kernels), or column sums per
-    /// block of rows (row kernels, [`row_sums`]).
+    /// Per-tile partial reductions (GEMM kernels).
     pub partials: Vec<PartialOut>,
     /// For kernels other than GEMMs: why their work found no GEMM epilogue.
     pub why: Vec<String>,

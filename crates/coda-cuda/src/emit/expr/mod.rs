@@ -111,9 +111,6 @@ pub(crate) struct Emitter<'a> {
     survey: staged::Survey,
     /// The row streams a CTA-per-row kernel reads from shared arrays.
     staged: std::collections::BTreeMap<usize, staged::StagedRow>,
-    /// The shared array and width of each column-sum partial buffer of a
-    /// row kernel (`kir::row_sums`): its column loops add into the array.
-    pub(crate) col_sums: std::collections::BTreeMap<usize, (String, i64)>,
 }
 
 impl<'a> Emitter<'a> {
@@ -148,7 +145,6 @@ impl<'a> Emitter<'a> {
             top_nodes: HashMap::new(),
             survey: staged::Survey::default(),
             staged: std::collections::BTreeMap::new(),
-            col_sums: std::collections::BTreeMap::new(),
         }
     }
 

@@ -77,13 +77,6 @@ impl Emitter<'_> {
         self.reductions(members, extent, (m, streams), true)
     }
 
-    /// The partial buffer that a lone reduction's operand loads as it is.
-    fn summed_partial(&self, members: &[GroupMember]) -> Option<usize> {
-        let [member] = members else { return None };
-        let crate::kir::Op::Load(buf) = self.kernel.nodes.get(member.arg)?.op else { return None };
-        (self.ir.buffers[buf].role == crate::kir::Role::Partial).then_some(buf)
-    }
-
     fn reductions(
         &mut self,
         members: &[GroupMember],
@@ -97,12 +90,7 @@ impl Emitter<'_> {
         // A whole-row reduction of a CTA-per-row kernel runs in chunks.
         let chunk_width = extent.as_const().and_then(|w| chunk::chunk_width(0, w, tpr, streams));
         let chunk_width = chunk_width.filter(|_| row && crate::kir::whole_cta(tpr) && self.chunk.is_none());
-        let extent = match self.summed_partial(members).filter(|_| !row) {
-            // A row kernel's column sums per block of rows (`kir::row_sums`)
-            // have a row per block: the rows past them read 0.
-            Some(buf) => format!("{}_rows", self.buf(buf)),
-            None => self.dim_int(extent),
-        };
+        let extent = self.dim_int(extent);
         for (x, name) in members.iter().zip(&names) {
             self.stmt(Code::lit(accumulator(x.op, name)), self.kernel.nodes[x.node].value);
         }

@@ -67,9 +67,7 @@ impl Survey {
         }
         let mut by_use = candidates;
         by_use.sort_by_key(|&(id, _, sites)| (std::cmp::Reverse(sites), id));
-        // The column sums' arrays share the static shared memory.
-        let sums: i64 = em.col_sums.values().map(|(_, width)| width * 4).sum();
-        let mut bytes = sums;
+        let mut bytes = 0;
         let mut chosen = Vec::new();
         for (id, width, _) in by_use {
             let size = width * dtype_bytes(em.ir.buffers[id].dtype);
