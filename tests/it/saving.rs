@@ -151,3 +151,11 @@ fn a_normalised_tensor_the_forward_outputs_is_not_recomputed() {
         assert!(!dhn.source.contains(recomputed), "gemm_dhn reads {recomputed}");
     }
 }
+
+/// Two matmuls whose results feed one residual sum ending in a 16-bit cast
+/// share that cast as their save point, which is saved once: GPT-NeoX's
+/// parallel attention and MLP, `x2 = bf16(x0 + (attn @ w_o.T + b_o) + mlp)`.
+#[test]
+fn a_save_point_two_matmuls_share_is_saved_once() {
+    assert_eq!(saved_of("gptneox_layer.coda"), [["mm0", "x2"]]);
+}

@@ -134,7 +134,10 @@ impl<'f> Builder<'f> {
             let user = users[v.index()].first().copied().unwrap_or(v);
             chosen.push((v, ty, format!("{}_in", matmul_name(user))));
         }
+        // Two matmuls whose results feed one residual sum share its cast as
+        // their save point (GPT-NeoX's `x0 + attn @ w_o.T + mlp`): one param.
         chosen.sort_by_key(|(v, ..)| v.index());
+        chosen.dedup_by_key(|(v, ..)| *v);
         for (v, ty, fallback) in chosen {
             let base = self.fwd.names[v.index()].clone().unwrap_or(fallback);
             let paired = crate::saving::paired_halves(self.fwd, &users, v).is_some();
