@@ -126,8 +126,9 @@ impl Emitter<'_> {
     pub(crate) fn stage_rows(&mut self, streams: &[(BufId, i64)], threads: u32) {
         for &(id, width) in streams {
             let b = self.buf(id);
-            let ty = super::super::params::c_type(self.ir.buffers[id].dtype);
-            let array = self.locals.fresh(&format!("{}_row", &b[2..]));
+            let ty = crate::emit::params::c_type(self.ir.buffers[id].dtype);
+            let field = b.strip_prefix("p.").unwrap_or(&b);
+            let array = self.locals.fresh(&format!("{field}_row"));
             self.line(format!("__shared__ __align__(16) {ty} {array}[{width}];  // row m of {b}"));
             self.line(format!("cg::stage_row<{threads}, {width}>({array}, {b}, {b}_ld, m, {b}_rows, {b}_cols);"));
             self.staged.insert(id, StagedRow { array, width });
