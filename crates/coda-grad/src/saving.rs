@@ -222,7 +222,7 @@ pub(crate) fn output_holding(fwd: &Block, v: Value, ty: &coda_ir::Ty) -> Option<
 /// instead of recomputing it, which would read every tensor it is made of
 /// and redo each statistic on the way: Gemma-2's layer output
 /// `x2 = bf16(x1 + rmsnorm(mlp, …))`, with `x1 = bf16(x0 + rmsnorm(mm0,
-/// …))`, which the next layer's input norm reads, was recomputed from
+/// …))`, which the next layer's input norm reads, would be recomputed from
 /// `x0`, `mm0` and `mlp` and their two row statistics. Exact: the output
 /// is the value of the same instructions on the same values; and free, as
 /// the forward stores it anyway.

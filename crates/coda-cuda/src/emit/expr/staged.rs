@@ -3,12 +3,11 @@
 //!
 //! A CTA-per-row kernel that makes several passes over its row (a norm's
 //! statistic, then the normalised values; a per-head statistic, then the
-//! head's elements; a rotary partner beside each column) loaded each row
-//! stream once per pass, and each pass waited for memory again: the
-//! backward's row kernels spend most of their stalls on those loads. Such
-//! a kernel copies row `m` of every row stream it reads into a shared
-//! array first, all the copies in flight together, and every pass reads
-//! the arrays. The choice is made on the kernel's code as first written
+//! head's elements; a rotary partner beside each column) would load each
+//! row stream once per pass and wait for memory in each: the backward's
+//! row kernels spend most of their stalls on those loads. Such a kernel
+//! copies row `m` of every row stream it reads into a shared array first,
+//! all the copies in flight together, and every pass reads the arrays. The choice is made on the kernel's code as first written
 //! (a survey, [`Survey`]): which buffers it loads at its row, and how many
 //! times.
 
@@ -70,7 +69,7 @@ impl Survey {
         let mut bytes = 0;
         let mut chosen = Vec::new();
         for (id, width, _) in by_use {
-            let size = width * dtype_bytes(em.ir.buffers[id].dtype);
+            let size = width * em.ir.buffers[id].dtype.size_bytes() as i64;
             if bytes + size <= STAGE_BYTES {
                 bytes += size;
                 chosen.push((id, width));
@@ -86,22 +85,15 @@ impl Survey {
 /// read through L2, of whole 16-byte vectors.
 fn stageable_width(em: &Emitter<'_>, id: BufId) -> Option<i64> {
     let buffer = &em.ir.buffers[id];
-    let size = match buffer.dtype {
-        DType::BF16 | DType::F16 | DType::F32 => dtype_bytes(buffer.dtype),
-        _ => return None,
-    };
+    if !matches!(buffer.dtype, DType::BF16 | DType::F16 | DType::F32) {
+        return None;
+    }
+    let size = buffer.dtype.size_bytes() as i64;
     let written = em.kernel.stores.iter().any(|s| s.buf == id);
     let tiles = em.kernel.nodes.iter().any(|n| n.op == Op::Load(id) && n.space == Space::Tile);
     let width = buffer.cols.as_const()?;
     let whole = width > 0 && (width * size) % 16 == 0;
     (whole && tiles && !written && !em.coherent.contains(&id) && buffer.rows.as_const() != Some(1)).then_some(width)
-}
-
-fn dtype_bytes(dtype: DType) -> i64 {
-    match dtype {
-        DType::BF16 | DType::F16 => 2,
-        _ => 4,
-    }
 }
 
 impl Emitter<'_> {
@@ -138,9 +130,14 @@ impl Emitter<'_> {
         }
     }
 
+    /// The staged row of buffer `id`, when `m` is the kernel's row.
+    fn staged_row(&self, id: BufId, m: &str) -> Option<&StagedRow> {
+        self.staged.get(&id).filter(|_| m == "m")
+    }
+
     /// Element `k` of staged buffer `id` at row `m`, if it is staged.
     pub(crate) fn staged_element(&self, id: BufId, m: &str, k: &Code) -> Option<Code> {
-        let row = self.staged.get(&id).filter(|_| m == "m")?;
+        let row = self.staged_row(id, m)?;
         let (array, width) = (&row.array, row.width);
         Some(Code::of(format!("cg::srow<{width}>({array}, {k})"), [k]).reading(&[array]))
     }
@@ -148,7 +145,7 @@ impl Emitter<'_> {
     /// The statement loading the chunk `name` of `width` elements from
     /// staged buffer `id` at row `m`, column `start`, if it is staged.
     pub(crate) fn staged_chunk(&self, id: BufId, m: &str, (name, width): (&str, i64), start: &str) -> Option<Code> {
-        let row = self.staged.get(&id).filter(|_| m == "m")?;
+        let row = self.staged_row(id, m)?;
         let (array, w) = (&row.array, row.width);
         let text = format!("float {name}[{width}]; cg::srow_chunk<{w}>({name}, {array}, {start});");
         Some(Code::lit(text).reading(&[array, start]))
