@@ -40,7 +40,8 @@ if ! "$py/bin/python" -c 'import torch, numpy, pytest, maturin' 2>/dev/null; the
     # the index's metadata, downloading no wheel), then installs each one.
     report="$py/resolved.json"
     "$py/bin/pip" install --quiet --disable-pip-version-check --dry-run --ignore-installed \
-        --report "$report" torch numpy pytest maturin
+        --report "$report" torch numpy pytest maturin \
+        "nvidia-cuda-nvrtc>=13" "nvidia-cuda-runtime>=13" "nvidia-cuda-cccl>=13"
     # Triton (1 GB) is left out: only inductor's GPU code generation needs
     # it, and the CPU tests compile with the aot_eager backend.
     "$py/bin/python" -c '
@@ -54,7 +55,9 @@ for item in json.load(open(sys.argv[1]))["install"]:
 fi
 # The test wheel is built in the dev profile, beside the Rust tests' build:
 # a release build would be a second copy of every dependency on a disk that
-# already holds torch.
+# already holds torch. Its dependencies are resolved and installed above
+# (python/pyproject.toml's list); without --no-deps pip would fetch the
+# Triton left out there.
 PATH="$PWD/$py/bin:$PATH" "$py/bin/pip" install --quiet --disable-pip-version-check --no-cache-dir --no-build-isolation \
-    --config-settings=build-args="--profile dev" ./python
+    --no-deps --config-settings=build-args="--profile dev" ./python
 "$py/bin/python" -m pytest -q -rs python/tests
