@@ -1,9 +1,11 @@
 """fp8 casts in the interpreter against PyTorch's own conversions, bit for
 bit: rounding to nearest even, subnormals, e4m3's saturation at ±448 (no
-infinity), e5m2's overflow to infinity, signed zeros and NaN."""
+infinity), e5m2's overflow to infinity, signed zeros and NaN; an fp8
+linear layer's forward, and its backward from a `grad` declaration."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 import codac
@@ -80,3 +82,67 @@ def test_tensorwise_fp8_linear_matches_its_recipe() -> None:
     same_floats(xq.float(), expected_q.float())
     expected = ((expected_q.double() @ w.double().T) / (x_scale.double() * w_scale.double())).to(torch.bfloat16)
     torch.testing.assert_close(y.float(), expected.float(), rtol=1e-2, atol=1e-3)
+
+
+TRAINING = """
+dim M
+dim D = 64
+dim N = 48
+block tensorwise(x: bf16[M, D], w: bf16[N, D]) -> (y: bf16[M, N]) {
+    let sx = 448.0 / max(abs(detach(x)))
+    let sw = 448.0 / max(abs(detach(w)))
+    y = (e4m3(x * sx) @ e4m3(w * sw).T) / (sx * sw)
+}
+block rowwise(x: bf16[M, D], w: bf16[N, D]) -> (y: bf16[M, N]) {
+    let sx = 448.0 / max(abs(detach(x)), axis=-1)
+    let sw = 448.0 / max(abs(detach(w)), axis=-1)
+    y = (e4m3(x * sx) @ e4m3(w * sw).T) / (sx * sw.T)
+}
+grad tensorwise_grad = tensorwise wrt (x, w)
+grad rowwise_grad = rowwise wrt (x, w)
+"""
+
+
+def quantized(t: torch.Tensor, dim: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """`t` scaled so that the amax of each slice along `dim` (of all of `t`
+    for None) lands on e4m3's largest value, cast to e4m3, and the scale."""
+    amax = t.abs().amax() if dim is None else t.abs().amax(dim=dim, keepdim=True)
+    scale = 448.0 / amax.clamp(min=1e-12)
+    return (t * scale).to(torch.float8_e4m3fn).double(), scale
+
+
+def relative_distance(got: torch.Tensor, expected: torch.Tensor) -> float:
+    return float((got.double() - expected.double()).norm() / expected.double().norm())
+
+
+@pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
+def test_fp8_products_quantize_their_gradients(recipe: str) -> None:
+    """The backward of a block written with fp8 casts, from its `grad`
+    declaration: the forward's scales are detached (constants, as in
+    torchao), and each backward product reads the output gradient in e4m3
+    too, scaled per row for the input's gradient and per column for the
+    weight's (torchao's rowwise recipe for the gradient). Computed here with
+    PyTorch's own float8 casts; an unscaled gradient would round to zero."""
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn((40, 64), generator=gen).to(torch.bfloat16)
+    w = (torch.randn((48, 64), generator=gen) * 0.05).to(torch.bfloat16)
+    dy = (torch.randn((40, 48), generator=gen) * 1e-3).to(torch.bfloat16)
+    layer = codac.load(TRAINING).block(recipe)
+    xl, wl = x.clone().requires_grad_(), w.clone().requires_grad_()
+    layer(xl, wl).backward(dy)
+    assert xl.grad is not None and wl.grad is not None
+
+    dim = None if recipe == "tensorwise" else 1
+    qx, sx = quantized(x.double(), dim)
+    qw, sw = quantized(w.double(), dim)
+    g = dy.double() / (sx * (sw if recipe == "tensorwise" else sw.T))
+    qr, r = quantized(g, 1)
+    qc, c = quantized(g, 0)
+    dx = (qr @ qw) / r * sx
+    dw = (qc.T @ qx) / c.T * sw
+    # Up to the bf16 rounding of the gradients (about 2e-3 here).
+    assert relative_distance(xl.grad, dx) < 5e-3
+    assert relative_distance(wl.grad, dw) < 5e-3
+    # fp8's rounding of both operands keeps them near the exact ones (3.5%).
+    assert relative_distance(xl.grad, dy.double() @ w.double()) < 0.1
+    assert relative_distance(wl.grad, dy.double().T @ x.double()) < 0.1

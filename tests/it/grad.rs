@@ -163,6 +163,40 @@ fn check_file(checked: &coda::Checked) {
     }
 }
 
+/// `detach(x)` is `x` with no gradient: for `y = x ⊙ detach(x)` the
+/// backward gives `dx = dy ⊙ x`, where finite differences, which move both
+/// factors, would give `2 dy ⊙ x`; and a value computed only from detached
+/// ones (a scale) gets no gradient of its own.
+#[test]
+fn no_gradient_flows_through_detach() {
+    let text = "dim M\ndim N = 4\nblock f(x: f32[M, N]) -> (y: f32[M, N]) {\n    \
+                let s = 2.0 / max(abs(detach(x)))\n    y = x * detach(x) * s\n}\n\
+                grad f_grad = f wrt (x)\n";
+    let checked = coda::check("detach.coda", text).unwrap_or_else(|e| panic!("{e}"));
+    assert!(!checked.has_errors(), "{}", checked.render_diagnostics());
+    let gradient = gradients(&checked).remove(0);
+    let sums = gradient
+        .backward
+        .insts
+        .iter()
+        .filter(|(_, i)| matches!(i, coda::ir::Inst::Reduce { op: coda::ir::ReduceOp::Sum, .. }));
+    assert_eq!(
+        sums.count(),
+        0,
+        "a gradient reaches the scale:\n{}",
+        coda::ir::print::print_block(&gradient.backward, None)
+    );
+    let dims: DimBindings = [("M".to_string(), 3)].into_iter().collect();
+    let inputs = coda::random_inputs(&checked.module.blocks[0], &dims, 1).unwrap_or_else(|e| panic!("{e}"));
+    let (outputs, dy) = backward(&gradient, &dims, &inputs, 1);
+    let (x, dy, dx) = (&inputs["x"].data, &dy["dy"].data, &outputs["dx"].data);
+    let amax = x.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    for k in 0..x.len() {
+        let want = dy[k] * x[k] * (2.0 / amax);
+        assert!((dx[k] - want).abs() <= 1e-12 * want.abs().max(1.0), "dx[{k}] = {}, want {want}", dx[k]);
+    }
+}
+
 /// An example with its constant dims made small.
 pub(crate) fn small_example(path: &std::path::Path) -> coda::Checked {
     let file = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();

@@ -43,6 +43,7 @@
 mod activity;
 mod builder;
 mod compact;
+mod fp8;
 mod names;
 mod saving;
 mod shifted;

@@ -106,6 +106,11 @@ pub(crate) fn vjp(
         }
         UnaryOp::GeluTanh => gelu_tanh(b, x, g, span),
         UnaryOp::GeluErf => gelu_erf(b, x, y, g, span),
+        // d detach(x) = 0 (a detached value is never active, so nothing asks)
+        UnaryOp::Detach => {
+            let shape = b.bwd.ty(g).shape.clone();
+            b.full(0.0, &shape, span)
+        }
     }
 }
 

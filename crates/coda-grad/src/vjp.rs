@@ -275,12 +275,12 @@ fn sum_to(b: &mut Builder<'_>, g: Value, shape: &Shape, span: Span) -> Result<Va
 
 /// A matmul's operands and flags.
 #[derive(Clone, Copy)]
-struct MatMul {
-    lhs: Value,
-    rhs: Value,
-    lt: bool,
-    rt: bool,
-    dtype: coda_ir::DType,
+pub(crate) struct MatMul {
+    pub(crate) lhs: Value,
+    pub(crate) rhs: Value,
+    pub(crate) lt: bool,
+    pub(crate) rt: bool,
+    pub(crate) dtype: coda_ir::DType,
 }
 
 /// `C = op(A) op(B)`  ⇒  `d op(A) = dC op(B)ᵀ` and `d op(B) = op(A)ᵀ dC`; a
@@ -289,12 +289,17 @@ struct MatMul {
 /// * `A` plain: `dA = dC op(B)ᵀ`; `A` transposed: `dA = op(B) dCᵀ`;
 /// * `B` plain: `dB = op(A)ᵀ dC`; `B` transposed: `dB = dCᵀ op(A)`.
 ///
-/// The gradient is read in the forward's 16-bit operand type, like the forward.
+/// The gradient is read in the forward's 16-bit operand type, like the
+/// forward; with fp8 operands it is quantized with scales of its own
+/// ([`crate::fp8`]).
 fn matmul(b: &mut Builder<'_>, m: &MatMul, g: Value, span: Span) -> Result<(), GradError> {
     if let Inst::StackRows { parts } = b.fwd.inst(m.rhs) {
         if m.rt {
             return stacked_matmul(b, m, parts, g, span);
         }
+    }
+    if m.dtype.is_fp8() {
+        return crate::fp8::product_gradients(b, m, g, span);
     }
     let (a, w) = (b.primal(m.lhs), b.primal(m.rhs));
     let product = |lhs, rhs, lhs_transposed, rhs_transposed| Inst::MatMul {

@@ -50,11 +50,13 @@ pub enum UnaryOp {
     Sin,
     /// cosine (radians)
     Cos,
+    /// `x`, through which no gradient flows (PyTorch's `x.detach()`)
+    Detach,
 }
 
 impl UnaryOp {
     /// Every unary op, for tables and tests.
-    pub const ALL: [UnaryOp; 15] = [
+    pub const ALL: [UnaryOp; 16] = [
         UnaryOp::Neg,
         UnaryOp::Exp,
         UnaryOp::Log,
@@ -70,6 +72,7 @@ impl UnaryOp {
         UnaryOp::Abs,
         UnaryOp::Sin,
         UnaryOp::Cos,
+        UnaryOp::Detach,
     ];
 
     /// The name in the printed IR (and in source, except `neg`).
@@ -90,6 +93,7 @@ impl UnaryOp {
             UnaryOp::Abs => "abs",
             UnaryOp::Sin => "sin",
             UnaryOp::Cos => "cos",
+            UnaryOp::Detach => "detach",
         }
     }
 }

@@ -77,6 +77,16 @@ impl DType {
         self.is_half() || self.is_fp8()
     }
 
+    /// The largest finite value of an fp8 type (`None` for the others):
+    /// what a quantization scale maps a tensor's amax to.
+    pub fn max_finite(self) -> Option<f64> {
+        match self {
+            DType::E4M3 => Some(448.0),
+            DType::E5M2 => Some(57344.0),
+            _ => None,
+        }
+    }
+
     /// Bytes per element in memory.
     pub fn size_bytes(self) -> usize {
         match self {

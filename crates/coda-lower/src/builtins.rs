@@ -25,6 +25,7 @@ pub(crate) const FUNCTIONS: &[&str] = &[
     "abs",
     "sin",
     "cos",
+    "detach",
     "min",
     "max",
     "where",

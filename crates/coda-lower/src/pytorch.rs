@@ -261,7 +261,9 @@ fn translate(base: &Expr, name: &Ident, args: &[Arg]) -> Option<String> {
         "half" => format!("f16({x})"),
         "to" | "type" => format!("{}({x})", positional.first().and_then(|e| dtype_arg_expr(e))?),
         "t" if args.is_empty() => format!("{}.T", operand(base, &x)),
-        "sqrt" | "rsqrt" | "exp" | "log" | "tanh" | "sigmoid" | "abs" | "relu" | "square" if args.is_empty() => {
+        "sqrt" | "rsqrt" | "exp" | "log" | "tanh" | "sigmoid" | "abs" | "relu" | "square" | "detach"
+            if args.is_empty() =>
+        {
             format!("{m}({x})")
         }
         "pow" if positional.len() == 1 => format!("pow({x}, {})", render(positional[0])?),

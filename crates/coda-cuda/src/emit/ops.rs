@@ -58,6 +58,7 @@ pub(crate) fn unary_reg(op: UnaryOp, a: &str) -> String {
         UnaryOp::Abs => format!("fabsf({a})"),
         UnaryOp::Sin => format!("sinf({a})"),
         UnaryOp::Cos => format!("cosf({a})"),
+        UnaryOp::Detach => format!("({a})"),
     }
 }
 

@@ -28,6 +28,7 @@ pub fn unary(op: UnaryOp, x: f64) -> f64 {
         UnaryOp::Abs => x.abs(),
         UnaryOp::Sin => x.sin(),
         UnaryOp::Cos => x.cos(),
+        UnaryOp::Detach => x,
     }
 }
 
