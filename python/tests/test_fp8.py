@@ -98,8 +98,16 @@ block rowwise(x: bf16[M, D], w: bf16[N, D]) -> (y: bf16[M, N]) {
     let sw = 448.0 / max(abs(detach(w)), axis=-1)
     y = (e4m3(x * sx) @ e4m3(w * sw).T) / (sx * sw.T)
 }
+block tensorwise_sugar(x: bf16[M, D], w: bf16[N, D]) -> (y: bf16[M, N]) {
+    y = fp8_linear(x, w)
+}
+block rowwise_sugar(x: bf16[M, D], w: bf16[N, D]) -> (y: bf16[M, N]) {
+    y = fp8_linear(x, w, recipe=rowwise)
+}
 grad tensorwise_grad = tensorwise wrt (x, w)
 grad rowwise_grad = rowwise wrt (x, w)
+grad tensorwise_sugar_grad = tensorwise_sugar wrt (x, w)
+grad rowwise_sugar_grad = rowwise_sugar wrt (x, w)
 """
 
 
@@ -116,18 +124,20 @@ def relative_distance(got: torch.Tensor, expected: torch.Tensor) -> float:
 
 
 @pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
-def test_fp8_products_quantize_their_gradients(recipe: str) -> None:
+@pytest.mark.parametrize("sugar", [False, True], ids=["written", "fp8_linear"])
+def test_fp8_products_quantize_their_gradients(recipe: str, sugar: bool) -> None:
     """The backward of a block written with fp8 casts, from its `grad`
     declaration: the forward's scales are detached (constants, as in
     torchao), and each backward product reads the output gradient in e4m3
     too, scaled per row for the input's gradient and per column for the
     weight's (torchao's rowwise recipe for the gradient). Computed here with
-    PyTorch's own float8 casts; an unscaled gradient would round to zero."""
+    PyTorch's own float8 casts; an unscaled gradient would round to zero.
+    `fp8_linear(x, w, recipe=…)` is the same block as sugar."""
     gen = torch.Generator().manual_seed(5)
     x = torch.randn((40, 64), generator=gen).to(torch.bfloat16)
     w = (torch.randn((48, 64), generator=gen) * 0.05).to(torch.bfloat16)
     dy = (torch.randn((40, 48), generator=gen) * 1e-3).to(torch.bfloat16)
-    layer = codac.load(TRAINING).block(recipe)
+    layer = codac.load(TRAINING).block(recipe + "_sugar" if sugar else recipe)
     xl, wl = x.clone().requires_grad_(), w.clone().requires_grad_()
     layer(xl, wl).backward(dy)
     assert xl.grad is not None and wl.grad is not None

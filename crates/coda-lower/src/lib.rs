@@ -13,6 +13,7 @@ mod block;
 mod builtins;
 mod dims;
 mod expr;
+mod fp8;
 mod grad;
 mod heads;
 mod kernel;

@@ -14,6 +14,7 @@
 //! - `cross_entropy(logits, targets, ignore_index=-100, reduction=mean|sum|none)`:
 //!   per row `logsumexp(logits) − logits[target]`, 0 for ignored rows; `mean`
 //!   divides the sum by the number of rows that are not ignored.
+//! - `fp8_linear(x, w, recipe=tensorwise|rowwise)`: in [`crate::fp8`]
 
 use crate::args::{kw, literal, match_args, opt, req, word, Formal, Matched};
 use crate::block::Lowerer;
