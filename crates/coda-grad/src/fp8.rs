@@ -13,7 +13,8 @@
 //!
 //! `fmax` is the largest finite value of the operands' fp8 type, so each
 //! scaled row or column reaches it and keeps the type's whole range
-//! (torchao's rowwise recipe quantizes its gradient along the same axes).
+//! (torchao's axiswise recipe quantizes its `grad_output` along the same
+//! axes). The products read the forward's fp8 operands as they are.
 //! The forward's own scales are the block's business: computed from
 //! `detach`ed values, no gradient flows through them, as in PyTorch.
 
