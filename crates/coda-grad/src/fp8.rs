@@ -31,20 +31,11 @@ const AMAX_FLOOR: f64 = 1e-12;
 /// Accumulates the gradients of `m`'s active operands, `m.dtype` being an
 /// fp8 type, from the gradient `g` of its result.
 pub(crate) fn product_gradients(b: &mut Builder<'_>, m: &MatMul, g: Value, span: Span) -> Result<(), GradError> {
-    let (a, w) = (b.primal(m.lhs), b.primal(m.rhs));
-    let product = |lhs, rhs, lhs_transposed, rhs_transposed| Inst::MatMul {
-        lhs,
-        rhs,
-        lhs_transposed,
-        rhs_transposed,
-        operand_dtype: m.dtype,
-    };
     if b.active[m.lhs.index()] {
         // r: [M, 1]. A plain: dA = q_r(g) op(B)ᵀ, rows of g are rows of dA;
         // A transposed: dA = op(B) q_r(g)ᵀ, rows of g are columns of dA.
         let (q, r) = quantize(b, g, Axis::Cols, m.dtype, span)?;
-        let da = if m.lt { product(w, q, m.rt, true) } else { product(q, w, false, !m.rt) };
-        let da = b.emit(da, span)?;
+        let da = b.emit(m.lhs_gradient(b.primal(m.rhs), q), span)?;
         let r = if m.lt { b.emit(Inst::Transpose { arg: r }, span)? } else { r };
         let da = b.bin(BinaryOp::Div, da, r, span)?;
         b.accumulate(m.lhs, da)?;
@@ -53,8 +44,7 @@ pub(crate) fn product_gradients(b: &mut Builder<'_>, m: &MatMul, g: Value, span:
         // c: [1, N]. B transposed: dB = q_c(g)ᵀ op(A), columns of g are rows
         // of dB; B plain: dB = op(A)ᵀ q_c(g), columns of g are columns of dB.
         let (q, c) = quantize(b, g, Axis::Rows, m.dtype, span)?;
-        let dw = if m.rt { product(q, a, true, m.lt) } else { product(a, q, !m.lt, false) };
-        let dw = b.emit(dw, span)?;
+        let dw = b.emit(m.rhs_gradient(b.primal(m.lhs), q), span)?;
         let c = if m.rt { b.emit(Inst::Transpose { arg: c }, span)? } else { c };
         let dw = b.bin(BinaryOp::Div, dw, c, span)?;
         b.accumulate(m.rhs, dw)?;

@@ -283,6 +283,30 @@ pub(crate) struct MatMul {
     pub(crate) dtype: coda_ir::DType,
 }
 
+impl MatMul {
+    /// `dA` from `dC` (or from what stands for it) and the backward's `B`.
+    pub(crate) fn lhs_gradient(&self, w: Value, g: Value) -> Inst {
+        if self.lt {
+            self.product(w, g, self.rt, true)
+        } else {
+            self.product(g, w, false, !self.rt)
+        }
+    }
+
+    /// `dB` from `dC` (or from what stands for it) and the backward's `A`.
+    pub(crate) fn rhs_gradient(&self, a: Value, g: Value) -> Inst {
+        if self.rt {
+            self.product(g, a, true, self.lt)
+        } else {
+            self.product(a, g, !self.lt, false)
+        }
+    }
+
+    fn product(&self, lhs: Value, rhs: Value, lhs_transposed: bool, rhs_transposed: bool) -> Inst {
+        Inst::MatMul { lhs, rhs, lhs_transposed, rhs_transposed, operand_dtype: self.dtype }
+    }
+}
+
 /// `C = op(A) op(B)`  ⇒  `d op(A) = dC op(B)ᵀ` and `d op(B) = op(A)ᵀ dC`; a
 /// transposed operand gets the transpose, folded into the new matmul's flags:
 ///
@@ -301,23 +325,13 @@ fn matmul(b: &mut Builder<'_>, m: &MatMul, g: Value, span: Span) -> Result<(), G
     if m.dtype.is_fp8() {
         return crate::fp8::product_gradients(b, m, g, span);
     }
-    let (a, w) = (b.primal(m.lhs), b.primal(m.rhs));
-    let product = |lhs, rhs, lhs_transposed, rhs_transposed| Inst::MatMul {
-        lhs,
-        rhs,
-        lhs_transposed,
-        rhs_transposed,
-        operand_dtype: m.dtype,
-    };
     if b.active[m.lhs.index()] {
-        let da = if m.lt { product(w, g, m.rt, true) } else { product(g, w, false, !m.rt) };
-        let da = b.emit(da, span)?;
+        let da = b.emit(m.lhs_gradient(b.primal(m.rhs), g), span)?;
         let da = round_stored_gradient(b, m.lhs, da, m.dtype, span)?;
         b.accumulate(m.lhs, da)?;
     }
     if b.active[m.rhs.index()] {
-        let dw = if m.rt { product(g, a, true, m.lt) } else { product(a, g, !m.lt, false) };
-        let dw = b.emit(dw, span)?;
+        let dw = b.emit(m.rhs_gradient(b.primal(m.lhs), g), span)?;
         let dw = round_stored_gradient(b, m.rhs, dw, m.dtype, span)?;
         b.accumulate(m.rhs, dw)?;
     }

@@ -14,7 +14,7 @@
 //! columns. The backward reads its gradient in e4m3 too
 //! (`coda-grad/src/fp8.rs`).
 
-use crate::args::{kw, match_args, req, word, Formal};
+use crate::args::{kw, match_args, req, Formal};
 use crate::block::Lowerer;
 use coda_diagnostics::{Diagnostic, Span};
 use coda_ir::{Axis, BinaryOp, DType, Inst, ReduceOp, UnaryOp, Value};
@@ -43,17 +43,10 @@ impl Lowerer<'_> {
         let m = match_args("fp8_linear", span, args, &FORMALS, self.diagnostics)?;
         let x = self.tensor_arg(&m, 0);
         let w = self.tensor_arg(&m, 1);
-        let recipe = match m.expr(2).map(|e| word(e)) {
-            None | Some(Some("tensorwise")) => Recipe::Tensorwise,
-            Some(Some("rowwise")) => Recipe::Rowwise,
-            Some(_) => {
-                self.diagnostics.push(
-                    Diagnostic::error("E0208", "unknown fp8 recipe")
-                        .with_primary(m.spans[2], "expected `tensorwise` or `rowwise`"),
-                );
-                return None;
-            }
-        };
+        let recipes = [("tensorwise", Recipe::Tensorwise), ("rowwise", Recipe::Rowwise)];
+        let recipe = self.word_choice(&m, 2, &recipes, |span| {
+            Diagnostic::error("E0208", "unknown fp8 recipe").with_primary(span, "expected `tensorwise` or `rowwise`")
+        })?;
         let (x, w) = (x?, w?);
         let (kx, kw_) = (self.block.ty(x).shape.cols.clone(), self.block.ty(w).shape.cols.clone());
         if kx != kw_ {

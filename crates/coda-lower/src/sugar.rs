@@ -52,6 +52,26 @@ impl Lowerer<'_> {
         }
     }
 
+    /// The value of the bare word given for keyword `slot` among `choices`,
+    /// the first one's when the keyword is left out; another word, or an
+    /// expression, is the diagnostic `unknown` makes at the argument.
+    pub(crate) fn word_choice<T: Copy>(
+        &mut self,
+        m: &Matched<'_>,
+        slot: usize,
+        choices: &[(&str, T)],
+        unknown: impl FnOnce(Span) -> Diagnostic,
+    ) -> Option<T> {
+        let Some(expr) = m.expr(slot) else { return choices.first().map(|(_, v)| *v) };
+        match word(expr).and_then(|w| choices.iter().find(|(name, _)| *name == w)) {
+            Some((_, v)) => Some(*v),
+            None => {
+                self.diagnostics.push(unknown(m.spans[slot]));
+                None
+            }
+        }
+    }
+
     /// A tensor argument that must be a float.
     pub(crate) fn tensor_arg(&mut self, m: &Matched<'_>, slot: usize) -> Option<Value> {
         self.tensor_expr(m.expr(slot)?, m.spans[slot])
@@ -260,18 +280,14 @@ impl Lowerer<'_> {
             }
             None => (Dim::constant(0), cols.clone()),
         };
-        let style = match m.expr(5).map(|e| word(e)) {
-            None | Some(Some("half")) => RopeStyle::Half,
-            Some(Some("interleaved")) => RopeStyle::Interleaved,
-            Some(_) => {
-                self.diagnostics.push(
-                    Diagnostic::error("E0306", "unknown rope style")
-                        .with_primary(m.spans[5], "expected `half` or `interleaved`")
-                        .with_help("`half` pairs feature i with i + head_dim/2 (Llama); `interleaved` pairs 2i with 2i+1 (GPT-J)"),
-                );
-                return None;
-            }
-        };
+        let styles = [("half", RopeStyle::Half), ("interleaved", RopeStyle::Interleaved)];
+        let style = self.word_choice(m, 5, &styles, |span| {
+            Diagnostic::error("E0306", "unknown rope style")
+                .with_primary(span, "expected `half` or `interleaved`")
+                .with_help(
+                    "`half` pairs feature i with i + head_dim/2 (Llama); `interleaved` pairs 2i with 2i+1 (GPT-J)",
+                )
+        })?;
         let width = end.sub(&start).ok();
         let whole_heads = width.as_ref().is_some_and(|w| w.as_const().is_none_or(|w| w > 0 && w % head_dim == 0));
         let inside = match (end.as_const(), cols.as_const()) {
@@ -318,18 +334,10 @@ impl Lowerer<'_> {
         let logits = self.tensor_arg(&m, 0);
         let targets = self.lower_expr(m.expr(1)?);
         let ignore = self.number_arg(&m, 2, -100.0, "ignore_index")?;
-        let reduction = match m.expr(3).map(|e| word(e)) {
-            None | Some(Some("mean")) => "mean",
-            Some(Some("sum")) => "sum",
-            Some(Some("none")) => "none",
-            Some(_) => {
-                self.diagnostics.push(
-                    Diagnostic::error("E0208", "unknown reduction")
-                        .with_primary(m.spans[3], "expected `mean`, `sum` or `none`"),
-                );
-                return None;
-            }
-        };
+        let reductions = [("mean", "mean"), ("sum", "sum"), ("none", "none")];
+        let reduction = self.word_choice(&m, 3, &reductions, |span| {
+            Diagnostic::error("E0208", "unknown reduction").with_primary(span, "expected `mean`, `sum` or `none`")
+        })?;
         let (logits, targets) = (logits?, targets?);
         let picked = self.take_values(logits, targets, m.spans[1], span)?;
         let targets = self.block.inst(picked).operands()[1];
