@@ -250,13 +250,14 @@ fn op_family_gradients_match_finite_differences() {
 
 /// The kernels of every backward block (plain and reparameterized) on the
 /// CPU emulator against the interpreter. An embedding's gradient (a
-/// scatter-add of rows) has no kernel: the code generator refuses it, which
-/// `refused_constructs_are_refused_at_their_line` checks.
+/// scatter-add of rows) and fp8 blocks have no kernels: the code generator
+/// refuses them (`refused_constructs_are_refused_at_their_line` and
+/// `tests/cuda-cases/fp8_refused.coda` check where).
 fn emulate_backward(checked: &coda::Checked) {
     let view = coda::grad_view(checked).unwrap_or_else(|e| panic!("{e}"));
     let name = view.source.name.clone();
     for block in &view.module.blocks {
-        if block.insts.iter().any(|(_, inst)| matches!(inst, coda::ir::Inst::ScatterAddRows { .. })) {
+        if coda::cuda::limits::check_supported(block, &view.source).is_err() {
             continue;
         }
         crate::cuda::emulate_block(&name, block, &view.source, 3);

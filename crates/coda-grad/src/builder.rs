@@ -50,6 +50,10 @@ pub(crate) struct Builder<'f> {
     /// What the recomputed forward formed of each function with parts its
     /// derivative shares, by function and (backward) argument.
     shared_parts: HashMap<(UnaryOp, Value), SharedParts>,
+    /// Each gradient quantized for fp8 products, and its scales, by
+    /// gradient, axis of the amax and type ([`crate::fp8`]): every product
+    /// that reads a gradient along the same axis reads one copy.
+    pub(crate) quantized: HashMap<(Value, Axis, DType), (Value, Value)>,
 }
 
 /// The saved param that stands for a forward value, and its layout.
@@ -94,6 +98,7 @@ impl<'f> Builder<'f> {
             output_grads: Vec::new(),
             names,
             shared_parts: HashMap::new(),
+            quantized: HashMap::new(),
         };
         let saved_params = builder.declare_saved(recomputed);
         let grad_params = builder.declare_output_grads();

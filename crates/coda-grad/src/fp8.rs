@@ -53,8 +53,12 @@ pub(crate) fn product_gradients(b: &mut Builder<'_>, m: &MatMul, g: Value, span:
 }
 
 /// `(cast(g · s), s)` with `s = fmax / max(amax, AMAX_FLOOR)`, the amax
-/// taken along `axis` (`Cols`: one scale per row, `Rows`: one per column).
+/// taken along `axis` (`Cols`: one scale per row, `Rows`: one per column),
+/// formed once per gradient, axis and type.
 fn quantize(b: &mut Builder<'_>, g: Value, axis: Axis, dtype: DType, span: Span) -> Result<(Value, Value), GradError> {
+    if let Some(done) = b.quantized.get(&(g, axis, dtype)) {
+        return Ok(*done);
+    }
     let fmax = dtype
         .max_finite()
         .ok_or_else(|| GradError::Internal(format!("an fp8 product's gradient quantized to {dtype}")))?;
@@ -66,5 +70,6 @@ fn quantize(b: &mut Builder<'_>, g: Value, axis: Axis, dtype: DType, span: Span)
     let scale = b.bin(BinaryOp::Div, top, amax, span)?;
     let scaled = b.bin(BinaryOp::Mul, g, scale, span)?;
     let q = b.emit(Inst::Cast { to: dtype, arg: scaled }, span)?;
+    b.quantized.insert((g, axis, dtype), (q, scale));
     Ok((q, scale))
 }
