@@ -18,13 +18,23 @@ q, k and v of layer l+1, as examples/<layer>_layer.coda declares them:
           lm_head over the 128256-token vocabulary, the logits upcast to
           float32 and the mean cross-entropy (ignore_index -100), as
           examples/lm_head_ce.coda
+and the other examples' layers, as examples/<name>.coda writes them:
+  gpt2       GPT-2 small: projection with bias and residual, LayerNorm,
+             tanh-GELU MLP with biases and residual, LayerNorm, fused QKV
+             with bias (gpt2_block.coda)
+  gemma_mlp  out-projection and residual, a (1 + w) RMSNorm in float32,
+             the erf-GeGLU MLP over a fused [gate; up] weight and residual
+  parallel   a parallel block (GPT-J/PaLM): two projections into one
+             residual, one RMSNorm feeding SwiGLU and QKV, interleaved
+             RoPE on q and k (parallel_block.coda)
 Each in two passes: `fwd` (the layer) and `step` (the layer, then backward
 to every float input, the examples' `grad` declarations: from random
-gradients of x2, q, k and v, or from the loss). "cuBLAS" is the pass's
-GEMMs alone as torch.mm on operands of the same shapes (7 forward; a step
-adds each weight's dgrad and wgrad: 21; the LM head's 1 and 3). RoPE reads
-cos/sin tables [M, head_dim] that a model computes once per forward, not
-timed.
+gradients of every output, or from the loss). "cuBLAS" is the pass's
+GEMMs alone as torch.mm on operands of the same shapes (a step adds each
+weight's dgrad and wgrad to the forward's). RoPE reads cos/sin tables
+[M, head_dim] that a model computes once per forward, not timed.
+python/tests/test_bench_layers.py checks on the CPU that each layer here
+computes its example's outputs and gradients, as codac's interpreter does.
 
 Before timing a step, the eager and compiled steps run once on the same
 inputs and every gradient must agree within compare.GRADIENT_TOLERANCE.
@@ -55,11 +65,17 @@ LAYERS = {
     "qwen3": dict(D=4096, F=12288, HD=128, QH=32, KVH=8, eps=1e-6, base=1e6),
     "gemma2": dict(D=2304, F=9216, HD=256, QH=8, KVH=4, eps=1e-6, base=1e4),
     "lm_head": dict(D=4096, V=128256, eps=1e-5),
+    "gpt2": dict(D=768, H=3072),
+    "gemma_mlp": dict(D=3072, F=24576),
+    "parallel": dict(D=2048, F=5632, HD=64, H=32, base=1e4),
 }
 TINY = {
     "qwen3": dict(D=128, F=256, HD=32, QH=4, KVH=2, eps=1e-6, base=1e6),
     "gemma2": dict(D=128, F=256, HD=64, QH=2, KVH=1, eps=1e-6, base=1e4),
     "lm_head": dict(D=128, V=512, eps=1e-5),
+    "gpt2": dict(D=64, H=256),
+    "gemma_mlp": dict(D=64, F=128),
+    "parallel": dict(D=128, F=192, HD=32, H=4, base=1e4),
 }
 
 
@@ -72,6 +88,7 @@ class Layer(NamedTuple):
     grads: tuple[str, ...]  # the outputs' gradients, in order; none: backward from the loss
     block: str  # the example's block
     shapes: Callable  # (p, m) -> {name: (kind, shape)}
+    example: str  # the file that declares the block
 
 
 def rope_heads(x, heads, hd, cos, sin):
@@ -97,7 +114,7 @@ def qwen3(p):
         return x2, q, k, F.linear(hn, w_v)
 
     names = ("attn", "x0", "w_o", "g_post", "w_gate", "w_up", "w_down", "g_in", "w_q", "w_k", "w_v", "g_q", "g_k")
-    return block_layer(forward, names, "qwen3_layer")
+    return block_layer(forward, names, "qwen3_layer", "examples/qwen3_layer.coda")
 
 
 def gemma_norm(x, w, eps):
@@ -122,13 +139,13 @@ def gemma2(p):
 
     names = ("attn", "x0", "w_o", "g_post_attn", "g_pre_ffn", "w_gate", "w_up", "w_down", "g_post_ffn", "g_in",
              "w_q", "w_k", "w_v")
-    return block_layer(forward, names, "gemma2_layer")
+    return block_layer(forward, names, "gemma2_layer", "examples/gemma2_layer.coda")
 
 
-def block_layer(forward, names, block):
+def block_layer(forward, names, block, example):
     """A layer from attention output to the next layer's q, k and v."""
     return Layer(forward, mm_forward, mm_step, names, ("cos", "sin"), ("dx2", "dq", "dk", "dv"), block,
-                 lambda p, m: shapes(p, m, names))
+                 lambda p, m: shapes(p, m, names), example)
 
 
 def lm_head(p):
@@ -154,7 +171,113 @@ def lm_head(p):
         return {"x": ("act", (m, D)), "g": ("gain", (D,)), "w_lm": ("weight", (p["V"], D)),
                 "targets": ("targets", (m,))}
 
-    return Layer(forward, gemms, step_gemms, ("x", "g", "w_lm"), ("targets",), (), "lm_head_ce", table)
+    return Layer(forward, gemms, step_gemms, ("x", "g", "w_lm"), ("targets",), (), "lm_head_ce", table,
+                 "examples/lm_head_ce.coda")
+
+
+def gpt2(p):
+    D, H = p["D"], p["H"]
+
+    def forward(attn, x0, w_proj, b_proj, ln2_g, ln2_b, w_fc, b_fc, w_out, b_out, ln1_g, ln1_b, w_qkv, b_qkv):
+        x1 = x0 + F.linear(attn, w_proj, b_proj)
+        a = F.gelu(F.linear(F.layer_norm(x1, (D,), ln2_g, ln2_b, 1e-5), w_fc, b_fc), approximate="tanh")
+        x2 = x1 + F.linear(a, w_out, b_out)
+        return x2, F.linear(F.layer_norm(x2, (D,), ln1_g, ln1_b, 1e-5), w_qkv, b_qkv)
+
+    names = ("attn", "x0", "w_proj", "b_proj", "ln2_g", "ln2_b", "w_fc", "b_fc", "w_out", "b_out", "ln1_g", "ln1_b",
+             "w_qkv", "b_qkv")
+    weights = {"w_proj": (D, D), "w_fc": (H, D), "w_out": (D, H), "w_qkv": (3 * D, D)}
+    # (weight, its input, its output): the GEMMs in order.
+    chain = (("w_proj", "attn", "x0"), ("w_fc", "x0", "h"), ("w_out", "h", "x0"), ("w_qkv", "x0", "dqkv"))
+
+    def table(p, m):
+        t = {n: ("weight", s) for n, s in weights.items()}
+        t.update({n: ("gain", (D,)) for n in ("ln2_g", "ln1_g")})
+        t.update({n: ("bias", (w[0],)) for n, w in (("b_proj", weights["w_proj"]), ("b_fc", weights["w_fc"]),
+                                                   ("b_out", weights["w_out"]), ("b_qkv", weights["w_qkv"]),
+                                                   ("ln2_b", (D,)), ("ln1_b", (D,)))})
+        t.update(attn=("act", (m, D)), x0=("act", (m, D)), h=("act", (m, H)), dx2=("act", (m, D)),
+                 dqkv=("act", (m, 3 * D)))
+        return t
+
+    return Layer(forward, *chain_gemms(chain), names, (), ("dx2", "dqkv"), "gpt2_layer", table,
+                 "examples/gpt2_block.coda")
+
+
+def gemma_mlp(p):
+    D, Fw = p["D"], p["F"]
+
+    def forward(attn, x0, w_o, g, w_gu, w_down):
+        x1 = x0 + F.linear(attn, w_o)
+        gate, up = F.linear(gemma_norm(x1, g, 1e-6), w_gu).chunk(2, dim=-1)
+        return (x1 + F.linear(F.gelu(gate) * up, w_down),)
+
+    names = ("attn", "x0", "w_o", "g", "w_gu", "w_down")
+    chain = (("w_o", "attn", "x0"), ("w_gu", "x0", "z"), ("w_down", "h", "x0"))
+
+    def table(p, m):
+        return {"attn": ("act", (m, D)), "x0": ("act", (m, D)), "w_o": ("weight", (D, D)), "g": ("gain", (D,)),
+                "w_gu": ("weight", (2 * Fw, D)), "w_down": ("weight", (D, Fw)), "z": ("act", (m, 2 * Fw)),
+                "h": ("act", (m, Fw)), "dx2": ("act", (m, D))}
+
+    return Layer(forward, *chain_gemms(chain), names, (), ("dx2",), "gemma_mlp", table, "examples/gemma_mlp.coda")
+
+
+def rope_interleaved(x, hd, cos, sin):
+    """GPT-J's RoPE on [M, heads * hd]: features 2i and 2i+1 of each head
+    rotate together by angle i; `cos`/`sin` are Hugging Face's half-style
+    tables [M, hd] (angle i at columns i and i + hd/2)."""
+    x = x.view(x.shape[0], -1, hd)
+    c = cos[:, None, : hd // 2].repeat_interleave(2, dim=-1)
+    s = sin[:, None, : hd // 2].repeat_interleave(2, dim=-1)
+    rotated = torch.stack((-x[..., 1::2], x[..., 0::2]), dim=-1).flatten(-2)
+    return (x * c + rotated * s).flatten(1)
+
+
+def parallel(p):
+    D, Fw, HD = p["D"], p["F"], p["HD"]
+
+    def forward(attn, act, x0, w_o, w_down, g, w_gu, w_qkv, cos, sin):
+        x1 = x0 + F.linear(attn, w_o) + F.linear(act, w_down)
+        h = F.rms_norm(x1, (D,), g, 1e-5)
+        gate, up = F.linear(h, w_gu).chunk(2, dim=-1)
+        qkv = F.linear(h, w_qkv)
+        qk = rope_interleaved(qkv[:, : 2 * D], HD, cos, sin)
+        return x1, F.silu(gate) * up, torch.cat((qk, qkv[:, 2 * D:]), dim=-1)
+
+    names = ("attn", "act", "x0", "w_o", "w_down", "g", "w_gu", "w_qkv")
+    chain = (("w_o", "attn", "x0"), ("w_down", "act", "x0"), ("w_gu", "x0", "dy2"), ("w_qkv", "x0", "dqkv"))
+
+    def table(p, m):
+        return {"attn": ("act", (m, D)), "act": ("act", (m, Fw)), "x0": ("act", (m, D)), "w_o": ("weight", (D, D)),
+                "w_down": ("weight", (D, Fw)), "g": ("gain", (D,)), "w_gu": ("weight", (2 * Fw, D)),
+                "w_qkv": ("weight", (3 * D, D)), "cos": ("cos", (m, HD)), "sin": ("sin", (m, HD)),
+                "dx1": ("act", (m, D)), "dy": ("act", (m, Fw)), "dy2": ("act", (m, 2 * Fw)),
+                "dqkv": ("act", (m, 3 * D))}
+
+    return Layer(forward, *chain_gemms(chain), names, ("cos", "sin"), ("dx1", "dy", "dqkv"), "parallel_block",
+                 table, "examples/parallel_block.coda")
+
+
+def chain_gemms(chain):
+    """The forward's and the step's GEMMs as torch.mm, from (weight W, an
+    operand of W's input width, a tensor of W's output width) per GEMM:
+    the forward's `a @ W.T`, then per weight the dgrad `g @ W` and the
+    wgrad `g.T @ a`."""
+
+    @torch.no_grad()
+    def forward(w):
+        for weight, a, _ in chain:
+            torch.mm(w[a], w[weight].T)
+
+    @torch.no_grad()
+    def step(w):
+        forward(w)
+        for weight, a, g in chain:
+            torch.mm(w[g], w[weight])
+            torch.mm(w[g].T, w[a])
+
+    return forward, step
 
 
 @torch.no_grad()
@@ -208,12 +331,14 @@ def make_sets(layer, p, m, seed, dev, rotation_bytes):
     gen.manual_seed(seed)
     sets = []
     for _ in range(max(3, math.ceil(rotation_bytes / one))):
-        s = {}
+        # One position per token, for both tables (and for codac's `pos`).
+        s = {"pos": torch.randint(0, 4096, (m,), generator=gen, device=dev)}
         for n, (kind, shape) in table.items():
             if kind in ("cos", "sin"):
-                pos = torch.randint(0, 4096, (shape[0],), generator=gen, device=dev)
-                cos, sin = compare.rope_tables(pos, shape[1], torch.float32, p["base"])
+                cos, sin = compare.rope_tables(s["pos"], shape[1], torch.float32, p["base"])
                 s[n] = (cos if kind == "cos" else sin).to(torch.bfloat16)
+            elif kind == "bias":
+                s[n] = (0.1 * torch.randn(shape, generator=gen, device=dev)).to(torch.bfloat16)
             elif kind == "targets":
                 # Next-token ids, every 17th row without a target.
                 s[n] = torch.randint(0, p["V"], shape, generator=gen, device=dev)
@@ -257,6 +382,10 @@ def gradient_differences(layer, eager_step, compiled_step, s):
     return out
 
 
+BUILDERS = {"qwen3": qwen3, "gemma2": gemma2, "lm_head": lm_head, "gpt2": gpt2, "gemma_mlp": gemma_mlp,
+            "parallel": parallel}
+
+
 def codac_figures(paths):
     """`codac bench --json` documents -> {(block name, pass): {ms, bare_ms}}."""
     figures = {}
@@ -278,7 +407,7 @@ def codac_figures(paths):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     compare.add_run_arguments(ap)
-    ap.add_argument("--layers", default="qwen3,gemma2,lm_head")
+    ap.add_argument("--layers", default=",".join(BUILDERS))
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
@@ -296,7 +425,7 @@ def main():
     rows, failures = [], 0
     for name in args.layers.split(","):
         p = (TINY if dry else LAYERS)[name]
-        layer = {"qwen3": qwen3, "gemma2": gemma2, "lm_head": lm_head}[name](p)
+        layer = BUILDERS[name](p)
         sets, one = make_sets(layer, p, args.m, args.seed, args.device, rotation)
         t0 = time.time()
         compiled = torch.compile(layer.forward, dynamic=False)

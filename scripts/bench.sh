@@ -13,9 +13,10 @@
 #   2. bench/compare.py: the same shapes and steps as cuBLAS GEMMs, eager
 #      PyTorch and torch.compile, with the ratios to codac from step 1.
 # With BENCH_SET=layers instead: codac bench, forward and --grad, of the
-# Qwen3 and Gemma-2 layers (examples/qwen3_layer.coda, gemma2_layer.coda)
-# and the LM head with its loss (examples/lm_head_ce.coda), then
-# bench/compare_layers.py beside them (codac-<layer>[-grad].json,
+# layers that BENCH_LAYERS names (default all: qwen3, gemma2, lm_head,
+# gpt2, gemma_mlp, parallel; examples/qwen3_layer.coda, gemma2_layer.coda,
+# lm_head_ce.coda, gpt2_block.coda, gemma_mlp.coda, parallel_block.coda),
+# then bench/compare_layers.py beside them (codac-<layer>[-grad].json,
 # layers.json, layers.txt).
 #
 # Writes under $OUT (default /tmp/codac-bench): codac-8b.json,
@@ -82,9 +83,12 @@ codac_bench() {
     fi
 }
 if [ "${BENCH_SET:-llama}" = layers ]; then
-    layers_args=(--m "$M" --iters "$ITERS" --json "$OUT/layers.json")
+    wanted=${BENCH_LAYERS:-qwen3,gemma2,lm_head,gpt2,gemma_mlp,parallel}
+    layers_args=(--m "$M" --iters "$ITERS" --json "$OUT/layers.json" --layers "$wanted")
     for layer in qwen3:examples/qwen3_layer.coda gemma2:examples/gemma2_layer.coda \
-        lm_head:examples/lm_head_ce.coda; do
+        lm_head:examples/lm_head_ce.coda gpt2:examples/gpt2_block.coda gemma_mlp:examples/gemma_mlp.coda \
+        parallel:examples/parallel_block.coda; do
+        case ",$wanted," in *",${layer%%:*},"*) ;; *) continue ;; esac
         codac_bench "${layer%%:*}" "${layer#*:}"
         codac_bench "${layer%%:*}-grad" "${layer#*:}" --grad
     done
