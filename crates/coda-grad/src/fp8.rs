@@ -22,7 +22,7 @@ use crate::builder::Builder;
 use crate::vjp::MatMul;
 use crate::GradError;
 use coda_diagnostics::Span;
-use coda_ir::{Axis, BinaryOp, DType, Inst, ReduceOp, UnaryOp, Value};
+use coda_ir::{Axis, BinaryOp, Block, DType, Inst, ReduceOp, UnaryOp, Value};
 
 /// An amax below this counts as this, so that a row or column of zeros
 /// gets a finite scale and stays zero (torchao's `EPS`).
@@ -72,4 +72,45 @@ fn quantize(b: &mut Builder<'_>, g: Value, axis: Axis, dtype: DType, span: Span)
     let q = b.emit(Inst::Cast { to: dtype, arg: scaled }, span)?;
     b.quantized.insert((g, axis, dtype), (q, scale));
     Ok((q, scale))
+}
+
+/// The amax reductions (`max(abs(…))`) that scale an fp8 cast in `block`
+/// (reached from the cast's operand through products, quotients, the
+/// floor `max(amax, ε)`, broadcasts and casts) and are active: the scale is
+/// differentiated, so its gradient terms, which cancel in exact
+/// arithmetic, land after rounding on the element that holds each amax.
+/// `detach` keeps them out. In forward order.
+pub fn differentiated_scales(block: &Block, active: &[bool]) -> Vec<Value> {
+    let mut found = vec![false; block.insts.len()];
+    let mut seen = vec![false; block.insts.len()];
+    for (_, inst) in block.insts.iter() {
+        let Inst::Cast { to, arg } = inst else { continue };
+        if !to.is_fp8() {
+            continue;
+        }
+        let mut stack = vec![*arg];
+        while let Some(v) = stack.pop() {
+            if std::mem::replace(&mut seen[v.index()], true) || !active[v.index()] {
+                continue;
+            }
+            match block.inst(v) {
+                Inst::Reduce { op: ReduceOp::Max, arg, .. } if is_amax(block, *arg) => found[v.index()] = true,
+                Inst::Binary { op: BinaryOp::Mul | BinaryOp::Div | BinaryOp::Max, .. }
+                | Inst::Broadcast { .. }
+                | Inst::Transpose { .. }
+                | Inst::Cast { .. } => stack.extend(block.inst(v).operands()),
+                _ => {}
+            }
+        }
+    }
+    block.insts.iter().map(|(v, _)| v).filter(|v| found[v.index()]).collect()
+}
+
+/// Whether `v` is `abs(…)`, or a maximum of one, as an amax reduces.
+fn is_amax(block: &Block, v: Value) -> bool {
+    match block.inst(v) {
+        Inst::Unary { op: UnaryOp::Abs, .. } => true,
+        Inst::Reduce { op: ReduceOp::Max, arg, .. } => is_amax(block, *arg),
+        _ => false,
+    }
 }

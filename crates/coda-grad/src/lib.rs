@@ -43,7 +43,7 @@
 mod activity;
 mod builder;
 mod compact;
-mod fp8;
+pub mod fp8;
 mod names;
 mod saving;
 mod shifted;
@@ -123,6 +123,10 @@ pub struct Gradient {
     pub recomputed: Vec<Value>,
     /// The requested inputs that no differentiated output depends on (their gradient is zero).
     pub zero: Vec<usize>,
+    /// The forward's amax reductions that scale an fp8 cast and carry a
+    /// gradient: computed from values that are not `detach`ed
+    /// ([`fp8::differentiated_scales`]).
+    pub differentiated_scales: Vec<Value>,
     /// For each requested input (forward param index), the backward output holding its gradient.
     pub input_grads: Vec<(usize, String)>,
     /// For each differentiated output (forward output index), the backward input
@@ -166,6 +170,7 @@ pub fn differentiate(forward: &Block, spec: &GradSpec) -> Result<Gradient, GradE
 /// by the backward instead of saved.
 fn differentiate_recomputing(forward: &Block, spec: &GradSpec, recomputed: &[Value]) -> Result<Gradient, GradError> {
     let active = activity::active(forward, &spec.wrt);
+    let differentiated_scales = fp8::differentiated_scales(forward, &active);
     let mut builder = builder::Builder::new(forward, spec, active, recomputed)?;
     builder.seed_outputs()?;
     vjp::sweep(&mut builder)?;
@@ -193,6 +198,7 @@ fn differentiate_recomputing(forward: &Block, spec: &GradSpec, recomputed: &[Val
         saved,
         recomputed,
         zero,
+        differentiated_scales,
         input_grads,
         output_grads,
     })

@@ -49,6 +49,20 @@ fn one(forward: &Block, spec: &GradSpec, diagnostics: &mut Vec<Diagnostic>) -> R
                         .with_secondary(param.span, "no differentiated output depends on this input"),
                 );
             }
+            for &amax in &gradient.differentiated_scales {
+                diagnostics.push(
+                    Diagnostic::warning("W0007", "the scale of an fp8 cast is differentiated")
+                        .with_primary(forward.insts.span(amax), "this amax carries a gradient")
+                        .with_secondary(spec.span, "differentiated because of this declaration")
+                        .with_note(
+                            "the scale's gradient terms cancel in exact arithmetic; after rounding they land on \
+                             the element that holds the amax",
+                        )
+                        .with_help(
+                            "take the amax of a detached value, as PyTorch's fp8 recipes do: `max(abs(detach(x)))`",
+                        ),
+                );
+            }
             Ok(Some(gradient))
         }
         Err(GradError::NotDifferentiable { value, what, reason }) => {
