@@ -22,11 +22,7 @@ use crate::builder::Builder;
 use crate::vjp::MatMul;
 use crate::GradError;
 use coda_diagnostics::Span;
-use coda_ir::{Axis, BinaryOp, Block, DType, Inst, ReduceOp, UnaryOp, Value};
-
-/// An amax below this counts as this, so that a row or column of zeros
-/// gets a finite scale and stays zero (torchao's `EPS`).
-const AMAX_FLOOR: f64 = 1e-12;
+use coda_ir::{Axis, BinaryOp, Block, DType, Inst, ReduceOp, UnaryOp, Value, AMAX_FLOOR};
 
 /// Accumulates the gradients of `m`'s active operands, `m.dtype` being an
 /// fp8 type, from the gradient `g` of its result.

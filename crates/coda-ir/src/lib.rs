@@ -27,4 +27,4 @@ pub use dim::{Dim, DimError};
 pub use inst::{
     Axis, BinaryOp, ColGroups, HeadPart, Inst, PairPerm, ReduceOp, RopeSpec, RopeStyle, RopeTable, UnaryOp, Value,
 };
-pub use ty::{DType, Shape, ShapeClass, Ty};
+pub use ty::{DType, Shape, ShapeClass, Ty, AMAX_FLOOR};

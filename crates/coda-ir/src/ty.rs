@@ -9,6 +9,11 @@
 use crate::dim::Dim;
 use std::fmt;
 
+/// An amax below this counts as this where a quantization scale is formed
+/// (`max_finite / max(amax, AMAX_FLOOR)`), so that a tensor of zeros gets a
+/// finite scale and stays zero (torchao's `EPS`).
+pub const AMAX_FLOOR: f64 = 1e-12;
+
 /// Element types.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum DType {

@@ -17,15 +17,8 @@
 use crate::args::{kw, match_args, req, Formal};
 use crate::block::Lowerer;
 use coda_diagnostics::{Diagnostic, Span};
-use coda_ir::{Axis, BinaryOp, DType, Inst, ReduceOp, UnaryOp, Value};
+use coda_ir::{Axis, BinaryOp, DType, Inst, ReduceOp, UnaryOp, Value, AMAX_FLOOR};
 use coda_syntax::ast::Arg;
-
-/// e4m3's largest finite value, where each scale puts its amax.
-const E4M3_MAX: f64 = 448.0;
-
-/// An amax below this counts as this, so that a tensor of zeros gets a
-/// finite scale and stays zero (torchao's `EPS`).
-const AMAX_FLOOR: f64 = 1e-12;
 
 /// Where a recipe takes its scales.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -84,7 +77,7 @@ impl Lowerer<'_> {
         };
         let floor = self.constant(AMAX_FLOOR, span)?;
         let amax = self.binary(BinaryOp::Max, amax, floor, span, span, span)?;
-        let top = self.constant(E4M3_MAX, span)?;
+        let top = self.constant(DType::E4M3.max_finite()?, span)?;
         let scale = self.binary(BinaryOp::Div, top, amax, span, span, span)?;
         let scaled = self.binary(BinaryOp::Mul, t, scale, span, span, span)?;
         let q = self.emit(Inst::Cast { to: DType::E4M3, arg: scaled }, span)?;
