@@ -129,6 +129,7 @@ TABLES = {
     "bench": ("docs/benchmarks.md", "docs/results/bench.json", render_bench),
     "bench-step": ("docs/benchmarks.md", "docs/results/bench-step.json", render_steps),
     "bench-layers": ("docs/benchmarks.md", "docs/results/bench-layers.json", render_layers),
+    "bench-layers-more": ("docs/benchmarks.md", "docs/results/bench-layers-more.json", render_layers),
     "gpu-test": ("docs/gpu-results.md", "docs/results/gpu-test.json", render_gpu_test),
 }
 

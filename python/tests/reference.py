@@ -230,9 +230,8 @@ def gpt2_layer(
 ) -> tuple[Tensor, Tensor]:
     """``examples/gpt2_block.coda``: the non-attention half of a GPT-2 layer.
 
-    Returns ``(x2, qkv)``, both rounded to bf16. Note that ``x_out`` is not
-    cast in the source: the next LayerNorm reads it in float32, and only the
-    stored ``x2`` is rounded.
+    Returns ``(x2, qkv)``, both rounded to bf16. The residual stream and
+    the MLP's pre-activation are bf16, as written.
     """
     (attn, x0, w_proj, b_proj, ln2_g, ln2_b, w_fc, b_fc, w_out, b_out,
      ln1_g, ln1_b, w_qkv, b_qkv) = map(
@@ -241,8 +240,8 @@ def gpt2_layer(
          ln1_g, ln1_b, w_qkv, b_qkv),
     )
     x1 = bf16(x0 + linear(attn, w_proj) + b_proj)
-    a = F.gelu(linear(layernorm(x1, ln2_g, ln2_b, 1e-5), w_fc) + b_fc, approximate="tanh")
-    x_out = x1 + linear(a, w_out) + b_out
+    a = F.gelu(bf16(linear(layernorm(x1, ln2_g, ln2_b, 1e-5), w_fc) + b_fc), approximate="tanh")
+    x_out = bf16(x1 + linear(a, w_out) + b_out)
     qkv = linear(layernorm(x_out, ln1_g, ln1_b, 1e-5), w_qkv) + b_qkv
     return bf16(x_out), bf16(qkv)
 
@@ -272,12 +271,12 @@ def gemma_mlp(
 ) -> Tensor:
     """``examples/gemma_mlp.coda``: out-projection, (1 + g) RMSNorm, GeGLU MLP.
 
-    Returns ``x2`` rounded to bf16. Nothing is cast in between, so ``x1``
-    and ``z`` stay float32 (only the GEMMs round their operands).
+    Returns ``x2`` rounded to bf16. The residual stream ``x1`` and the
+    gate/up activations ``z`` are bf16, as written.
     """
     attn, x0, w_o, g, w_gu, w_down = map(_f32, (attn, x0, w_o, g, w_gu, w_down))
-    x1 = x0 + linear(attn, w_o)
-    z = linear(rmsnorm(x1, 1.0 + g, 1e-6), w_gu)  # Gemma stores the gain as 1 + g
+    x1 = bf16(x0 + linear(attn, w_o))
+    z = bf16(linear(rmsnorm(x1, 1.0 + g, 1e-6), w_gu))  # Gemma stores the gain as 1 + g
     x2 = x1 + linear(geglu(z), w_down)
     return bf16(x2)
 
@@ -305,10 +304,9 @@ def parallel_block(
         _f32, (attn, act, x0, w_o, w_down, g, w_gu, w_qkv)
     )
     d = x0.shape[1]
-    t = x0 + linear(attn, w_o)
-    x = t + linear(act, w_down)
+    x = bf16(x0 + linear(attn, w_o) + linear(act, w_down))
     h = rmsnorm(x, g, 1e-5)
-    y = swiglu(linear(h, w_gu))
+    y = swiglu(bf16(linear(h, w_gu)))
     qkv = rope(linear(h, w_qkv), pos, head_dim, 10000.0, (0, 2 * d), "interleaved")
     return bf16(x), bf16(y), bf16(qkv)
 
