@@ -147,8 +147,6 @@ run examples/llama3_block.coda 4096 200
 for f in qwen2 gemma2 mistral phi3 olmo2 qwen3 gptneox; do
     run examples/${f}_layer.coda 333 200
 done
-# Separate q, k and v weights read by one GEMM, at a large M.
-run examples/mistral_layer.coda 4096 200
 fi
 # Backward blocks (docs/backward.md): every gradient output against the
 # interpreter's gradients of the block as written.

@@ -613,7 +613,7 @@ fn column_reductions_of_independent_stores_take_their_own_ctas() {
 #[test]
 fn row_kernels_stage_the_rows_they_read_three_times() {
     let staged = backward_kernel("qwen3_layer.coda", "qwen3_layer_grad_row_hn.cu");
-    for (stream, width) in [("dq", 4096), ("dk", 1024), ("mm3_w_q", 4096), ("x2", 4096)] {
+    for (stream, width) in [("dq", 4096), ("dk", 1024), ("mm3", 4096), ("x2", 4096)] {
         let copy = format!("cg::stage_row<256, {width}>({stream}_row, p.{stream}, ");
         assert!(staged.contains(&copy), "row_hn stages {stream}");
         let global = format!("p.{stream}, p.{stream}_ld, m, ");

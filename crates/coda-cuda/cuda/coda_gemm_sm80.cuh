@@ -74,13 +74,10 @@ struct GemmArgs {
     const void* b;
     int m, n, k;
     long long lda, ldb;
-    // A B stacked from two or three weights (a row map's kStack > 0, and
-    // kStack2 > 0 for a third): the second and third and their row strides,
-    // else b and ldb.
+    // A B stacked from two weights (a row map's kStack > 0): the second and
+    // its row stride, else b and ldb.
     const void* b2;
     long long ldb2;
-    const void* b3;
-    long long ldb3;
 };
 
 // The parts of a product over a concatenated inner dimension,
@@ -101,30 +98,24 @@ struct GemmKParts {
 // column): the loader reads row map(n) for tile row n.  PairRows is the pair
 // layout of codac's reparameterizer: in each group of GROUP rows in
 // [START, END), rows i and i + GROUP/2 become neighbours 2i, 2i + 1.  With
-// STACK > 0 the operand is weights stacked (GemmArgs::b2, b3): rows from
-// STACK on are read from the second, and with STACK2 > 0 rows from STACK2
-// on from the third.
+// STACK > 0 the operand is two weights stacked (GemmArgs::b2): rows from
+// STACK on are read from the second.
 struct IdentityRows {
     static constexpr bool kIdentity = true;
-    static constexpr bool kStacked = false;  // the Hopper row maps' gated halves
     static constexpr int kStack = 0;
-    static constexpr int kStack2 = 0;
     static __device__ __forceinline__ int map(int n) { return n; }
 };
-template <int STACK, int STACK2 = 0>
+template <int STACK>
 struct StackedRows {
-    static_assert(STACK > 0 && (STACK2 == 0 || STACK2 > STACK), "stacked parts start in order");
     static constexpr bool kIdentity = false;
     static constexpr int kStack = STACK;
-    static constexpr int kStack2 = STACK2;
     static __device__ __forceinline__ int map(int n) { return n; }
 };
-template <int START, int END, int GROUP, int STACK = 0, int STACK2 = 0>
+template <int START, int END, int GROUP, int STACK = 0>
 struct PairRows {
     static_assert(GROUP >= 2 && GROUP % 2 == 0 && (END - START) % GROUP == 0, "bad pair layout");
     static constexpr bool kIdentity = false;
     static constexpr int kStack = STACK;
-    static constexpr int kStack2 = STACK2;
     static __device__ __forceinline__ int map(int n) {
         if (n < START || n >= END) return n;
         const int local = n - START, j = local % GROUP;
@@ -306,8 +297,7 @@ struct TileLoader {
     const Elem* mapped[kIters];  // RowMap only: the thread's row pointers
 
     __device__ __forceinline__ TileLoader(const Elem* b, long long ld, int mn_total, int k_total, int mn0,
-                                          int tid, const Elem* b2 = nullptr, long long ld2 = 0,
-                                          const Elem* b3 = nullptr, long long ld3 = 0) {
+                                          int tid, const Elem* b2 = nullptr, long long ld2 = 0) {
         const int row = tid / C, chunk = tid % C;
         step = (long long)kRowStep * ld;
         if (K_CONTIG) {  // smem row = mn index, chunk = 8 k's
@@ -321,10 +311,8 @@ struct TileLoader {
                     const int n = mn0 + row + it * kRowStep;
                     // Rows past the operand are never read (zero bytes copied).
                     const int r = n < mn_total ? RowMap::map(n) : n;
-                    const Elem* at = b + (long long)r * ld;
-                    if (RowMap::kStack2 > 0 && r >= RowMap::kStack2) at = b3 + (long long)(r - RowMap::kStack2) * ld3;
-                    else if (RowMap::kStack > 0 && r >= RowMap::kStack) at = b2 + (long long)(r - RowMap::kStack) * ld2;
-                    mapped[it] = at + chunk * 8;
+                    const bool second = RowMap::kStack > 0 && r >= RowMap::kStack;
+                    mapped[it] = (second ? b2 + (long long)(r - RowMap::kStack) * ld2 : b + (long long)r * ld) + chunk * 8;
                 }
             }
         } else {  // smem row = k index, chunk = 8 mn's
@@ -606,8 +594,7 @@ __device__ __forceinline__ void gemm_sm80(const GemmArgs& g, const typename Epi:
     auto k_loop = [&](const void* a, long long lda, const void* b, long long ldb, int k) {
         TileLoader<Cfg, kAK, Cfg::BM, Elem> load_a(static_cast<const Elem*>(a), lda, g.m, k, m0, tid);
         TileLoader<Cfg, kBK, Cfg::BN, Elem, RowMapB> load_b(static_cast<const Elem*>(b), ldb, g.n, k, n0, tid,
-                                                              static_cast<const Elem*>(g.b2), g.ldb2,
-                                                              static_cast<const Elem*>(g.b3), g.ldb3);
+                                                              static_cast<const Elem*>(g.b2), g.ldb2);
         const int ktiles = (k + Cfg::BK - 1) / Cfg::BK;
 
         // Prologue: tiles 0 .. S-2 in flight, one commit group each (empty

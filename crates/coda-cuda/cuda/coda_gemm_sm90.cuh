@@ -604,13 +604,11 @@ struct Sm90PairRows {
     static_assert(!STACKED || (START == 0 && END == GROUP), "stacked weights are the two halves of one group");
     static constexpr bool kIdentity = false;
     static constexpr bool kStacked = STACKED;
-    static constexpr int kStart = START;
     static constexpr int kBoxRows = GROUP % 64 == 0 ? 64 : 32;
     // The tensor-map coordinates {k0, half, i, group} of the kBoxRows rows
-    // from logical row n (a multiple of kBoxRows in [START, END)), in a map
-    // whose first group starts at logical row `from`.
-    static __device__ __forceinline__ void coords(int n, int& i, int& group, int from = START) {
-        const int local = n - from;
+    // from logical row n (a multiple of kBoxRows in [START, END)).
+    static __device__ __forceinline__ void coords(int n, int& i, int& group) {
+        const int local = n - START;
         group = local / GROUP;
         i = (local % GROUP) / 2;
     }
@@ -654,38 +652,12 @@ struct Sm90KParts {
     }
 };
 
-// B's rows from two or three weights stacked (StackRows), each read where
-// it is: part p is rows [start[p], start[p + 1]) of the stack, rows from 0
-// of its own weight, loaded through its own maps (tb[p] in order, tbp[p]
-// in pair order, whose first group is logical row pstart[p]: where the pair
-// layout's [START, END) meets the part).  Every part starts at a multiple
-// of 64, so no 64-row chunk straddles two, and a pair group never
-// straddles two either (the planner checks both).  The gated halves of one
-// group in two weights are Sm90PairRows's STACKED instead.
-template <int BPARTS>
-struct Sm90BParts {
-    static_assert(BPARTS >= 1 && BPARTS <= 3, "one to three stacked weights");
-    const TmaDesc* tb[BPARTS];
-    const TmaDesc* tbp[BPARTS];
-    int start[BPARTS];
-    int pstart[BPARTS];
-    // The part holding logical row n.
-    __device__ __forceinline__ int part(int n) const {
-        int p = 0;
-#pragma unroll
-        for (int q = 1; q < BPARTS; ++q)
-            if (n >= start[q]) p = q;
-        return p;
-    }
-};
-
 template <class Cfg, class LayoutA, class LayoutB, class Elem, class Epi, class RowsB, class Pre = NoPrelude,
-          int KPARTS = 1, int BPARTS = 1>
+          int KPARTS = 1>
 __device__ __forceinline__ void gemm_sm90_rows(const TmaDesc& ta, const TmaDesc& tb, const TmaDesc& tbp,
                                                const GemmArgs& g, const typename Epi::Params& ep,
                                                const typename Pre::Params& pp = typename Pre::Params(),
-                                               const Sm90KParts<KPARTS>* kparts = nullptr,
-                                               const Sm90BParts<BPARTS>* bparts = nullptr);
+                                               const Sm90KParts<KPARTS>* kparts = nullptr);
 
 // The plain Hopper GEMM (weight rows in order).
 template <class Cfg, class LayoutA, class LayoutB, class Elem, class Epi>
@@ -698,19 +670,13 @@ __device__ __forceinline__ void gemm_sm90(const TmaDesc& ta, const TmaDesc& tb, 
 // tbp is the pair-order view, ignored for IdentityRows); Pre the row
 // prelude (NoPrelude, or an emitted one whose arguments are pp); KPARTS > 1
 // a product over a concatenated inner dimension, whose parts are kparts
-// (ta and tb are then its first part's maps, and g.k is ignored); BPARTS > 1
-// a B of stacked weights, whose parts are bparts (tb and tbp are then the
-// first part's maps).
-template <class Cfg, class LayoutA, class LayoutB, class Elem, class Epi, class RowsB, class Pre, int KPARTS,
-          int BPARTS>
+// (ta and tb are then its first part's maps, and g.k is ignored).
+template <class Cfg, class LayoutA, class LayoutB, class Elem, class Epi, class RowsB, class Pre, int KPARTS>
 __device__ __forceinline__ void gemm_sm90_rows(const TmaDesc& ta, const TmaDesc& tb, const TmaDesc& tbp,
                                                const GemmArgs& g, const typename Epi::Params& ep,
-                                               const typename Pre::Params& pp, const Sm90KParts<KPARTS>* kparts,
-                                               const Sm90BParts<BPARTS>* bparts) {
+                                               const typename Pre::Params& pp, const Sm90KParts<KPARTS>* kparts) {
     static_assert(RowsB::kIdentity || LayoutB::kKContiguous, "a B row map needs a K-contiguous B (B_NxK)");
     static_assert(KPARTS == 1 || RowsB::kIdentity, "K parts read their weights' rows in order");
-    static_assert(BPARTS == 1 || (LayoutB::kKContiguous && KPARTS == 1 && !RowsB::kStacked),
-                  "stacked weights are a K-contiguous B of one K part");
     static_assert(is_same<Elem, bf16>::value || is_same<Elem, f16>::value, "Elem must be bf16 or f16");
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
     static_assert(sizeof(Elem) == 0, "gemm_sm90 needs sm_90a (wgmma, setmaxnreg)");
@@ -747,13 +713,6 @@ __device__ __forceinline__ void gemm_sm90_rows(const TmaDesc& ta, const TmaDesc&
             for (int p = 1; p < KPARTS; ++p) {
                 tma_prefetch_desc(*kparts->ta[p]);
                 tma_prefetch_desc(*kparts->tb[p]);
-            }
-        }
-        if constexpr (BPARTS > 1) {
-#pragma unroll
-            for (int p = 1; p < BPARTS; ++p) {
-                tma_prefetch_desc(*bparts->tb[p]);
-                if (!RowsB::kIdentity) tma_prefetch_desc(*bparts->tbp[p]);
             }
         }
 #pragma unroll 1
@@ -816,32 +775,19 @@ __device__ __forceinline__ void gemm_sm90_rows(const TmaDesc& ta, const TmaDesc&
                     for (int i = 0; i < Cfg::BN / 64; ++i) {
                         const int n = n0 + 64 * i;
                         const unsigned dst = sb + i * 8192;
-                        // The weight holding row n, and n's row in it.
-                        const TmaDesc* wb = pb;
-                        const TmaDesc* wbp = &tbp;
-                        int row = n;
-                        int pfrom = 0;
-                        if constexpr (BPARTS > 1) {
-                            const int p = bparts->part(n);
-                            wb = bparts->tb[p];
-                            wbp = bparts->tbp[p];
-                            row = n - bparts->start[p];
-                            pfrom = bparts->pstart[p];
-                        }
                         if constexpr (!RowsB::kIdentity) {
                             if (RowsB::inside(n)) {
-                                if constexpr (BPARTS == 1) pfrom = RowsB::kStart;
 #pragma unroll
                                 for (int r = 0; r < 64; r += RowsB::kBoxRows) {
                                     int pi, pg;
-                                    RowsB::coords(n + r, pi, pg, pfrom);
-                                    tma_load_4d(dst + r * 128, *wbp, full, k0, 0, pi, pg);
+                                    RowsB::coords(n + r, pi, pg);
+                                    tma_load_4d(dst + r * 128, tbp, full, k0, 0, pi, pg);
                                 }
                                 continue;
                             }
                         }
-                        const int c0 = kBK ? k0 : row, c1 = kBK ? row : k0;
-                        tma_load_2d(dst, *wb, full, c0, c1);
+                        const int c0 = kBK ? k0 : n, c1 = kBK ? n : k0;
+                        tma_load_2d(dst, *pb, full, c0, c1);
                     }
                     if (++slot == S) {
                         slot = 0;

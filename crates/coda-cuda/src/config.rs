@@ -512,25 +512,6 @@ pub fn groups_hold_subtiles(group: i64, stage_cols: i64) -> bool {
 /// store aligned.
 pub const CHUNK_COLS: i64 = 8;
 
-/// Whether the Hopper loader can read a B of stacked weights with these
-/// row counts, in this pair layout: either the gated halves of one pair
-/// group in two weights of equal rows (`coda::Sm90PairRows`'s STACKED, one
-/// pair-order view over both), or weights each read through maps of their
-/// own (`coda::Sm90BParts`), which needs every weight to start at a
-/// multiple of 64 rows (a 64-row box never straddles two) and no pair group
-/// to straddle two.
-pub fn hopper_reads_stack(rows: &[i64], pairs: Option<coda_ir::PairPerm>) -> bool {
-    if let (Some(p), [first, second]) = (pairs, rows) {
-        if p.start == 0 && p.end == p.group && first == second && 2 * first == p.group {
-            return true;
-        }
-    }
-    let starts: Vec<i64> = rows.iter().scan(0, |at, r| Some(std::mem::replace(at, *at + r))).collect();
-    let aligned = starts.iter().all(|s| s % 64 == 0);
-    let groups_whole = pairs.is_none_or(|p| starts.iter().all(|&s| s <= p.start || s >= p.end || (s - p.start) % p.group == 0));
-    aligned && groups_whole && (2..=crate::plan::MAX_STACKED).contains(&rows.len())
-}
-
 /// The configuration of a GEMM on `target` (see the module docs):
 /// `portable` is [`choose`]'s answer, `wide` whether the epilogue reads
 /// per-column vectors beside per-row values (`wide_epilogue`), `b_pairs` the B operand's pair order if

@@ -172,7 +172,7 @@ impl Emu<'_> {
         let mut sums = vec![0.0f64; (m * n).max(0) as usize];
         for ((ga, gb), kk) in g.operand_pairs().zip(ks) {
             let (a, b) = (&self.bufs[ga.buf], &self.bufs[gb.buf]);
-            let bufs = &self.bufs;
+            let second = gb.stacked.map(|(buf, from)| (&self.bufs[buf], from));
             let at = |i: i64, k: i64| match ga.layout {
                 crate::kir::Layout::AMxK => a.get(i, k),
                 _ => a.get(k, i),
@@ -180,9 +180,9 @@ impl Emu<'_> {
             let row = |j: i64| gb.row_perm.map_or(j, |p| p.source(j));
             let bt = |k: i64, j: i64| match gb.layout {
                 crate::kir::Layout::BKxN => b.get(k, j),
-                _ => match gb.stacked_part(row(j)) {
-                    Some((part, r)) => bufs[part].get(r, k),
-                    None => b.get(row(j), k),
+                _ => match second {
+                    Some((part, from)) if row(j) >= from => part.get(row(j) - from, k),
+                    _ => b.get(row(j), k),
                 },
             };
             for i in 0..m {

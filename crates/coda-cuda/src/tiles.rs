@@ -145,14 +145,13 @@ impl Chooser<'_> {
             let shape = &self.block.ty(*matmul).shape;
             let wide = self.wide_epilogue(k);
             let portable = config::choose(&shape.rows, &shape.cols, heavy);
-            let (b_pairs, b_transposed, b_rows) = match b {
-                OperandPlan::Param { index, transposed, row_perm, stacked } => {
-                    let rows = |p: &usize| self.block.params[*p].shape.rows.as_const().unwrap_or(0);
-                    (*row_perm, *transposed, std::iter::once(index).chain(stacked).map(rows).collect())
-                }
-                OperandPlan::Mat { transposed, row_perm, .. } => (*row_perm, *transposed, Vec::new()),
+            let (b_pairs, b_transposed, b_stacked) = match b {
+                OperandPlan::Param { transposed, row_perm, stacked, .. } => (*row_perm, *transposed, stacked.is_some()),
+                OperandPlan::Mat { transposed, row_perm, .. } => (*row_perm, *transposed, false),
             };
-            let tma_stack = b_rows.len() < 2 || config::hopper_reads_stack(&b_rows, b_pairs);
+            // The Hopper loader reads stacked weights only as the two
+            // halves of one pair group (`coda::Sm90PairRows`'s STACKED).
+            let tma_stack = !b_stacked || b_pairs.is_some_and(|p| p.start == 0 && p.end == p.group);
             let targeted = match tma_stack {
                 true => config::for_target(target, portable, &shape.cols, wide, b_pairs, b_transposed),
                 false => portable,

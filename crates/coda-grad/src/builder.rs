@@ -129,18 +129,8 @@ impl<'f> Builder<'f> {
             self.fwd.names[mm.index()].clone().unwrap_or_else(|| format!("mm{ordinal}"))
         };
         for &mm in &matmuls {
-            for (v, part) in crate::saving::save_points(self.fwd, &users, mm) {
-                // A stacked product's part: after its weight (`mm3_w_q`).
-                let weight = |w: Value| match self.fwd.inst(w) {
-                    Inst::Param(i) => self.fwd.params.get(*i).map(|p| p.name.clone()),
-                    _ => None,
-                };
-                let name = match part.and_then(weight) {
-                    Some(w) => format!("{}_{w}", matmul_name(mm)),
-                    None => matmul_name(mm),
-                };
-                chosen.push((v, self.fwd.ty(v).clone(), name));
-            }
+            let v = crate::saving::save_point(self.fwd, &users, mm);
+            chosen.push((v, self.fwd.ty(v).clone(), matmul_name(mm)));
         }
         let points: Vec<Value> = chosen.iter().map(|(v, ..)| *v).collect();
         for (v, dtype) in crate::saving::saved_operands(self.fwd, &users, &points, recomputed) {
@@ -380,55 +370,8 @@ impl<'f> Builder<'f> {
                 }
                 return self.emit(Inst::ConcatCols { parts }, span);
             }
-            // Blocks of constant widths that do not line up (the gradients
-            // of the q, k and v slices of one stacked product, each padded
-            // with zeros): both cut at every edge of either.
-            if let (Some(ea), Some(eb)) = (self.edges(&pa), self.edges(&pb)) {
-                let mut cuts: Vec<i64> = ea.iter().chain(&eb).copied().collect();
-                cuts.sort_unstable();
-                cuts.dedup();
-                let (ca, cb) = (self.cut(&pa, &ea, &cuts, span)?, self.cut(&pb, &eb, &cuts, span)?);
-                let mut parts = Vec::with_capacity(ca.len());
-                for (x, y) in ca.into_iter().zip(cb) {
-                    parts.push(self.add(x, y, span)?);
-                }
-                return self.emit(Inst::ConcatCols { parts }, span);
-            }
         }
         self.bin(BinaryOp::Add, a, b, span)
-    }
-
-    /// The column edges of concatenation parts of constant widths: 0, then
-    /// the end of each part.
-    fn edges(&self, parts: &[Value]) -> Option<Vec<i64>> {
-        let mut edges = vec![0];
-        for p in parts {
-            edges.push(edges.last()? + self.bwd.ty(*p).shape.cols.as_const()?);
-        }
-        Some(edges)
-    }
-
-    /// `parts` (with column `edges`) as blocks between consecutive `cuts`
-    /// (which include every edge): a zero part's pieces are zeros, another
-    /// part's are its column slices.
-    fn cut(&mut self, parts: &[Value], edges: &[i64], cuts: &[i64], span: Span) -> Result<Vec<Value>, GradError> {
-        let mut pieces = Vec::new();
-        for w in cuts.windows(2) {
-            let (from, to) = (w[0], w[1]);
-            let i = edges.iter().rposition(|e| *e <= from).unwrap_or(0).min(parts.len() - 1);
-            let part = parts[i];
-            let shape = self.bwd.ty(part).shape.clone();
-            let piece = match (from - edges[i], to - from) {
-                (0, len) if Some(len) == shape.cols.as_const() => part,
-                (_, len) if self.is_zero(part) => self.full(0.0, &Shape::new(shape.rows, Dim::constant(len)), span)?,
-                (start, len) => {
-                    let slice = Inst::SliceCols { arg: part, start: Dim::constant(start), len: Dim::constant(len), step: 1 };
-                    self.emit(slice, span)?
-                }
-            };
-            pieces.push(piece);
-        }
-        Ok(pieces)
     }
 
     /// `g` cut into column blocks of `widths`: the parts of a concatenation

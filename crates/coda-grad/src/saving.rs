@@ -29,44 +29,6 @@ pub(crate) fn save_point(fwd: &Block, users: &[Vec<Value>], mm: Value) -> Value 
     }
 }
 
-/// The save points of matmul `mm`: [`save_point`]'s, or for a product of
-/// stacked weights (`h @ [w_q; w_k; w_v].T`, `coda_opt`'s
-/// `stacked-sibling-weights`) read only through column slices, each
-/// slice's own (itself, or the cast ending its chain of additions), so
-/// that the forward saves only the parts the backward reads: Qwen3's
-/// QK-norm reads its q and k parts, never v's. Each point comes with the
-/// stacked weight whose part it is, if it is one.
-pub(crate) fn save_points(fwd: &Block, users: &[Vec<Value>], mm: Value) -> Vec<(Value, Option<Value>)> {
-    let parts = match fwd.inst(mm) {
-        Inst::MatMul { rhs, .. } => match fwd.inst(*rhs) {
-            Inst::StackRows { parts } => parts.clone(),
-            _ => Vec::new(),
-        },
-        _ => Vec::new(),
-    };
-    // The weight whose rows start at column `start` of the product.
-    let part_at = |start: &coda_ir::Dim| {
-        let mut offset = Some(0);
-        parts.iter().copied().find(|p| {
-            let here = offset == start.as_const();
-            offset = offset.zip(fwd.ty(*p).shape.rows.as_const()).map(|(a, b)| a + b);
-            here
-        })
-    };
-    let is_output = fwd.outputs.iter().any(|o| o.value == mm);
-    let slices: Option<Vec<(Value, Option<Value>)>> = users[mm.index()]
-        .iter()
-        .map(|u| match fwd.inst(*u) {
-            Inst::SliceCols { start, step: 1, .. } => Some((save_point(fwd, users, *u), part_at(start))),
-            _ => None,
-        })
-        .collect();
-    match slices {
-        Some(points) if !parts.is_empty() && !points.is_empty() && !is_output => points,
-        _ => vec![(save_point(fwd, users, mm), None)],
-    }
-}
-
 /// Matmul operands saved in the operand type, beside the matmul results:
 /// an `f32` operand `x` (not a block input) whose every user is a matmul
 /// with the same operand type `D`, and whose recomputation would read saved
@@ -138,8 +100,7 @@ pub(crate) fn recomputed_operands(fwd: &Block, saved: &[Saved], backward: &Block
         .insts
         .iter()
         .filter(|(_, inst)| matches!(inst, Inst::MatMul { .. }))
-        .flat_map(|(mm, _)| save_points(fwd, &users, mm))
-        .map(|(point, _)| point)
+        .map(|(mm, _)| save_point(fwd, &users, mm))
         .collect();
     let read_saved: Vec<Value> = saved.iter().map(|s| s.value).collect();
     let reads_input = |index: usize| fwd.params.get(index).is_some_and(|p| backward.param(&p.name).is_some());

@@ -94,83 +94,36 @@ fn is_weight(block: &Block, v: Value) -> bool {
 }
 
 /// The permutation the users of matmul `v` (with `n` columns) want, looking
-/// through elementwise work and column slices: the gated layout when its
-/// two halves meet in element-wise work, else the RoPE layout of the
-/// rotate-half RoPEs on its columns (several slices' RoPEs, such as those
-/// of q and k stacked in one product, join when their column ranges
-/// follow each other; the first such run is taken).
+/// through elementwise work.
 fn wanted_perm(block: &Block, users: &[Vec<Value>], v: Value, n: i64) -> Option<Choice> {
-    let (gated, mut ropes) = column_uses(block, users, v, n);
-    if gated {
-        return Some(Choice { perm: PairPerm { start: 0, end: n, group: n }, rule: RULE_GATED });
-    }
-    ropes.sort_by_key(|p| (p.start, p.end));
-    ropes.dedup();
-    let mut ropes = ropes.into_iter();
-    let mut run = ropes.next()?;
-    for next in ropes {
-        if next.start == run.end && next.group == run.group {
-            run.end = next.end;
-        }
-    }
-    Some(Choice { perm: run, rule: RULE_ROPE })
-}
-
-/// Whether the `[gate | up]` halves of matmul `v` (with `n` columns) meet
-/// in element-wise work: a product the gated layout wants whole.
-pub(crate) fn gated(block: &Block, users: &[Vec<Value>], v: Value, n: i64) -> bool {
-    column_uses(block, users, v, n).0
-}
-
-/// What the users of matmul `v` (with `n` columns) do with its columns,
-/// through elementwise work and column slices: whether its two halves meet
-/// in element-wise work, and the column ranges of its rotate-half RoPEs as
-/// pair layouts.
-fn column_uses(block: &Block, users: &[Vec<Value>], v: Value, n: i64) -> (bool, Vec<PairPerm>) {
-    // (value, its first column in v's columns)
-    let mut stack = vec![(v, 0)];
+    let mut stack = vec![v];
     let mut seen = BTreeSet::new();
-    let mut halves: [Vec<Value>; 2] = [Vec::new(), Vec::new()];
-    let mut ropes = Vec::new();
-    while let Some((x, offset)) = stack.pop() {
+    while let Some(x) = stack.pop() {
         if !seen.insert(x) {
             continue;
         }
         for &u in &users[x.index()] {
             match block.inst(u) {
-                Inst::SliceCols { start, len, step: 1, .. } => {
-                    let (Some(s), l) = (start.as_const(), len.as_const()) else { continue };
-                    if offset == 0 && n % 2 == 0 && l == Some(n / 2) && (s == 0 || s == n / 2) {
-                        halves[usize::from(s != 0)].push(u);
+                Inst::SliceCols { start, len, step: 1, .. } if n % 2 == 0 => {
+                    let half = n / 2;
+                    let (s, l) = (start.as_const(), len.as_const());
+                    if l == Some(half) && (s == Some(0) || s == Some(half)) {
+                        return Some(Choice { perm: PairPerm { start: 0, end: n, group: n }, rule: RULE_GATED });
                     }
-                    stack.push((u, offset + s));
                 }
                 // Partial rotary pairs only part of each head: no one
                 // permutation group per head.
                 Inst::RopePartner { spec, .. } if spec.style == RopeStyle::Half && spec.rotary_dim == spec.head_dim => {
-                    let (Some(start), Some(end)) = (spec.start.as_const(), spec.end.as_const()) else { continue };
-                    let perm = PairPerm { start: offset + start, end: offset + end, group: spec.head_dim };
-                    if perm.is_valid() && perm.end <= n {
-                        ropes.push(perm);
+                    let (start, end) = (spec.start.as_const()?, spec.end.as_const()?);
+                    let perm = PairPerm { start, end, group: spec.head_dim };
+                    if perm.is_valid() && end <= n {
+                        return Some(Choice { perm, rule: RULE_ROPE });
                     }
                 }
-                Inst::Unary { .. } | Inst::Cast { .. } | Inst::Binary { .. } | Inst::Select { .. } => {
-                    stack.push((u, offset))
-                }
+                Inst::Unary { .. } | Inst::Cast { .. } | Inst::Binary { .. } | Inst::Select { .. } => stack.push(u),
                 _ => {}
             }
         }
     }
-    // What each half's slices reach element-wise, and the interleaves they
-    // feed (a pair-layout save of both halves).
-    let reach = |side: &[Value]| -> BTreeSet<Value> {
-        let mut all = BTreeSet::new();
-        for &h in side {
-            all.extend(crate::siblings::elementwise_reach(block, users, h));
-            all.extend(users[h.index()].iter().filter(|u| matches!(block.inst(**u), Inst::Interleave { .. })));
-        }
-        all
-    };
-    let gated = !reach(&halves[0]).is_disjoint(&reach(&halves[1]));
-    (gated, ropes)
+    None
 }

@@ -187,23 +187,6 @@ impl Rewriter<'_> {
                 let slice = Inst::SliceCols { arg: value, start: Dim::constant(odd), len: len.clone(), step: 2 };
                 Ok(Some(Mapped::Plain(self.emit(slice, span)?)))
             }
-            // Columns `[s, s + len)`: outside the pair layout's rows they are
-            // in order; pair groups inside them keep their order (a product
-            // of stacked weights, sliced into its parts).
-            Inst::SliceCols { arg, start, len, step: 1 } => {
-                let (Some(s), Some(l)) = (start.as_const(), len.as_const()) else { return Ok(None) };
-                let Mapped::Paired { value, .. } = self.map[arg.index()] else { return Ok(None) };
-                let (from, to) = (perm.start.max(s), perm.end.min(s + l));
-                let slice = Inst::SliceCols { arg: value, start: start.clone(), len: len.clone(), step: 1 };
-                if from >= to {
-                    return Ok(Some(Mapped::Plain(self.emit(slice, span)?)));
-                }
-                if (from - perm.start) % perm.group != 0 || (to - from) % perm.group != 0 {
-                    return Ok(None);
-                }
-                let inner = PairPerm { start: from - s, end: to - s, group: perm.group };
-                Ok(Some(Mapped::Paired { value: self.emit(slice, span)?, perm: inner, origin }))
-            }
             Inst::RopePartner { spec, arg } if same_rope(spec, perm) => {
                 let Mapped::Paired { value, .. } = self.map[arg.index()] else { return Ok(None) };
                 let spec = RopeSpec { style: RopeStyle::Interleaved, ..spec.clone() };

@@ -242,13 +242,12 @@ fn tensor_maps(ir: &BlockIr, spec: &crate::kir::GemmSpec) -> Vec<TensorMapSpec> 
         strides: vec![1],
         box_dims: vec![64, 64],
     };
-    // Stacked weights: the plain map covers the first (for the gated halves
-    // never read: every row is in the pair-order view, which covers both).
-    let b_rows = match spec.b.stacked.first() {
-        Some((_, rows)) => Dim::constant(*rows),
+    // Stacked weights: the plain map covers the first (never read: every
+    // row is in the pair-order view), the pair-order view both.
+    let b_rows = match spec.b.stacked {
+        Some((_, rows)) => Dim::constant(rows),
         None => spec.n.clone(),
     };
-    let parts = spec.b.stack_parts(spec.n.as_const().unwrap_or(0));
     let a = |op: &crate::kir::Operand, k: &Dim| match op.layout {
         Layout::AKxM => plain(op, &spec.m, k),
         _ => plain(op, k, &spec.m),
@@ -262,44 +261,24 @@ fn tensor_maps(ir: &BlockIr, spec: &crate::kir::GemmSpec) -> Vec<TensorMapSpec> 
     for (i, ((pa, pb), k)) in spec.operand_pairs().zip(spec.pair_ks()).enumerate() {
         maps.extend([a(pa, k), b(pb, k, if i == 0 { &b_rows } else { &spec.n })]);
     }
-    // The pair-order view of the rows `[from, to)` of `buffer` (rows of the
-    // stack from `offset`), `p`'s groups in order.
-    let pair_view = |p: coda_ir::PairPerm, buffer: &str, stacked: Option<String>, (from, to): (i64, i64), offset: i64| {
+    if let Some(p) = spec.b.row_perm {
         // `config::for_target` keeps other pair orders off the Hopper
         // mainloop; the header's static_assert refuses them too.
         let box_rows = crate::config::pair_box_rows(p).unwrap_or(64);
-        // The gated halves of the one group are two buffers, a distance
-        // apart that the host measures (`TensorMapSpec::stacked`).
-        let half = if stacked.is_some() { 0 } else { p.group / 2 };
-        TensorMapSpec {
-            buffer: buffer.to_string(),
+        // Stacked weights: the halves of the one group are the two buffers,
+        // a distance apart that the host measures (`TensorMapSpec::stacked`).
+        let (stacked, half) = match spec.b.stacked {
+            Some((buf, _)) => (Some(ir.buffers[buf].name.clone()), 0),
+            None => (None, p.group / 2),
+        };
+        maps.push(TensorMapSpec {
+            buffer: ir.buffers[spec.b.buf].name.clone(),
             stacked,
-            base_row: from - offset,
-            dims: vec![size(&spec.k), "2".into(), (p.group / 2).to_string(), ((to - from) / p.group).to_string()],
+            base_row: p.start,
+            dims: vec![size(&spec.k), "2".into(), (p.group / 2).to_string(), ((p.end - p.start) / p.group).to_string()],
             strides: vec![half, 1, p.group],
             box_dims: vec![64, 2, box_rows as u32 / 2, 1],
-        }
-    };
-    let name = |buf: crate::kir::BufId| ir.buffers[buf].name.clone();
-    if let Some(p) = spec.b.row_perm {
-        let (stacked, range) = match (spec.b.gated_halves(), parts.first()) {
-            (true, _) => (spec.b.stacked.first().map(|(buf, _)| name(*buf)), Some((p.start, p.end))),
-            (false, Some(first)) => (None, first.paired),
-            (false, None) => (None, Some((p.start, p.end))),
-        };
-        // A first weight outside the pair layout gets no view (its own
-        // plain map stands in).
-        if let Some(range) = range {
-            maps.push(pair_view(p, &name(spec.b.buf), stacked, range, 0));
-        }
-    }
-    // The further stacked weights' maps (`coda::Sm90BParts`), in the
-    // entry's order: each one's plain map, then its pair-order view.
-    for part in parts.iter().skip(1) {
-        maps.push(b(&crate::kir::Operand { buf: part.buf, ..spec.b.clone() }, &spec.k, &Dim::constant(part.rows)));
-        if let (Some(p), Some(range)) = (spec.b.row_perm, part.paired) {
-            maps.push(pair_view(p, &name(part.buf), None, range, part.from));
-        }
+        });
     }
     maps
 }
@@ -387,9 +366,9 @@ fn summary(ir: &BlockIr, kernel: &Kernel, block: &Block) -> String {
         KernelKind::Gemm(g) => {
             let operand = |o: &crate::kir::Operand| {
                 let t = matches!(o.layout, Layout::AKxM | Layout::BNxK);
-                let read = match o.stacked.is_empty() {
-                    true => name(o.buf),
-                    false => format!("[{}]", o.bufs().map(name).collect::<Vec<_>>().join("+")),
+                let read = match o.stacked {
+                    Some((second, _)) => format!("[{}+{}]", name(o.buf), name(second)),
+                    None => name(o.buf),
                 };
                 format!("{read}{}", if t { ".T" } else { "" })
             };

@@ -555,18 +555,14 @@ impl Builder<'_> {
     fn operand(&mut self, plan: &OperandPlan, dtype: DType, is_a: bool) -> Operand {
         let (buf, transposed, row_perm, stacked) = match plan {
             OperandPlan::Param { index, transposed, row_perm, stacked } => {
-                // Each further weight starts where the rows above it end.
-                let rows = |p: usize| self.block.params[p].shape.rows.as_const().unwrap_or(0);
-                let mut from = rows(*index);
-                let mut parts = Vec::new();
-                for &other in stacked {
-                    parts.push((self.staging_buf(other), from));
-                    from += rows(other);
-                }
-                (self.staging_buf(*index), *transposed, *row_perm, parts)
+                let stacked = stacked.map(|other| {
+                    let rows = self.block.params[other].shape.rows.as_const().unwrap_or(0);
+                    (self.staging_buf(other), rows)
+                });
+                (self.staging_buf(*index), *transposed, *row_perm, stacked)
             }
             OperandPlan::Mat { value, transposed, row_perm } => {
-                (self.scratch_buf(*value, dtype), *transposed, *row_perm, Vec::new())
+                (self.scratch_buf(*value, dtype), *transposed, *row_perm, None)
             }
         };
         let layout = match (is_a, transposed) {

@@ -424,66 +424,17 @@ pub struct Operand {
     /// For a weight read in pair layout (`B_NxK` only): the loader reads
     /// row `perm.source(n)` of the buffer for accumulator column `n`.
     pub row_perm: Option<PairPerm>,
-    /// For weights stacked (`B_NxK` only): the buffer of each weight after
-    /// the first and its first row in the stack; rows from there on (up to
-    /// the next one's) are read from it.
-    pub stacked: Vec<(BufId, i64)>,
+    /// For two weights stacked (`B_NxK` only): the buffer of the second and
+    /// its first row in the stack (the first's row count); rows from there
+    /// on are read from it.
+    pub stacked: Option<(BufId, i64)>,
 }
 
 impl Operand {
-    /// The buffers it reads: its own, then the stacked weights'.
-    pub fn bufs(&self) -> impl Iterator<Item = BufId> + '_ {
-        std::iter::once(self.buf).chain(self.stacked.iter().map(|(buf, _)| *buf))
+    /// The buffers it reads: its own, then a stacked second weight's.
+    pub fn bufs(&self) -> impl Iterator<Item = BufId> {
+        std::iter::once(self.buf).chain(self.stacked.map(|(buf, _)| buf))
     }
-
-    /// The stacked weight that holds row `n` of the stack, and `n`'s row in
-    /// it (`None`: the operand's own buffer).
-    pub fn stacked_part(&self, n: i64) -> Option<(BufId, i64)> {
-        self.stacked.iter().rev().find(|(_, from)| n >= *from).map(|(buf, from)| (*buf, n - from))
-    }
-
-    /// The weights of a stack read each through maps of their own (not
-    /// [`Self::gated_halves`]), first to last, given the stack's `rows`:
-    /// each one's buffer, first row in the stack, rows, and where the pair
-    /// layout's rows meet it (`[from, to)` in the stack), if they do.
-    pub fn stack_parts(&self, rows: i64) -> Vec<StackPart> {
-        if self.stacked.is_empty() || self.gated_halves() {
-            return Vec::new();
-        }
-        let starts: Vec<(BufId, i64)> = std::iter::once((self.buf, 0)).chain(self.stacked.iter().copied()).collect();
-        let ends = starts.iter().skip(1).map(|(_, from)| *from).chain(std::iter::once(rows));
-        starts
-            .iter()
-            .zip(ends)
-            .map(|(&(buf, from), to)| {
-                let paired = self.row_perm.and_then(|p| {
-                    let (a, b) = (p.start.max(from), p.end.min(to));
-                    (a < b).then_some((a, b))
-                });
-                StackPart { buf, from, rows: to - from, paired }
-            })
-            .collect()
-    }
-
-    /// Whether its rows come from two weights as the two halves of one pair
-    /// group (the gated layout of stacked gate and up weights): the Hopper
-    /// loader reads them through one pair-order view over both.
-    pub fn gated_halves(&self) -> bool {
-        self.stacked.len() == 1 && self.row_perm.is_some_and(|p| p.start == 0 && p.end == p.group)
-    }
-}
-
-/// One weight of a stacked B operand ([`Operand::stack_parts`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StackPart {
-    /// Its buffer.
-    pub buf: BufId,
-    /// Its first row in the stack.
-    pub from: i64,
-    /// Its rows.
-    pub rows: i64,
-    /// The stack's rows in pair layout that lie in it, `[from, to)`.
-    pub paired: Option<(i64, i64)>,
 }
 
 /// The parts of a GEMM's K loop over a concatenated inner dimension.

@@ -102,9 +102,9 @@ pub(crate) enum OperandPlan {
         transposed: bool,
         /// Rows read in pair order (a weight in pair layout).
         row_perm: Option<coda_ir::PairPerm>,
-        /// The weights stacked below this one ([`coda_ir::Inst::StackRows`]:
-        /// at most [`MAX_STACKED`] in all), each read in place too.
-        stacked: Vec<usize>,
+        /// The weight stacked below this one ([`coda_ir::Inst::StackRows`],
+        /// two parts of equal rows), read in place too.
+        stacked: Option<usize>,
     },
     /// A value materialized in the operand type by an earlier kernel.
     Mat {
@@ -129,10 +129,6 @@ pub(crate) struct KPartPlan {
 
 /// The most parts one GEMM's K loop reads (`coda::GemmKParts`).
 pub(crate) const MAX_K_PARTS: usize = 3;
-
-/// The most weights one GEMM's B operand reads stacked (`coda::GemmArgs`'s
-/// `b`, `b2`, `b3`).
-pub(crate) const MAX_STACKED: usize = 3;
 
 /// A kernel of the plan.
 #[derive(Debug, Clone, PartialEq)]

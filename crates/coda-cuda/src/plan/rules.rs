@@ -302,10 +302,8 @@ impl Planner<'_> {
                 }
                 RopeStyle::Half => Err(Refusal::RopeHalf(spec.rotary_dim)),
             },
-            // Only stored: the store writes column `c` to `perm.source(c)`
-            // (`c` counted from the value's first column: a part of a
-            // stacked product starts further in).
-            Inst::UnpermuteCols { .. } if first.stride == 1 => Ok(first),
+            // Only stored: the store writes column `c` to `perm.source(c)`.
+            Inst::UnpermuteCols { .. } if first.offset == 0 && first.stride == 1 => Ok(first),
             // Per-head statistics of heads that one warp holds whole: each
             // thread reduces its columns of the head, then its quad
             // (`emit/gemm/heads.rs`). One value per head and row, held by
@@ -423,16 +421,14 @@ impl Planner<'_> {
             _ => None,
         };
         if let Some(index) = param(w) {
-            return OperandPlan::Param { index, transposed, row_perm, stacked: Vec::new() };
+            return OperandPlan::Param { index, transposed, row_perm, stacked: None };
         }
-        // Stacked weights of constant rows are read where they are.
+        // Stacked weights (two of equal rows) are read where they are.
         if let Inst::StackRows { parts } = self.block.inst(w) {
-            let constant = parts.iter().all(|p| self.block.ty(*p).shape.rows.as_const().is_some());
-            let indices: Option<Vec<usize>> = parts.iter().map(|p| param(*p)).collect();
-            if let (Some(indices), true) = (indices, transposed && is_rhs && constant) {
-                if (2..=super::MAX_STACKED).contains(&indices.len()) {
-                    let stacked = indices[1..].to_vec();
-                    return OperandPlan::Param { index: indices[0], transposed, row_perm, stacked };
+            if let ([first, second], true) = (parts.as_slice(), transposed && is_rhs) {
+                let equal = self.block.ty(*first).shape == self.block.ty(*second).shape;
+                if let (Some(index), Some(other), true) = (param(*first), param(*second), equal) {
+                    return OperandPlan::Param { index, transposed, row_perm, stacked: Some(other) };
                 }
             }
         }

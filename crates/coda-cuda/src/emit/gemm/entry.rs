@@ -27,14 +27,12 @@ pub(super) fn prefetch_hook(calls: &[String]) -> String {
 /// The entry point instantiating the portable mainloop.
 pub(super) fn sm80_entry(spec: &GemmSpec, epi: &str, entry: &str) -> String {
     let cfg = format!("coda::{}", spec.config.name());
-    // Stacked weights: the first row of each after the first.
-    let stack: Vec<String> = spec.b.stacked.iter().map(|(_, from)| from.to_string()).collect();
-    let rows = match (&spec.b.row_perm, stack.is_empty()) {
-        (Some(p), true) => format!(", coda::PairRows<{}, {}, {}>", p.start, p.end, p.group),
-        (Some(p), false) => format!(", coda::PairRows<{}, {}, {}, {}>", p.start, p.end, p.group, stack.join(", ")),
-        (None, false) => format!(", coda::StackedRows<{}>", stack.join(", ")),
-        (None, true) if spec.k_parts.is_some() => ", coda::IdentityRows".to_string(),
-        (None, true) => String::new(),
+    let rows = match (&spec.b.row_perm, spec.b.stacked) {
+        (Some(p), None) => format!(", coda::PairRows<{}, {}, {}>", p.start, p.end, p.group),
+        (Some(p), Some((_, stack))) => format!(", coda::PairRows<{}, {}, {}, {stack}>", p.start, p.end, p.group),
+        (None, Some((_, stack))) => format!(", coda::StackedRows<{stack}>"),
+        (None, None) if spec.k_parts.is_some() => ", coda::IdentityRows".to_string(),
+        (None, None) => String::new(),
     };
     let (kp_arg, kparts, kp_val) = match spec.further_parts().len() {
         0 => ("", String::new(), ""),
@@ -59,54 +57,19 @@ pub(super) fn sm80_entry(spec: &GemmSpec, epi: &str, entry: &str) -> String {
 pub(super) fn sm90_entry(spec: &GemmSpec, epi: &str, entry: &str, pre: Option<&str>, col_vecs: usize) -> String {
     let cfg = format!("coda::{}", spec.config.name());
     let map = |name: &str| format!("const __grid_constant__ coda::TmaDesc {name}");
-    // Stacked weights read each through maps of their own (`Sm90BParts`).
-    let stack = spec.b.stack_parts(spec.n.as_const().unwrap_or(0));
-    // The first weight's pair-order view: none when the pair layout's rows
-    // all lie in later weights (its plain map stands in, never read so).
-    let first_view = stack.first().is_none_or(|part| part.paired.is_some());
     let (maps, rows, tbp) = match &spec.b.row_perm {
         Some(p) => (
-            match first_view {
-                true => format!("{}, {}, {}", map("ta"), map("tb"), map("tbp")),
-                false => format!("{}, {}", map("ta"), map("tb")),
-            },
+            format!("{}, {}, {}", map("ta"), map("tb"), map("tbp")),
             format!(
                 "coda::Sm90PairRows<{}, {}, {}{}>",
                 p.start,
                 p.end,
                 p.group,
-                if spec.b.gated_halves() { ", true" } else { "" }
+                if spec.b.stacked.is_some() { ", true" } else { "" }
             ),
-            if first_view { "tbp" } else { "tb" },
+            "tbp",
         ),
         None => (format!("{}, {}", map("ta"), map("tb")), "coda::IdentityRows".to_string(), "tb"),
-    };
-    let (stack_maps, stack_decl) = match stack.len() {
-        0 => (String::new(), String::new()),
-        count => {
-            let mut maps = String::new();
-            let (mut plain, mut paired) = (vec!["&tb".to_string()], vec![format!("&{tbp}")]);
-            for (i, part) in stack.iter().enumerate().skip(1) {
-                maps += &format!(", {}", map(&format!("tb_s{i}")));
-                plain.push(format!("&tb_s{i}"));
-                match part.paired {
-                    Some(_) => {
-                        maps += &format!(", {}", map(&format!("tbp_s{i}")));
-                        paired.push(format!("&tbp_s{i}"));
-                    }
-                    None => paired.push(format!("&tb_s{i}")),
-                }
-            }
-            let list = |v: Vec<String>| v.join(", ");
-            let starts = list(stack.iter().map(|p| p.from.to_string()).collect());
-            let pair_starts = list(stack.iter().map(|p| p.paired.map_or(0, |(from, _)| from).to_string()).collect());
-            let decl = format!(
-                "const coda::Sm90BParts<{count}> stack = {{{{{}}}, {{{}}}, {{{starts}}}, {{{pair_starts}}}}};\n    ",
-                list(plain),
-                list(paired)
-            );
-            (maps, decl)
-        }
     };
     // A concatenated K: the further parts' maps (`ta1`, `tb1`, …) and the
     // `GemmKParts` carrying every part's K, gathered into `Sm90KParts`.
@@ -139,19 +102,11 @@ pub(super) fn sm90_entry(spec: &GemmSpec, epi: &str, entry: &str, pre: Option<&s
             (more, ", coda::GemmKParts kp", parts, pre_ty, pre_val)
         }
     };
-    // Stacked weights (never with K parts: the template refuses both).
-    let (pre_ty, pre_val) = match stack.len() {
-        0 => (pre_ty, pre_val),
-        count => (
-            format!(", {}, 1, {count}", pre.unwrap_or("coda::NoPrelude")),
-            format!(", {}, nullptr, &stack", if pre.is_some() { "pre" } else { "coda::NoPrelude::Params()" }),
-        ),
-    };
     format!(
         "static_assert(coda::gemm_sm90_smem_bytes<{cfg}, {epi}>() == {smem}, \"codac's shared-memory size for {cfg}\");\n\n\
          extern \"C\" __global__ void __launch_bounds__({cfg}::kThreads, 1)\n\
-         {entry}({maps}{more}{stack_maps}, coda::GemmArgs g{kp_arg}, {epi}::Params e{pre_arg}) {{\n    \
-         {parts}{stack_decl}coda::gemm_sm90_rows<{cfg}, {la}, {lb}, {elem}, {epi}, {rows}{pre_ty}>(ta, tb, {tbp}, g, e{pre_val});\n}}\n",
+         {entry}({maps}{more}, coda::GemmArgs g{kp_arg}, {epi}::Params e{pre_arg}) {{\n    \
+         {parts}coda::gemm_sm90_rows<{cfg}, {la}, {lb}, {elem}, {epi}, {rows}{pre_ty}>(ta, tb, {tbp}, g, e{pre_val});\n}}\n",
         pre_arg = pre.map_or(String::new(), |p| format!(", {p}::Params pre")),
         smem = spec.config.smem_bytes_with(col_vecs),
         la = spec.a.layout.tag(),
@@ -195,8 +150,7 @@ pub(super) fn k_parts_args(em: &Emitter<'_>, spec: &GemmSpec) -> Option<StructSp
 pub(super) fn gemm_args(em: &Emitter<'_>, spec: &GemmSpec) -> StructSpec {
     let a = em.ir.buffers[spec.a.buf].name.clone();
     let b = em.ir.buffers[spec.b.buf].name.clone();
-    let stacked = |i: usize| spec.b.stacked.get(i).map_or_else(|| b.clone(), |(buf, _)| em.ir.buffers[*buf].name.clone());
-    let (b2, b3) = (stacked(0), stacked(1));
+    let b2 = spec.b.stacked.map_or_else(|| b.clone(), |(buf, _)| em.ir.buffers[buf].name.clone());
     let f = |name: &str, kind: &str, value: FieldValue| FieldSpec { name: name.into(), kind: kind.into(), value };
     StructSpec::new(
         "GemmArgs",
@@ -210,8 +164,6 @@ pub(super) fn gemm_args(em: &Emitter<'_>, spec: &GemmSpec) -> StructSpec {
             f("ldb", "i64", FieldValue::Ld(b)),
             f("b2", "ptr", FieldValue::Ptr(b2.clone())),
             f("ldb2", "i64", FieldValue::Ld(b2)),
-            f("b3", "ptr", FieldValue::Ptr(b3.clone())),
-            f("ldb3", "i64", FieldValue::Ld(b3)),
         ],
     )
 }
