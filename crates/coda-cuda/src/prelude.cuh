@@ -547,7 +547,10 @@ __device__ __forceinline__ float relu(float x) { return (x > 0.0f || x != x) ? x
 __device__ __forceinline__ float gelu_tanh(float x) {
     return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
 }
-__device__ __forceinline__ float gelu_erf(float x) { return 0.5f * x * erfcf(-x * 0.7071067811865476f); }
+// The standard normal distribution function (the complement keeps its
+// relative precision far in the lower tail); the exact GELU is x ndtr(x).
+__device__ __forceinline__ float ndtr(float x) { return 0.5f * erfcf(-x * 0.7071067811865476f); }
+__device__ __forceinline__ float gelu_erf(float x) { return x * ndtr(x); }
 __device__ __forceinline__ float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 __device__ __forceinline__ float rsqrt(float x) { return 1.0f / sqrtf(x); }
 __device__ __forceinline__ float maximum(float a, float b) { return (a != a || b != b) ? nan_f() : fmaxf(a, b); }

@@ -13,9 +13,6 @@ const SQRT_2_OVER_PI: f64 = 0.797_884_560_802_865_4;
 const INV_SQRT_2PI: f64 = 0.398_942_280_401_432_7;
 /// The cubic coefficient of the tanh form of GELU.
 const GELU_CUBIC: f64 = 0.044_715;
-/// Below this magnitude `Φ(x) = gelu(x) / x` is replaced by `Φ(0) = 1/2`
-/// (the difference, at most `|x| / sqrt(2 pi)`, is below `1e-30`).
-const PHI_SMALL: f64 = 1e-30;
 
 /// `g · f'(x)` for `y = op(x)`.
 pub(crate) fn vjp(
@@ -28,6 +25,11 @@ pub(crate) fn vjp(
 ) -> Result<Value, GradError> {
     use BinaryOp::{Add, Div, Gt, Lt, Mul, Sub};
     match op {
+        // d Φ(x) = φ(x) dx
+        UnaryOp::Ndtr => {
+            let density = normal_density(b, x, span)?;
+            b.bin(Mul, g, density, span)
+        }
         // d(-x) = -dx
         UnaryOp::Neg => b.un(UnaryOp::Neg, g, span),
         // d e^x = e^x dx = y dx
@@ -105,7 +107,7 @@ pub(crate) fn vjp(
             b.bin(Mul, g, slope, span)
         }
         UnaryOp::GeluTanh => gelu_tanh(b, x, g, span),
-        UnaryOp::GeluErf => gelu_erf(b, x, y, g, span),
+        UnaryOp::GeluErf => gelu_erf(b, x, g, span),
         // d detach(x) = 0 (a detached value is never active, so nothing asks)
         UnaryOp::Detach => {
             let shape = b.bwd.ty(g).shape.clone();
@@ -119,13 +121,16 @@ pub(crate) fn vjp(
 /// ([`recompute`]) rather than as one atomic function, so that the
 /// recomputed value and its derivative share one transcendental (the code
 /// generator evaluates each value once): in a gated MLP's backward GEMM
-/// epilogue, one `tanh` per element for GeLU and one sigmoid (an
-/// exponential and a reciprocal) for SiLU, not one beside each function.
+/// epilogue, one `tanh` per element for GeLU, one `Φ` for the exact GELU
+/// and one sigmoid (an exponential and a reciprocal) for SiLU, not one
+/// beside each function.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum SharedParts {
     /// `gelu_tanh(x) = x · half` with `u = c (x + a x³)`, `x2 = x²`,
     /// `t = tanh(u)` and `half = 0.5 (1 + t)`.
     GeluTanh { x2: Value, t: Value, half: Value },
+    /// `gelu(x) = x · Φ(x)`.
+    GeluErf { cdf: Value },
     /// `silu(x) = x · sigmoid(x)`.
     Silu { sigmoid: Value },
 }
@@ -143,11 +148,13 @@ pub(crate) fn recompute(
             let (x2, t, half) = gelu_tanh_parts(b, x, span)?;
             SharedParts::GeluTanh { x2, t, half }
         }
+        UnaryOp::GeluErf => SharedParts::GeluErf { cdf: b.un(UnaryOp::Ndtr, x, span)? },
         UnaryOp::Silu => SharedParts::Silu { sigmoid: b.un(UnaryOp::Sigmoid, x, span)? },
         _ => return Ok(None),
     };
     let factor = match parts {
         SharedParts::GeluTanh { half, .. } => half,
+        SharedParts::GeluErf { cdf } => cdf,
         SharedParts::Silu { sigmoid } => sigmoid,
     };
     Ok(Some((b.bin(BinaryOp::Mul, x, factor, span)?, parts)))
@@ -190,22 +197,25 @@ fn gelu_tanh(b: &mut Builder<'_>, x: Value, g: Value, span: Span) -> Result<Valu
     b.bin(Mul, g, slope, span)
 }
 
-/// `gelu(x) = x Φ(x)`: `d gelu = (Φ(x) + x φ(x)) dx` with the normal density
-/// `φ(x) = e^(-x²/2) / sqrt(2 pi)`. The IR has no `erf`, so `Φ(x)` is
-/// `gelu(x) / x`, and `1/2` where `|x| < 1e-30`.
-fn gelu_erf(b: &mut Builder<'_>, x: Value, y: Value, g: Value, span: Span) -> Result<Value, GradError> {
-    use BinaryOp::{Add, Div, Gt, Mul};
-    let magnitude = b.un(UnaryOp::Abs, x, span)?;
-    let small = b.konst(PHI_SMALL, span)?;
-    let away = b.bin(Gt, magnitude, small, span)?;
-    let ratio = b.bin(Div, y, x, span)?;
-    let half = b.konst(0.5, span)?;
-    let cdf = b.select(away, ratio, half, span)?;
-    let x2 = b.bin(Mul, x, x, span)?;
-    let exponent = b.scale(x2, -0.5, span)?;
-    let density = b.un(UnaryOp::Exp, exponent, span)?;
-    let density = b.scale(density, INV_SQRT_2PI, span)?;
+/// `gelu(x) = x Φ(x)`: `d gelu = (Φ(x) + x φ(x)) dx`, with `Φ(x)` the
+/// one the recomputed forward formed ([`recompute`]), if it did. No
+/// division: a backward GEMM's epilogue evaluates it per element.
+fn gelu_erf(b: &mut Builder<'_>, x: Value, g: Value, span: Span) -> Result<Value, GradError> {
+    use BinaryOp::{Add, Mul};
+    let cdf = match b.shared_parts(UnaryOp::GeluErf, x) {
+        Some(SharedParts::GeluErf { cdf }) => cdf,
+        _ => b.un(UnaryOp::Ndtr, x, span)?,
+    };
+    let density = normal_density(b, x, span)?;
     let x_density = b.bin(Mul, x, density, span)?;
     let slope = b.bin(Add, cdf, x_density, span)?;
     b.bin(Mul, g, slope, span)
+}
+
+/// The standard normal density `φ(x) = e^(-x²/2) / sqrt(2 pi)`.
+fn normal_density(b: &mut Builder<'_>, x: Value, span: Span) -> Result<Value, GradError> {
+    let x2 = b.bin(BinaryOp::Mul, x, x, span)?;
+    let exponent = b.scale(x2, -0.5, span)?;
+    let density = b.un(UnaryOp::Exp, exponent, span)?;
+    b.scale(density, INV_SQRT_2PI, span)
 }

@@ -40,6 +40,9 @@ pub enum UnaryOp {
     GeluTanh,
     /// `0.5 x (1 + erf(x / sqrt 2))`
     GeluErf,
+    /// the standard normal distribution function `Φ(x) = 0.5 (1 + erf(x /
+    /// sqrt 2))` (PyTorch's `torch.special.ndtr`)
+    Ndtr,
     /// `x * sigmoid(x)`
     Silu,
     /// `log(1 + e^x)`
@@ -56,7 +59,7 @@ pub enum UnaryOp {
 
 impl UnaryOp {
     /// Every unary op, for tables and tests.
-    pub const ALL: [UnaryOp; 16] = [
+    pub const ALL: [UnaryOp; 17] = [
         UnaryOp::Neg,
         UnaryOp::Exp,
         UnaryOp::Log,
@@ -67,6 +70,7 @@ impl UnaryOp {
         UnaryOp::Relu,
         UnaryOp::GeluTanh,
         UnaryOp::GeluErf,
+        UnaryOp::Ndtr,
         UnaryOp::Silu,
         UnaryOp::Softplus,
         UnaryOp::Abs,
@@ -88,6 +92,7 @@ impl UnaryOp {
             UnaryOp::Relu => "relu",
             UnaryOp::GeluTanh => "gelu_tanh",
             UnaryOp::GeluErf => "gelu",
+            UnaryOp::Ndtr => "ndtr",
             UnaryOp::Silu => "silu",
             UnaryOp::Softplus => "softplus",
             UnaryOp::Abs => "abs",

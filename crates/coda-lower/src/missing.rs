@@ -17,7 +17,7 @@ pub(crate) fn instead_of(name: &str) -> Option<&'static str> {
             "`topk(x, k)` and `topk_indices(x, k)` give the k largest values of each row and their columns (`topk_indices(x, 1)` is the argmax); `max(x, axis=-1)` is the largest value"
         }
         "erf" => {
-            "there is no `erf`: `gelu(x)` is the exact GELU `0.5 x (1 + erf(x / √2))`, and `gelu_tanh(x)` its tanh approximation"
+            "there is no `erf`: `erf(x) = 2 ndtr(x √2) - 1`, with `ndtr` the standard normal distribution function; `gelu(x)` is the exact GELU `x ndtr(x)`, and `gelu_tanh(x)` its tanh approximation"
         }
         "reshape" | "view" | "flatten" | "unsqueeze" | "squeeze" | "permute" => {
             "there is no reshape: every tensor has two axes; `x[:, a:b]` slices columns, `concat(a, b)` joins them, `.T` transposes and `v[:, None]` makes a vector a column"

@@ -53,6 +53,7 @@ pub(crate) fn unary_reg(op: UnaryOp, a: &str) -> String {
         UnaryOp::Relu => format!("cg::relu({a})"),
         UnaryOp::GeluTanh => format!("cg::gelu_tanh({a})"),
         UnaryOp::GeluErf => format!("cg::gelu_erf({a})"),
+        UnaryOp::Ndtr => format!("cg::ndtr({a})"),
         UnaryOp::Silu => format!("cg::silu({a})"),
         UnaryOp::Softplus => format!("cg::softplus({a})"),
         UnaryOp::Abs => format!("fabsf({a})"),

@@ -23,6 +23,7 @@ pub fn unary(op: UnaryOp, x: f64) -> f64 {
         UnaryOp::Relu => relu(x),
         UnaryOp::GeluTanh => gelu_tanh(x),
         UnaryOp::GeluErf => gelu_erf(x),
+        UnaryOp::Ndtr => ndtr(x),
         UnaryOp::Silu => x * sigmoid(x),
         UnaryOp::Softplus => softplus(x),
         UnaryOp::Abs => x.abs(),
@@ -57,9 +58,15 @@ fn gelu_tanh(x: f64) -> f64 {
     0.5 * x * (1.0 + inner.tanh())
 }
 
-/// Exact GELU, `0.5 x (1 + erf(x / sqrt 2)) = 0.5 x erfc(-x / sqrt 2)`.
+/// Exact GELU, `0.5 x (1 + erf(x / sqrt 2)) = x Φ(x)`.
 fn gelu_erf(x: f64) -> f64 {
-    0.5 * x * libm::erfc(-x / std::f64::consts::SQRT_2)
+    x * ndtr(x)
+}
+
+/// The standard normal distribution function, `Φ(x) = 0.5 erfc(-x / sqrt 2)`
+/// (the complement keeps its relative precision far in the lower tail).
+fn ndtr(x: f64) -> f64 {
+    0.5 * libm::erfc(-x / std::f64::consts::SQRT_2)
 }
 
 /// `log(1 + e^x)`, stable for large `x`.

@@ -77,6 +77,19 @@ fn gelu_erf_matches_the_normal_cdf() -> TestResult {
 }
 
 #[test]
+fn ndtr_is_the_normal_cdf_to_the_far_lower_tail() -> TestResult {
+    // Tables of the standard normal distribution; Phi(-10) keeps its
+    // relative precision (1 - Phi(10) would round to 0 in f64).
+    let got = unary_at(UnaryOp::Ndtr, &[0.0, 1.0, -3.0, -10.0, INF, -INF, NAN])?;
+    let expected =
+        [0.5, 0.841_344_746_068_542_9, 0.001_349_898_031_630_094_5, 7.619_853_024_160_527e-24, 1.0, 0.0, NAN];
+    for (g, e) in got.iter().zip(&expected) {
+        assert!((g - e).abs() <= 1e-14 * e.abs() || (g.is_nan() && e.is_nan()), "ndtr: {g:e} against {e:e}");
+    }
+    Ok(())
+}
+
+#[test]
 fn gelu_tanh_is_the_tanh_formula_and_differs_from_erf() -> TestResult {
     let xs = [1.0, -0.5, 3.0];
     let got = unary_at(UnaryOp::GeluTanh, &xs)?;
